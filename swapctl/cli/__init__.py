@@ -1,0 +1,22 @@
+"""The command line: parsing and presentation only; the work is in the library."""
+
+from __future__ import annotations
+
+import typer
+
+from . import init, sandbox, status
+
+app = typer.Typer(
+    name="swapctl",
+    help="Ship a new build of a GPU daemon to remote GPU machines and swap it in safely.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.command()(init.init)
+app.command()(status.status)
+app.add_typer(sandbox.app, name="sandbox")
+
+
+def main() -> None:
+    app()

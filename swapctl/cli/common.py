@@ -1,0 +1,112 @@
+"""What every verb shares: the playbook option, host selection, output, errors and exit codes."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict, is_dataclass
+from typing import Annotated, Any, Callable, NoReturn
+
+import typer
+from rich.console import Console
+from rich.text import Text
+
+from .. import playbook as pb
+from ..errors import ExitCode, SwapctlError
+
+PlaybookOpt = Annotated[
+    str | None,
+    typer.Option("--playbook", "-p", help="Playbook file (default ./swapctl.toml, or $SWAPCTL_PLAYBOOK).",
+                 show_default=False),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="One JSON document on stdout, for scripts.")]
+
+out = Console(highlight=False)
+err = Console(stderr=True, highlight=False, soft_wrap=True)  # an error stays one line
+
+
+def text(value: object) -> Text:
+    """Remote text as plain text: never read as rich markup, control codes stripped."""
+    return Text("" if value is None else str(value))
+
+
+def fail(exc: SwapctlError) -> NoReturn:
+    err.print(Text(f"swapctl: {exc}", style="bold red"))
+    if exc.detail and exc.detail.strip() not in str(exc):
+        err.print(Text(exc.detail.rstrip()[-4000:]), style="dim")
+    raise typer.Exit(int(exc.exit_code))
+
+
+def guarded(fn: Callable[[], int | None]) -> NoReturn:
+    """Runs a verb: errors become one line on stderr and their exit code."""
+    try:
+        code = fn() or 0
+    except SwapctlError as exc:
+        fail(exc)
+    except KeyboardInterrupt:
+        err.print(Text("swapctl: interrupted before any change", style="bold red"))
+        raise typer.Exit(int(ExitCode.REFUSED)) from None
+    raise typer.Exit(int(code))
+
+
+def select_hosts(playbook: pb.Playbook, targets: list[str]) -> list[pb.HostSpec]:
+    """HOST arguments: names, user@address:port, or @group."""
+    specs: dict[str, pb.HostSpec] = {}
+    for target in targets:
+        if target.startswith("@"):
+            group = target[1:]
+            if group not in playbook.groups:
+                raise pb.PlaybookError(playbook.path, f"unknown group {group!r}; add it under [groups]",
+                                       key="groups")
+            for name in playbook.groups[group]:
+                specs[name] = playbook.hosts[name]
+        else:
+            spec = pb.resolve_host(playbook, target)
+            specs[spec.name] = spec
+    return list(specs.values())
+
+
+def to_json(value: Any) -> Any:
+    if is_dataclass(value) and not isinstance(value, type):
+        return to_json(asdict(value))
+    if isinstance(value, dict):
+        return {str(k): to_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_json(v) for v in value]
+    return value
+
+
+def print_json(document: dict) -> None:
+    sys.stdout.write(json.dumps({"version": 1, **to_json(document)}, indent=2) + "\n")
+
+
+def worst(codes: list[int]) -> int:
+    """With several hosts, the worst outcome decides: 5 > 4 > 3 > 2 > 1 > 0."""
+    order = [ExitCode.OK, ExitCode.FAILED, ExitCode.BAD_INPUT, ExitCode.REFUSED, ExitCode.ROLLED_BACK,
+             ExitCode.UNKNOWN_STATE]
+    return max(codes, key=order.index, default=0)
+
+
+def gib(kib: int | float | None) -> str:
+    return "-" if kib is None else f"{kib / (1 << 20):.1f} GiB"
+
+
+def size(kib: int | float | None) -> str:
+    """A memory size in the unit that reads best."""
+    if kib is None:
+        return "-"
+    for unit, scale in (("GiB", 1 << 20), ("MiB", 1 << 10)):
+        if kib >= scale:
+            return f"{kib / scale:.1f} {unit}"
+    return f"{kib:.0f} KiB"
+
+
+def duration(seconds: float | int | None) -> str:
+    if seconds is None:
+        return "-"
+    s = int(seconds)
+    if s < 120:
+        return f"{s}s"
+    if s < 7200:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s < 172800 else f"{s // 86400}d{s % 86400 // 3600}h"

@@ -1,0 +1,40 @@
+"""`swapctl sandbox up|down`: a local target to try swapctl on, with no GPU box needed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from .. import sandbox as sb
+from .common import guarded, out, text
+
+app = typer.Typer(help="A local sandbox host: a real sshd on loopback running the stand-in prover.",
+                  no_args_is_help=True)
+DirOpt = Annotated[Path, typer.Option("--dir", help="Where the sandbox lives.")]
+
+
+@app.command()
+def up(dir: DirOpt = Path(".sandbox"), port: Annotated[int, typer.Option(help="sshd's port.")] = 40612) -> None:
+    """Start the sandbox: sshd on 127.0.0.1:PORT, the prover (build A) started by hand, and a playbook."""
+
+    def run() -> int:
+        playbook = sb.up(dir, port)
+        out.print(text(f"sandbox up: host `sandbox` at 127.0.0.1:{port}, playbook {playbook}"))
+        out.print(text(f"builds to deploy: {dir.resolve() / 'builds'}/prover-b"))
+        return 0
+
+    guarded(run)
+
+
+@app.command()
+def down(dir: DirOpt = Path(".sandbox")) -> None:
+    """Stop the sandbox's sshd and daemons."""
+
+    def run() -> int:
+        sb.down(dir)
+        out.print("sandbox down")
+        return 0
+
+    guarded(run)

@@ -1,0 +1,150 @@
+"""A host's status in one round trip: one fixed script, its sections parsed by the pure parsers."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
+
+from ..playbook import DaemonSpec
+from ..remote import Cmd, Host
+from . import nvidia, system
+
+STATUS_SCRIPT = r"""
+bin=$1; state=$2; PS_FORMAT=$3; GPU_FIELDS=$4; GPU_APPS=$5; shift 5
+sec() { printf '\n==> %s\n' "$1"; }
+sec host; uname -m; uname -n
+sec self; echo "$$"
+sec ps; ps -ww -eo "$PS_FORMAT"
+sec links; find /proc/[0-9]*/exe /proc/[0-9]*/cwd -maxdepth 0 -printf '%p\t%l\n' 2>/dev/null
+sec meminfo; cat /proc/meminfo
+sec loadavg; cat /proc/loadavg
+sec who; who 2>/dev/null
+sec df; df -P -k -- "$@" 2>/dev/null
+sec gpu
+if command -v nvidia-smi >/dev/null 2>&1; then
+  nvidia-smi --query-gpu="$GPU_FIELDS" --format=csv 2>&1; echo "rc=$?"
+  sec gpu-apps; nvidia-smi --query-compute-apps="$GPU_APPS" --format=csv 2>&1; echo "rc=$?"
+else
+  echo missing
+fi
+sec current; [ -n "$bin" ] && readlink -- "$bin"
+sec releases
+for m in "$state"/releases/*/manifest.json; do [ -f "$m" ] && { tr -d '\n' < "$m"; echo; }; done
+exit 0
+"""
+
+
+@dataclass(frozen=True)
+class HostStatus:
+    host: str
+    arch: str
+    hostname: str
+    daemons: tuple[system.Process, ...]
+    memory: system.Memory
+    top_processes: tuple[system.Process, ...]  # the largest other processes by RSS
+    gpus: tuple[nvidia.Gpu, ...]
+    gpu_processes: tuple[nvidia.GpuProcess, ...]
+    gpu_error: str | None  # "no GPU tools", or what nvidia-smi said when it failed
+    sessions: tuple[system.Session, ...]
+    disks: tuple[system.Disk, ...]
+    load: tuple[float, float, float]
+    current_release: str | None  # the binary path's symlink target, when swapctl manages it
+    releases: tuple[dict, ...] = field(default=())
+    processes: tuple[system.Process, ...] = field(default=(), repr=False)
+
+    @property
+    def other_sessions(self) -> tuple[system.Session, ...]:
+        return tuple(s for s in self.sessions if not s.own)
+
+
+def status_cmd(daemon: DaemonSpec) -> Cmd:
+    dirs = [str(PurePosixPath(p).parent) for p in (daemon.binary, daemon.log) if p] or ["/"]
+    state = daemon.state_dir if daemon.binary else ""
+    return Cmd.script(STATUS_SCRIPT, daemon.binary or "", state, system.PS_FORMAT, nvidia.QUERY_FIELDS,
+                      nvidia.QUERY_APPS, *dict.fromkeys(dirs), label="status")
+
+
+def split_sections(text: str) -> dict[str, str]:
+    sections: dict[str, list[str]] = {}
+    current = None
+    for line in text.splitlines():
+        if line.startswith("==> "):
+            current = line[4:].strip()
+            sections[current] = []
+        elif current is not None:
+            sections[current].append(line)
+    return {k: "\n".join(v).strip("\n") for k, v in sections.items()}
+
+
+def _strip_rc(text: str) -> tuple[str, int]:
+    lines = text.splitlines()
+    if lines and lines[-1].startswith("rc="):
+        return "\n".join(lines[:-1]), int(lines[-1][3:])
+    return text, 0
+
+
+def parse_status(host: str, text: str, daemon: DaemonSpec, df_paths: list[str]) -> HostStatus:
+    """Builds a HostStatus from the status script's output."""
+    s = split_sections(text)
+    host_lines = s.get("host", "").splitlines() + ["", ""]
+    procs = system.with_links(system.parse_ps(s.get("ps", "")), system.parse_links(s.get("links", "")))
+    own = int(s.get("self", "0").strip() or 0)
+    mine = {own, *system.descendants(procs, own)} if own > 1 else set()  # the status script itself
+    regex = daemon.match_regex
+    # a zombie has exited: it holds no memory and serves nothing, whatever its name
+    daemons = tuple(p for p in procs if regex and p.pid not in mine and not p.state.startswith("Z")
+                    and regex.search(p.args))
+    others = sorted((p for p in procs if p not in daemons and p.pid not in mine), key=lambda p: -p.rss_kib)[:5]
+
+    gpus: list[nvidia.Gpu] = []
+    apps: list[nvidia.GpuProcess] = []
+    gpu_error = None
+    gpu_text = s.get("gpu", "")
+    if gpu_text.strip() == "missing":
+        gpu_error = "no GPU tools (nvidia-smi not found)"
+    else:
+        body, rc = _strip_rc(gpu_text)
+        try:
+            if rc != 0:
+                raise nvidia.NvidiaSmiError(body.strip().splitlines()[0] if body.strip() else f"exit {rc}")
+            gpus = nvidia.parse_query_gpu(body)
+            apps_body, apps_rc = _strip_rc(s.get("gpu-apps", ""))
+            apps = nvidia.parse_compute_apps(apps_body) if apps_rc == 0 else []
+        except nvidia.NvidiaSmiError as exc:
+            gpu_error = f"nvidia-smi failed: {exc}"
+
+    disks = [
+        system.Disk(path=path, filesystem=d.filesystem, size_kib=d.size_kib, avail_kib=d.avail_kib, mount=d.mount)
+        for path, d in zip(df_paths, system.parse_df(s.get("df", "")))
+    ]
+    releases = []
+    for line in s.get("releases", "").splitlines():
+        try:
+            releases.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue  # a manifest being rewritten; the next status shows it
+    return HostStatus(
+        host=host,
+        arch=host_lines[0].strip(),
+        hostname=host_lines[1].strip(),
+        daemons=daemons,
+        memory=system.parse_meminfo(s.get("meminfo", "")),
+        top_processes=tuple(others),
+        gpus=tuple(gpus),
+        gpu_processes=tuple(apps),
+        gpu_error=gpu_error,
+        sessions=tuple(system.parse_who(s.get("who", ""))) + tuple(system.ssh_sessions(procs, own)),
+        disks=tuple(disks),
+        load=system.parse_loadavg(s.get("loadavg", "")),
+        current_release=s.get("current", "").strip() or None,
+        releases=tuple(sorted(releases, key=lambda r: r.get("created", ""))),
+        processes=tuple(procs),
+    )
+
+
+def gather(host: Host, daemon: DaemonSpec) -> HostStatus:
+    """One round trip: the status script, parsed."""
+    cmd = status_cmd(daemon)
+    result = host.run(cmd, timeout=60)
+    return parse_status(host.name, result.stdout, daemon, [str(p) for p in cmd.argv[9:]])

@@ -1,0 +1,305 @@
+"""Playbooks: where the hosts are and how the daemon runs. Validated here, trusted everywhere else."""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import tomlkit
+from tomlkit.exceptions import ParseError
+
+from ..errors import PlaybookError
+
+DEFAULT_PLAYBOOK = "swapctl.toml"
+HOST_KEY_POLICIES = ("strict", "accept-new")
+TRANSPORTS = ("ssh", "local")
+
+
+@dataclass(frozen=True)
+class HostSpec:
+    name: str
+    address: str
+    port: int | None = None  # None: ~/.ssh/config or 22
+    user: str | None = None
+    identity_file: str | None = None
+    known_hosts: str | None = None
+    host_key_policy: str = "strict"
+    transport: str = "ssh"
+
+
+@dataclass(frozen=True)
+class DaemonSpec:
+    binary: str | None = None
+    args: tuple[str, ...] | None = None  # None: the arguments the running daemon has
+    match: str | None = None  # regex on the command line; None: the binary's file name
+    log: str | None = None
+    ready_log: str = "cuzk-daemon ready"
+    ready_port: int | None = None
+    ready_timeout_s: float = 600
+    stop_grace_s: float = 30
+    cwd: str | None = None
+    env: tuple[tuple[str, str], ...] = ()
+    secret_env: tuple[str, ...] = ()
+
+    @property
+    def match_regex(self) -> re.Pattern[str] | None:
+        pattern = self.match or (PurePosixPath(self.binary).name if self.binary else None)
+        return re.compile(pattern) if pattern else None
+
+    @property
+    def state_dir(self) -> str:
+        """Where releases, the journal and the lock live: beside the binary, so renames stay atomic."""
+        path = PurePosixPath(self.binary or "/")
+        return str(path.parent / ".swapctl" / path.name)
+
+
+@dataclass(frozen=True)
+class MemorySpec:
+    min_available_gib: float = 0
+    release_timeout_s: float = 900
+    gpu_slack_mib: float = 1024  # GPU memory used may stay this far above the daemon-less level
+
+
+@dataclass(frozen=True)
+class Playbook:
+    path: str
+    hosts: dict[str, HostSpec] = field(default_factory=dict)
+    groups: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    daemon: DaemonSpec = DaemonSpec()
+    memory: MemorySpec = MemorySpec()
+    log_paths: tuple[str, ...] = ()
+    keep_releases: int = 5
+
+    def require_daemon(self) -> DaemonSpec:
+        """The daemon section, complete enough to change a host."""
+        for key in ("binary", "log"):
+            if not getattr(self.daemon, key):
+                raise PlaybookError(self.path, f"missing; add `{key} = \"/data/...\"` under [daemon]", key=f"daemon.{key}")
+        return self.daemon
+
+
+# key -> (kind, required). Kinds: str, int, num (int or float), bool, strlist, strtable.
+_SCHEMA: dict[str, dict[str, tuple[str, bool]]] = {
+    "host": {
+        "address": ("str", True),
+        "port": ("int", False),
+        "user": ("str", False),
+        "identity_file": ("str", False),
+        "known_hosts": ("str", False),
+        "host_key_policy": ("str", False),
+        "transport": ("str", False),
+    },
+    "daemon": {
+        "binary": ("str", False),
+        "args": ("strlist", False),
+        "match": ("str", False),
+        "log": ("str", False),
+        "ready_log": ("str", False),
+        "ready_port": ("int", False),
+        "ready_timeout_s": ("num", False),
+        "stop_grace_s": ("num", False),
+        "cwd": ("str", False),
+        "env": ("strtable", False),
+        "secret_env": ("strlist", False),
+    },
+    "memory": {
+        "min_available_gib": ("num", False),
+        "release_timeout_s": ("num", False),
+        "gpu_slack_mib": ("num", False),
+    },
+    "logs": {"paths": ("strlist", False)},
+    "releases": {"keep": ("int", False)},
+    # Read by `swapctl build`; checked there.
+    "build": {
+        "dockerfile": ("str", False),
+        "context": ("str", False),
+        "binary_in_image": ("str", False),
+        "args": ("strtable", False),
+        "platform": ("str", False),
+    },
+}
+_TOP = ("hosts", "groups", "daemon", "memory", "logs", "releases", "build")
+_KIND_NAMES = {
+    "str": "a string",
+    "int": "an integer",
+    "num": "a number",
+    "bool": "true or false",
+    "strlist": "a list of strings",
+    "strtable": "a table of strings",
+}
+
+
+class _Loader:
+    def __init__(self, path: str, text: str):
+        self.path, self.lines = path, text.splitlines()
+
+    def line_of(self, table: str, key: str | None = None) -> int | None:
+        """The line where `key` is set under [table] (or the table's header), for error messages."""
+        header = re.compile(r"^\s*\[\s*" + r"\s*\.\s*".join(
+            '"?' + re.escape(p) + '"?' for p in table.split(".")) + r"\s*\]")
+        in_table = table == ""
+        for number, line in enumerate(self.lines, 1):
+            if re.match(r"^\s*\[", line):
+                in_table = bool(header.match(line))
+                if in_table and key is None:
+                    return number
+            elif in_table and key and re.match(r"^\s*" + re.escape(key) + r"\s*=", line):
+                return number
+        return None
+
+    def fail(self, message: str, table: str, key: str | None = None) -> PlaybookError:
+        dotted = f"{table}.{key}" if key else table
+        line = self.line_of(table, key) or (self.line_of(table) if table else None)
+        return PlaybookError(self.path, message, line=line, key=dotted or None)
+
+    def table(self, doc: dict, name: str) -> dict:
+        value = doc.get(name, {})
+        if not isinstance(value, dict):
+            raise self.fail(f"must be a table, like [{name}]", "", name)
+        return value
+
+    def section(self, data: dict, schema: str, table: str) -> dict[str, Any]:
+        """Checks one table against the schema; returns plain Python values."""
+        spec = _SCHEMA[schema]
+        out: dict[str, Any] = {}
+        for key, value in data.items():
+            if key not in spec:
+                close = difflib.get_close_matches(key, spec, n=1)
+                hint = f"did you mean `{close[0]}`?" if close else f"known keys: {', '.join(spec)}"
+                raise self.fail(f"unknown key ({hint})", table, key)
+            kind, _ = spec[key]
+            out[key] = self.check_type(value, kind, table, key)
+        for key, (_, required) in spec.items():
+            if required and key not in data:
+                raise self.fail(f"missing required key `{key}`; add it under [{table}]", table, key)
+        return out
+
+    def check_type(self, value: Any, kind: str, table: str, key: str) -> Any:
+        value = value.unwrap() if hasattr(value, "unwrap") else value
+        ok = {
+            "str": isinstance(value, str),
+            "int": isinstance(value, int) and not isinstance(value, bool),
+            "num": isinstance(value, (int, float)) and not isinstance(value, bool),
+            "bool": isinstance(value, bool),
+            "strlist": isinstance(value, list) and all(isinstance(v, str) for v in value),
+            "strtable": isinstance(value, dict) and all(isinstance(v, str) for v in value.values()),
+        }[kind]
+        if not ok:
+            raise self.fail(f"must be {_KIND_NAMES[kind]}, not {value!r}", table, key)
+        if kind == "num" and value < 0 or kind == "int" and value < 0:
+            raise self.fail(f"must not be negative, not {value!r}", table, key)
+        return value
+
+
+def load(path: str | os.PathLike[str] | None = None, *, required: bool = True) -> Playbook:
+    """Reads and validates a playbook. Without `required`, a missing default file is an empty playbook."""
+    explicit = path is not None or "SWAPCTL_PLAYBOOK" in os.environ
+    path = str(path or os.environ.get("SWAPCTL_PLAYBOOK") or DEFAULT_PLAYBOOK)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        if not explicit and not required:
+            return Playbook(path=path)
+        raise PlaybookError(path, "no such playbook; run `swapctl init` to write one, or pass -p FILE") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PlaybookError(path, f"cannot read: {exc}") from None
+    return parse(text, path)
+
+
+def parse(text: str, path: str = DEFAULT_PLAYBOOK) -> Playbook:
+    """Validates playbook text; every error names the file, line, key and fix."""
+    try:
+        doc = tomlkit.parse(text).unwrap()
+    except ParseError as exc:
+        reason = str(exc).split(" at line ")[0]
+        raise PlaybookError(path, f"TOML syntax error: {reason} (fix the TOML at that line)", line=exc.line) from None
+    ld = _Loader(path, text)
+    for key in doc:
+        if key not in _TOP:
+            close = difflib.get_close_matches(key, _TOP, n=1)
+            hint = f"did you mean [{close[0]}]?" if close else f"known tables: {', '.join(_TOP)}"
+            raise ld.fail(f"unknown table ({hint})", "", key)
+
+    hosts: dict[str, HostSpec] = {}
+    for name, data in ld.table(doc, "hosts").items():
+        table = f"hosts.{name}"
+        if not isinstance(data, dict):
+            raise ld.fail("must be a table, like [hosts.NAME] with address = ...", "hosts", name)
+        values = ld.section(data, "host", table)
+        policy = values.get("host_key_policy", "strict")
+        if policy not in HOST_KEY_POLICIES:
+            raise ld.fail(f"must be one of {', '.join(HOST_KEY_POLICIES)}, not {policy!r}", table, "host_key_policy")
+        transport = values.get("transport", "ssh")
+        if transport not in TRANSPORTS:
+            raise ld.fail(f"must be one of {', '.join(TRANSPORTS)}, not {transport!r}", table, "transport")
+        port = values.get("port")
+        if port is not None and not 0 < port < 65536:
+            raise ld.fail(f"must be a TCP port (1-65535), not {port}", table, "port")
+        hosts[name] = HostSpec(name=name, **values)
+
+    groups: dict[str, tuple[str, ...]] = {}
+    for name, members in ld.table(doc, "groups").items():
+        members = ld.check_type(members, "strlist", "groups", name)
+        for member in members:
+            if member not in hosts:
+                raise ld.fail(f"names host {member!r}, which is not under [hosts]", "groups", name)
+        groups[name] = tuple(members)
+
+    d = ld.section(ld.table(doc, "daemon"), "daemon", "daemon")
+    if "match" in d:
+        try:
+            re.compile(d["match"])
+        except re.error as exc:
+            raise ld.fail(f"not a valid regular expression ({exc})", "daemon", "match") from None
+    for key in ("binary", "log", "cwd"):
+        if key in d and not d[key].startswith("/"):
+            raise ld.fail(f"must be an absolute path on the host, not {d[key]!r}", "daemon", key)
+    if "args" in d:
+        d["args"] = tuple(d["args"])
+    d["env"] = tuple(d.get("env", {}).items())
+    d["secret_env"] = tuple(d.get("secret_env", ()))
+    daemon = DaemonSpec(**d)
+
+    memory = MemorySpec(**ld.section(ld.table(doc, "memory"), "memory", "memory"))
+    logs = ld.section(ld.table(doc, "logs"), "logs", "logs")
+    releases = ld.section(ld.table(doc, "releases"), "releases", "releases")
+    ld.section(ld.table(doc, "build"), "build", "build")
+    keep = releases.get("keep", 5)
+    if keep < 2:
+        raise ld.fail("must be at least 2 (the current release and one to roll back to)", "releases", "keep")
+    return Playbook(
+        path=path,
+        hosts=hosts,
+        groups=groups,
+        daemon=daemon,
+        memory=memory,
+        log_paths=tuple(logs.get("paths", ())),
+        keep_releases=keep,
+    )
+
+
+_ADHOC = re.compile(r"^(?:(?P<user>[^@\s]+)@)?(?P<address>\[[0-9a-fA-F:]+\]|[^@:\s]+)(?::(?P<port>\d+))?$")
+
+
+def resolve_host(playbook: Playbook, target: str) -> HostSpec:
+    """A HOST argument: a name under [hosts], or user@address:port (user and port optional)."""
+    if target in playbook.hosts:
+        return playbook.hosts[target]
+    if "@" in target or ":" in target:
+        m = _ADHOC.match(target)
+        if m and (m["port"] is None or 0 < int(m["port"]) < 65536):
+            return HostSpec(
+                name=target,
+                address=m["address"].strip("[]"),
+                port=int(m["port"]) if m["port"] else None,
+                user=m["user"],
+            )
+        raise PlaybookError(playbook.path, f"host {target!r} is not user@address:port", key="HOST")
+    known = ", ".join(playbook.hosts) or "none"
+    close = difflib.get_close_matches(target, playbook.hosts, n=1)
+    hint = f"did you mean {close[0]!r}?" if close else f"hosts in the playbook: {known}"
+    raise PlaybookError(playbook.path, f"unknown host {target!r} ({hint}); add [hosts.{target}] or use user@address:port", key="hosts")

@@ -1,0 +1,180 @@
+"""The host interface and its local implementation (swapctl run on the GPU box itself)."""
+
+from __future__ import annotations
+
+import os
+import selectors
+import shutil
+import subprocess
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Callable, BinaryIO
+
+from ..errors import RemoteCommandFailed, RemoteTimeout
+from .cmd import Cmd
+
+LineSink = Callable[[str], None]
+Progress = Callable[[int], None]  # bytes done so far
+
+
+@dataclass(frozen=True)
+class Result:
+    cmd: Cmd
+    exit_code: int
+    stdout: str
+    stderr: str
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+
+class Host(ABC):
+    """A machine swapctl works on. Commands are `Cmd`s; every call has a deadline."""
+
+    name: str
+
+    def run(self, cmd: Cmd, *, stdin: bytes | None = None, timeout: float = 120, check: bool = True,
+            hint: str = "") -> Result:
+        """Runs `cmd` to completion; raises RemoteCommandFailed on a non-zero exit when `check`."""
+        out: list[str] = []
+        result = self.stream(cmd, out.append, stdin=stdin, timeout=timeout)
+        if check and not result.ok:
+            tail = (result.stderr or result.stdout)[-2000:]
+            raise RemoteCommandFailed(self.name, str(cmd), result.exit_code, tail, hint)
+        return result
+
+    @abstractmethod
+    def stream(self, cmd: Cmd, on_line: LineSink, *, stdin: bytes | None = None, timeout: float = 120) -> Result:
+        """Runs `cmd`, handing each stdout line to `on_line` as it arrives."""
+
+    @abstractmethod
+    def put(self, local: BinaryIO, remote_path: str, size: int, progress: Progress | None = None) -> None:
+        """Writes a local stream to `remote_path` (a temporary name: the caller renames it)."""
+
+    @abstractmethod
+    def hold(self, cmd: Cmd, timeout: float = 30) -> "Held":
+        """Starts `cmd` and keeps it running until the returned handle is closed or the connection drops.
+
+        Its first stdout line is returned in `Held.first_line` (a lock's "got it" or "held by")."""
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> "Host":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+@dataclass
+class Held:
+    first_line: str
+    closer: Callable[[], None]
+
+    def close(self) -> None:
+        self.closer()
+
+
+class _Lines:
+    """Splits a byte stream into text lines as data arrives."""
+
+    def __init__(self, sink: LineSink):
+        self.sink, self.buf, self.all = sink, b"", bytearray()
+
+    def feed(self, data: bytes) -> None:
+        self.all += data
+        self.buf += data
+        *lines, self.buf = self.buf.split(b"\n")
+        for line in lines:
+            self.sink(line.decode("utf-8", "replace"))
+
+    def finish(self) -> str:
+        if self.buf:
+            self.sink(self.buf.decode("utf-8", "replace"))
+            self.buf = b""
+        return self.all.decode("utf-8", "replace")
+
+
+class LocalHost(Host):
+    """Runs the same commands on this machine, through `sh -c`, without SSH."""
+
+    def __init__(self, name: str = "local"):
+        self.name = name
+
+    def _popen(self, cmd: Cmd, stdin: bool) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            ["sh", "-c", cmd.render()],
+            stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+
+    def stream(self, cmd: Cmd, on_line: LineSink, *, stdin: bytes | None = None, timeout: float = 120) -> Result:
+        proc = self._popen(cmd, stdin is not None)
+        if stdin is not None:
+            assert proc.stdin
+            proc.stdin.write(stdin)
+            proc.stdin.close()
+        out, err = _Lines(on_line), bytearray()
+        deadline = time.monotonic() + timeout
+        with selectors.DefaultSelector() as sel:
+            sel.register(proc.stdout, selectors.EVENT_READ, out.feed)  # type: ignore[arg-type]
+            sel.register(proc.stderr, selectors.EVENT_READ, err.extend)  # type: ignore[arg-type]
+            while sel.get_map():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    os.killpg(proc.pid, 9)
+                    proc.wait()
+                    raise RemoteTimeout(f"`{cmd}` did not finish within {timeout:.0f} s", host=self.name)
+                for key, _ in sel.select(remaining):
+                    data = os.read(key.fd, 65536)
+                    if data:
+                        key.data(data)
+                    else:
+                        sel.unregister(key.fileobj)
+        code = proc.wait()
+        return Result(cmd, code, out.finish(), err.decode("utf-8", "replace"))
+
+    def put(self, local: BinaryIO, remote_path: str, size: int, progress: Progress | None = None) -> None:
+        done = 0
+        with open(remote_path, "wb") as f:
+            while chunk := local.read(1 << 20):
+                f.write(chunk)
+                done += len(chunk)
+                if progress:
+                    progress(done)
+
+    def hold(self, cmd: Cmd, timeout: float = 30) -> Held:
+        proc = self._popen(cmd, stdin=True)
+        assert proc.stdout
+        first = proc.stdout.readline().decode("utf-8", "replace").rstrip("\n")
+
+        def closer() -> None:
+            if proc.stdin:
+                proc.stdin.close()  # EOF: the held command ends, as when a connection drops
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+        if proc.poll() is not None:
+            closer()
+        return Held(first, closer)
+
+
+def connect(spec: "HostSpec") -> Host:  # noqa: F821 (import cycle avoided)
+    """A connection for a playbook host; SSH connects lazily on first use."""
+    if spec.transport == "local":
+        return LocalHost(spec.name)
+    from .ssh import SshHost
+
+    return SshHost(spec)
+
+
+def which(program: str) -> str | None:
+    return shutil.which(program)

@@ -1,0 +1,224 @@
+"""SSH hosts: fabric opens the connection (ssh_config, ProxyJump, keys), paramiko channels do the work.
+
+fabric's Connection installs paramiko's AutoAddPolicy, which trusts any host key silently; swapctl
+replaces it with its own policy (strict or accept-new) on the connection and on every gateway hop.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import select
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import BinaryIO
+
+import fabric
+import paramiko
+
+from ..errors import HostKeyError, Refused, RemoteTimeout, Unreachable
+from ..playbook import HostSpec
+from .cmd import Cmd
+from .host import Held, Host, LineSink, Progress, Result, _Lines
+
+CONNECT_TIMEOUT_S = 15
+WINDOW_SIZE = 64 << 20  # paramiko's 2 MiB default window starves bulk transfers
+
+
+def fingerprint(key: paramiko.PKey) -> str:
+    """OpenSSH's SHA256 fingerprint, as `ssh-keygen -lf` prints it."""
+    digest = hashlib.sha256(key.asbytes()).digest()
+    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
+
+
+class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
+    """strict: refuse unknown keys; accept-new: record them. A changed key is refused by paramiko itself."""
+
+    def __init__(self, spec: HostSpec, known_hosts: Path):
+        self.spec, self.known_hosts = spec, known_hosts
+
+    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
+        if self.spec.host_key_policy == "accept-new":
+            self.known_hosts.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            with open(self.known_hosts, "a", encoding="ascii") as f:
+                f.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
+            client.get_host_keys().add(hostname, key.get_name(), key)
+            return
+        port = self.spec.port or 22
+        raise HostKeyError(
+            f"unknown host key {key.get_name()} {fingerprint(key)} for {hostname}; if that is the host's key, "
+            f"set host_key_policy = \"accept-new\" for it once, or run "
+            f"`ssh-keyscan -p {port} {self.spec.address} >> {self.known_hosts}`",
+            host=self.spec.name,
+        )
+
+
+class SshHost(Host):
+    """One SSH connection per host, opened on first use and reused for every step."""
+
+    def __init__(self, spec: HostSpec):
+        self.spec, self.name = spec, spec.name
+        self._conn: fabric.Connection | None = None
+        self._sftp: paramiko.SFTPClient | None = None
+        self._lock = threading.Lock()
+
+    # -- connecting ------------------------------------------------------------------------------
+
+    def _known_hosts(self, conn: fabric.Connection) -> Path:
+        if self.spec.known_hosts:
+            return Path(self.spec.known_hosts).expanduser()
+        configured = conn.ssh_config.get("userknownhostsfile")
+        if configured:
+            return Path(configured.split()[0]).expanduser()
+        return Path("~/.ssh/known_hosts").expanduser()
+
+    def _secure(self, conn: fabric.Connection) -> None:
+        known = self._known_hosts(conn)
+        if known.exists():
+            conn.client.load_host_keys(str(known))
+        conn.client.set_missing_host_key_policy(_HostKeyPolicy(self.spec, known))
+        if isinstance(conn.gateway, fabric.Connection):
+            self._secure(conn.gateway)
+
+    def _connection(self) -> fabric.Connection:
+        with self._lock:
+            if self._conn is not None and self._conn.is_connected:
+                return self._conn
+            spec = self.spec
+            kwargs: dict = {}
+            if spec.identity_file:
+                kwargs["key_filename"] = [os.path.expanduser(spec.identity_file)]
+            conn = fabric.Connection(
+                spec.address, user=spec.user, port=spec.port,
+                connect_timeout=CONNECT_TIMEOUT_S, connect_kwargs=kwargs,
+            )
+            self._secure(conn)
+            where = f"{conn.user}@{conn.host}:{conn.port}"
+            try:
+                conn.open()
+            except HostKeyError:
+                raise
+            except paramiko.BadHostKeyException as exc:
+                raise HostKeyError(
+                    f"host key for {where} CHANGED (now {fingerprint(exc.key)}); refusing to connect. If the host "
+                    f"was reinstalled, remove the old key: `ssh-keygen -R '[{conn.host}]:{conn.port}' -f "
+                    f"{self._known_hosts(conn)}`",
+                    host=self.name,
+                ) from None
+            except paramiko.AuthenticationException as exc:
+                raise Refused(
+                    f"authentication failed as {where} ({exc}); check identity_file, ssh-agent and the "
+                    f"host's authorized_keys",
+                    host=self.name,
+                ) from None
+            except (OSError, paramiko.SSHException, EOFError) as exc:
+                reason = str(exc) or type(exc).__name__
+                raise Unreachable(
+                    f"cannot connect to {where}: {reason}; check address, port and that sshd runs",
+                    host=self.name,
+                ) from None
+            transport = conn.client.get_transport()
+            assert transport is not None
+            transport.set_keepalive(15)
+            transport.default_window_size = WINDOW_SIZE
+            self._conn = conn
+            return conn
+
+    def _transport(self) -> paramiko.Transport:
+        transport = self._connection().client.get_transport()
+        assert transport is not None
+        return transport
+
+    def _lost(self, what: str) -> Unreachable:
+        return Unreachable(f"connection lost during {what}", host=self.name)
+
+    def _open_channel(self, cmd: Cmd) -> paramiko.Channel:
+        try:
+            chan = self._transport().open_session(window_size=WINDOW_SIZE, timeout=CONNECT_TIMEOUT_S)
+            chan.exec_command(cmd.render())
+        except (paramiko.SSHException, OSError, EOFError):
+            raise self._lost(str(cmd)) from None
+        return chan
+
+    # -- commands --------------------------------------------------------------------------------
+
+    def stream(self, cmd: Cmd, on_line: LineSink, *, stdin: bytes | None = None, timeout: float = 120) -> Result:
+        chan = self._open_channel(cmd)
+        try:
+            if stdin:
+                chan.sendall(stdin)
+            chan.shutdown_write()
+            out, err = _Lines(on_line), bytearray()
+            deadline = time.monotonic() + timeout
+            while True:
+                while chan.recv_ready():
+                    out.feed(chan.recv(1 << 16))
+                while chan.recv_stderr_ready():
+                    err += chan.recv_stderr(1 << 16)
+                if chan.eof_received and not chan.recv_ready() and not chan.recv_stderr_ready():
+                    break
+                if chan.closed or not chan.get_transport().is_active():  # type: ignore[union-attr]
+                    raise self._lost(str(cmd))
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise RemoteTimeout(f"`{cmd}` did not finish within {timeout:.0f} s", host=self.name)
+                select.select([chan], [], [], min(remaining, 1.0))
+            code = chan.recv_exit_status()
+            return Result(cmd, code, out.finish(), err.decode("utf-8", "replace"))
+        except (OSError, EOFError, paramiko.SSHException) as exc:
+            raise self._lost(f"{cmd} ({exc})") from None
+        finally:
+            chan.close()
+
+    def put(self, local: BinaryIO, remote_path: str, size: int, progress: Progress | None = None) -> None:
+        try:
+            if self._sftp is None:
+                self._sftp = paramiko.SFTPClient.from_transport(
+                    self._transport(), window_size=WINDOW_SIZE, max_packet_size=1 << 15)
+            callback = (lambda done, _total: progress(done)) if progress else None
+            assert self._sftp is not None
+            self._sftp.putfo(local, remote_path, file_size=size, callback=callback, confirm=True)
+        except (OSError, EOFError, paramiko.SSHException) as exc:
+            if isinstance(exc, OSError) and self._transport().is_active():
+                raise Refused(f"cannot write {remote_path}: {exc}", host=self.name) from None
+            raise self._lost(f"upload to {remote_path}") from None
+
+    def hold(self, cmd: Cmd, timeout: float = 30) -> Held:
+        chan = self._open_channel(cmd)
+        buf = b""
+        deadline = time.monotonic() + timeout
+        while b"\n" not in buf and not chan.eof_received:
+            if time.monotonic() > deadline:
+                chan.close()
+                raise RemoteTimeout(f"`{cmd}` said nothing within {timeout:.0f} s", host=self.name)
+            select.select([chan], [], [], 0.5)
+            while chan.recv_ready():
+                buf += chan.recv(4096)
+        return Held(buf.split(b"\n", 1)[0].decode("utf-8", "replace"), chan.close)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._sftp is not None:
+                self._sftp.close()
+                self._sftp = None
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+
+def wait_for_banner(address: str, port: int, timeout: float) -> None:
+    """Returns once an SSH server answers with its banner; used by tests and the sandbox."""
+    deadline = time.monotonic() + timeout
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((address, port), timeout=1) as s:
+                if s.recv(4).startswith(b"SSH-"):
+                    return
+        except OSError as exc:
+            last = exc
+        time.sleep(0.02)
+    raise TimeoutError(f"no SSH banner from {address}:{port} within {timeout} s ({last})")

@@ -1,0 +1,232 @@
+"""A local sandbox host: a real OpenSSH sshd on loopback with the stand-in prover running behind it.
+
+The quick start deploys to it, and the test suite builds its hosts from the same parts.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import textwrap
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import BadInput
+from .remote.ssh import wait_for_banner
+
+PROVER_SRC = Path(__file__).resolve().parent.parent / "images" / "prover"
+SSHD_SEARCH = "/usr/sbin:/usr/bin:/usr/local/sbin"
+
+
+def sshd_path() -> str:
+    found = shutil.which("sshd", path=SSHD_SEARCH + ":" + os.environ.get("PATH", ""))
+    if not found:
+        raise BadInput("no sshd found; install it: `apt-get install openssh-server`")
+    return found
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def keygen(path: Path) -> None:
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "swapctl-sandbox", "-f", str(path)],
+                   check=True)
+
+
+@dataclass
+class SshServer:
+    """One sshd with its own host key, accepting one client key as root."""
+
+    dir: Path
+    address: str
+    port: int
+    client_key: Path
+    known_hosts: Path
+    data: Path  # what the host uses as its data directory
+    proc: subprocess.Popen | None = None
+    netns: str | None = None
+    wrap: list[str] = field(default_factory=list)  # a command that runs sshd inside namespaces
+
+    @property
+    def host_pub(self) -> str:
+        return (self.dir / "host_key.pub").read_text().split()[1]
+
+    def config(self) -> Path:
+        cfg = self.dir / "sshd_config"
+        cfg.write_text(textwrap.dedent(f"""\
+            Port {self.port}
+            ListenAddress {self.address}
+            HostKey {self.dir}/host_key
+            PidFile none
+            AuthorizedKeysFile {self.dir}/authorized_keys
+            PermitRootLogin prohibit-password
+            PasswordAuthentication no
+            KbdInteractiveAuthentication no
+            UsePAM no
+            StrictModes no
+            MaxStartups 200:30:400
+            MaxSessions 100
+            Subsystem sftp internal-sftp
+            LogLevel ERROR
+            """))
+        return cfg
+
+    def start(self, detach: bool = False) -> None:
+        Path("/run/sshd").mkdir(exist_ok=True)  # privilege separation directory
+        argv = [*self.wrap, sshd_path(), "-D", "-e", "-f", str(self.config())]
+        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                     stderr=open(self.dir / "sshd.log", "ab"), start_new_session=detach)
+        (self.dir / "sshd.pid").write_text(str(self.proc.pid))
+        wait_for_banner(self.address, self.port, timeout=15)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+    def trust(self) -> None:
+        """Records this server's key in known_hosts, as an ssh user who checked it would have."""
+        name = self.address if self.port == 22 else f"[{self.address}]:{self.port}"  # OpenSSH's form
+        with open(self.known_hosts, "a") as f:
+            f.write(f"{name} ssh-ed25519 {self.host_pub}\n")
+
+    def exec(self, script: str, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        """Runs a shell script on the host with the system `ssh` client (an engineer's own hands)."""
+        cmd = ["ssh", "-q", "-p", str(self.port), "-i", str(self.client_key), "-o", "BatchMode=yes",
+               "-o", f"UserKnownHostsFile={self.known_hosts}", "-o", "StrictHostKeyChecking=yes",
+               f"root@{self.address}", "sh", "-c", shlex.quote(script), "host",
+               *map(shlex.quote, args)]
+        return subprocess.run(cmd, capture_output=True, text=True, check=check, timeout=60)
+
+    def playbook(self, name: str = "lab", **sections: dict) -> str:
+        """Playbook text naming this host; `sections` add tables."""
+        import json
+
+        def toml(v: object) -> str:
+            return ("true" if v else "false") if isinstance(v, bool) else json.dumps(v)
+
+        lines = [f"[hosts.{name}]", f'address = "{self.address}"', f"port = {self.port}", 'user = "root"',
+                 f'identity_file = "{self.client_key}"', f'known_hosts = "{self.known_hosts}"', ""]
+        for table, values in sections.items():
+            lines.append(f"[{table}]")
+            lines += [f"{k} = {toml(v)}" for k, v in values.items()]
+            lines.append("")
+        return "\n".join(lines)
+
+
+def make_server(base: Path, address: str = "127.0.0.1", port: int | None = None, data: Path | None = None,
+                client_key: Path | None = None, known_hosts: Path | None = None) -> SshServer:
+    base.mkdir(parents=True, exist_ok=True)
+    keygen(base / "host_key")
+    if client_key is None:
+        client_key = base / "client_key"
+        keygen(client_key)
+    (base / "authorized_keys").write_text(Path(f"{client_key}.pub").read_text())
+    data = data or base / "data"
+    data.mkdir(exist_ok=True)
+    server = SshServer(dir=base, address=address, port=port or free_port(), client_key=client_key,
+                       known_hosts=known_hosts or base / "known_hosts", data=data)
+    server.known_hosts.touch()
+    return server
+
+
+def build_prover(out: Path, cuda: bool = False, **make_vars: str) -> Path:
+    """Compiles the stand-in prover (images/prover) into `out`, unless it is there already."""
+    if not out.exists():
+        args = ["make", "-s", "-C", str(PROVER_SRC), f"CUDA={int(cuda)}", f"OUT={out}"]
+        args += [f"{k}={v}" for k, v in make_vars.items()]
+        subprocess.run(args, check=True)
+    return out
+
+
+PROVER_CONFIG = """\
+# the stand-in prover's config (images/prover/prover.cpp reads it)
+[prover]
+memory_mib = {memory_mib}
+partitions = {partitions}
+partition_mib = {partition_mib}
+synth_ms = {synth_ms}
+gpu_ms = {gpu_ms}
+jobs = {jobs}
+start_delay_ms = {start_delay_ms}
+ignore_sigterm = {ignore_sigterm}
+child_hold_mib = {child_hold_mib}
+child_linger_ms = {child_linger_ms}
+"""
+
+
+def prover_config(memory_mib: int = 32, jobs: int = 1, start_delay_ms: int = 0, ignore_sigterm: bool = False,
+                  child_hold_mib: int = 0, child_linger_ms: int = 0, partitions: int = 2, partition_mib: int = 4,
+                  synth_ms: int = 5, gpu_ms: int = 5) -> str:
+    return PROVER_CONFIG.format(
+        memory_mib=memory_mib, jobs=jobs, start_delay_ms=start_delay_ms,
+        ignore_sigterm=str(ignore_sigterm).lower(), child_hold_mib=child_hold_mib,
+        child_linger_ms=child_linger_ms, partitions=partitions, partition_mib=partition_mib,
+        synth_ms=synth_ms, gpu_ms=gpu_ms)
+
+
+def start_daemon(binary: Path, config: Path, log: Path, cwd: Path) -> int:
+    """Starts the prover the way an engineer does by hand (`nohup ... &`); returns its pid once ready."""
+    proc = subprocess.Popen([str(binary), "--config", str(config)], stdout=open(log, "ab"),
+                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=cwd, start_new_session=True)
+    deadline = time.monotonic() + 30
+    while "cuzk-daemon ready" not in log.read_text(errors="replace"):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise BadInput(f"the sandbox prover did not start; see {log}")
+        time.sleep(0.02)
+    return proc.pid
+
+
+def up(base: Path, port: int = 40612) -> Path:
+    """Starts the sandbox (sshd + a hand-started prover, build A) and writes its playbook; returns its path."""
+    down(base)
+    base = base.resolve()
+    if base.exists():
+        shutil.rmtree(base)
+    server = make_server(base / "sshd", port=port, data=base / "data")
+    (base / "data").mkdir(exist_ok=True)
+    server.start(detach=True)
+    server.trust()
+    build_prover(base / "builds" / "prover-a", TIMING="1", TAG="a")
+    build_prover(base / "builds" / "prover-b", TIMING="1", TAG="b", PINNED="1")
+    data = base / "data"
+    shutil.copy(base / "builds" / "prover-a", data / "cuzk")
+    (data / "cuzk.toml").write_text(prover_config(memory_mib=256, jobs=3, partitions=4, partition_mib=32,
+                                                  synth_ms=20, gpu_ms=20))
+    pid = start_daemon(data / "cuzk", data / "cuzk.toml", data / "cuzk.log", data)
+    (base / "daemon.pid").write_text(str(pid))
+    playbook = base / "swapctl.toml"
+    playbook.write_text("# the local sandbox: written by `swapctl sandbox up`\n" + server.playbook(
+        name="sandbox",
+        daemon={"binary": str(data / "cuzk"), "args": ["--config", str(data / "cuzk.toml")],
+                "match": str(data / "cuzk"), "log": str(data / "cuzk.log"), "ready_timeout_s": 60,
+                "stop_grace_s": 10},
+        memory={"min_available_gib": 1, "release_timeout_s": 60},
+        logs={"paths": [str(data / "*.log")]},
+    ))
+    return playbook
+
+
+def down(base: Path) -> None:
+    """Stops the sandbox's sshd and every process running from its data directory."""
+    pid_file = base / "sshd" / "sshd.pid"
+    if pid_file.exists():
+        try:
+            os.kill(int(pid_file.read_text()), signal.SIGTERM)
+        except (ProcessLookupError, ValueError):
+            pass
+    if (base / "data").exists():
+        subprocess.run(["pkill", "-KILL", "-f", str((base / "data").resolve())], check=False)

@@ -1,0 +1,136 @@
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from lab import SshServer, build_prover, make_server, prover_config, wait_until  # noqa: E402,F401
+
+DATA = Path(__file__).parent / "data"
+
+
+@pytest.fixture(scope="session")
+def lab_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("lab")
+
+
+@pytest.fixture(scope="session")
+def prover(lab_dir) -> Path:
+    """The stand-in prover, instrumented (TIMING=1), built once per session."""
+    return build_prover(lab_dir / "bin" / "prover-a", TIMING="1", TAG="a")
+
+
+@pytest.fixture(scope="session")
+def prover_b(lab_dir) -> Path:
+    """A second build of the prover: another binary, another sha256."""
+    return build_prover(lab_dir / "bin" / "prover-b", TIMING="1", TAG="b")
+
+
+@pytest.fixture(scope="session")
+def prover_crash(lab_dir) -> Path:
+    """A build that crashes at start (panics before the ready line)."""
+    return build_prover(lab_dir / "bin" / "prover-crash", FAULT="crash", TAG="crash")
+
+
+@pytest.fixture(scope="session")
+def prover_noready(lab_dir) -> Path:
+    """A build that runs but never prints the ready line."""
+    return build_prover(lab_dir / "bin" / "prover-noready", FAULT="noready", TAG="noready")
+
+
+@pytest.fixture(scope="session")
+def sshd(lab_dir) -> SshServer:
+    """A real OpenSSH sshd on loopback, on a free non-standard port; its key is in known_hosts."""
+    server = make_server(lab_dir / "sshd")
+    server.start()
+    server.trust()
+    yield server
+    server.stop()
+
+
+class Box:
+    """One test's slice of the loopback host: its own data directory, playbook and daemon."""
+
+    def __init__(self, server: SshServer, data: Path, workdir: Path):
+        self.server, self.data, self.workdir = server, data, workdir
+        self.binary = data / "cuzk"
+        self.log = data / "cuzk.log"
+        self.config = data / "cuzk.toml"
+        self.playbook_path = workdir / "swapctl.toml"
+
+    def write_playbook(self, daemon: dict | None = None, memory: dict | None = None, **tables: dict) -> Path:
+        d = {
+            "binary": str(self.binary), "args": ["--config", str(self.config)], "match": re.escape(str(self.binary)),
+            "log": str(self.log), "ready_timeout_s": 20, "stop_grace_s": 5,
+        }
+        d.update(daemon or {})
+        m = {"min_available_gib": 0.5, "release_timeout_s": 20}
+        m.update(memory or {})
+        self.playbook_path.write_text(self.server.playbook(daemon=d, memory=m, **tables))
+        return self.playbook_path
+
+    def start_by_hand(self, binary: Path, config: str | None = None, args: list[str] | None = None) -> int:
+        """Starts the daemon as an engineer would (`nohup ... &`), not through swapctl; returns its pid."""
+        self.config.write_text(config or prover_config())
+        if binary != self.binary:
+            shutil.copy(binary, self.binary)
+        argv = [str(self.binary), *(args or ["--config", str(self.config)])]
+        proc = subprocess.Popen(argv, stdout=open(self.log, "ab"), stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, cwd=self.data, start_new_session=True)
+        wait_until(lambda: "cuzk-daemon ready" in self.log.read_text(errors="replace"), what="ready line")
+        return proc.pid
+
+    def daemons(self) -> list[int]:
+        """Pids of live (not zombie) processes running from this box's data directory."""
+        pids = []
+        for p in Path("/proc").iterdir():
+            if not p.name.isdigit():
+                continue
+            try:
+                cmdline = (p / "cmdline").read_bytes().split(b"\0")
+                state = (p / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            except (OSError, IndexError):
+                continue
+            if state != "Z" and cmdline and cmdline[0].startswith(str(self.data).encode()):
+                pids.append(int(p.name))
+        return pids
+
+    def kill_all(self) -> None:
+        for pid in self.daemons():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        # stray memory holders left their session but keep running from a file in data/
+        subprocess.run(["pkill", "-9", "-f", str(self.data)], check=False)
+
+
+@pytest.fixture
+def box(sshd, tmp_path, request) -> Box:
+    name = re.sub(r"[^A-Za-z0-9_.-]", "_", request.node.name)[:60]
+    data = sshd.data / name
+    if data.exists():
+        shutil.rmtree(data)
+    data.mkdir(parents=True)
+    b = Box(sshd, data, tmp_path)
+    b.write_playbook()
+    yield b
+    b.kill_all()
+
+
+@pytest.fixture
+def swapctl_env(tmp_path, monkeypatch):
+    """Keeps swapctl's local state (history, cache) inside the test."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "home").mkdir(exist_ok=True)
+    return tmp_path

@@ -1,0 +1,88 @@
+"""The test lab: real OpenSSH sshd servers (loopback, or one per network namespace) and the real prover.
+
+Nothing here imitates SSH or a daemon: each host is a real sshd, each daemon a real process. The
+loopback parts are swapctl's own sandbox (swapctl/sandbox.py); the namespace hosts are test-only.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+from swapctl.sandbox import SshServer, build_prover, free_port, keygen, make_server, prover_config
+
+__all__ = ["SshServer", "build_prover", "free_port", "keygen", "make_server", "prover_config", "NetnsLab",
+           "wait_until"]
+
+# PID 1 of a namespace host: binds the host's own /data, starts sshd, and reaps every orphan (daemons
+# started with setsid end up here), as init does on a real machine.
+REAPER = textwrap.dedent("""
+    import os, subprocess, sys
+    subprocess.run(["mount", "--bind", sys.argv[1], "/data"], check=True)
+    child = subprocess.Popen(sys.argv[2:])
+    while True:
+        pid, _ = os.wait()
+        if pid == child.pid:
+            break
+""")
+
+
+class NetnsLab:
+    """Several hosts, each in its own network, mount and PID namespace, reached over veth links."""
+
+    def __init__(self, base: Path, count: int, prefix: str = "swt"):
+        self.base, self.prefix = base, f"{prefix}{os.getpid() % 10000}"
+        self.servers: list[SshServer] = []
+        client_key = base / "client_key"
+        keygen(client_key)
+        known = base / "known_hosts"
+        known.touch()
+        Path("/data").mkdir(exist_ok=True)  # mount point; each host binds its own directory here
+        for i in range(count):
+            ns = f"{self.prefix}-{i}"
+            self._link(ns, i)
+            server = make_server(base / f"host{i}", address=f"10.231.{i}.2", port=22,
+                                 client_key=client_key, known_hosts=known)
+            server.netns = ns
+            server.wrap = ["ip", "netns", "exec", ns, "unshare", "--mount", "--pid", "--fork", "--kill-child", "--mount-proc",
+                           sys.executable, "-c", REAPER, str(server.data)]
+            self.servers.append(server)
+
+    def _link(self, ns: str, i: int) -> None:
+        outer, inner = f"{ns}h", f"{ns}n"
+        for cmd in (
+            f"ip netns add {ns}",
+            f"ip link add {outer} type veth peer name {inner}",
+            f"ip link set {inner} netns {ns}",
+            f"ip addr add 10.231.{i}.1/30 dev {outer}",
+            f"ip link set {outer} up",
+            f"ip netns exec {ns} ip addr add 10.231.{i}.2/30 dev {inner}",
+            f"ip netns exec {ns} ip link set {inner} up",
+            f"ip netns exec {ns} ip link set lo up",
+        ):
+            subprocess.run(cmd.split(), check=True)
+
+    def start(self) -> None:
+        for s in self.servers:
+            s.start()
+            s.trust()
+
+    def close(self) -> None:
+        for i, s in enumerate(self.servers):
+            s.stop()
+            subprocess.run(["ip", "link", "del", f"{self.prefix}-{i}h"], stderr=subprocess.DEVNULL)
+            subprocess.run(["ip", "netns", "del", f"{self.prefix}-{i}"], stderr=subprocess.DEVNULL)
+
+
+def wait_until(predicate, timeout: float = 20, what: str = "condition") -> None:
+    """Polls `predicate` until true: tests wait for a real event (a log line, a process), not a time."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")

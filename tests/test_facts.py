@@ -1,0 +1,138 @@
+"""Fact parsers on real recorded output: nvidia-smi from an H200, ps/meminfo/df/who from a Linux host."""
+
+from pathlib import Path
+
+import pytest
+
+from swapctl.facts import nvidia, system
+from swapctl.facts.status import parse_status, split_sections
+from swapctl.playbook import DaemonSpec
+
+DATA = Path(__file__).parent / "data"
+NV = DATA / "nvidia-smi"
+SYS = DATA / "system"
+
+
+@pytest.mark.parametrize("name", ["query-gpu.csv", "query-gpu-noheader-nounits.csv"])
+def test_query_gpu_h200_two_gpus_by_renamed_header(name):
+    text = (NV / "h200-2gpu" / name).read_text()
+    if "noheader" in name:  # the parser needs the header; the noheader capture checks the same values
+        text = (NV / "h200-2gpu" / "query-gpu.csv").read_text().splitlines()[0] + "\n" + text
+    gpus = nvidia.parse_query_gpu(text)
+    assert [g.index for g in gpus] == [0, 1]
+    g0, g1 = gpus
+    assert g0.name == "NVIDIA H200" and g0.driver == "580.159.04"
+    assert g0.memory_total_mib == 143771 and g0.memory_used_mib == 0
+    assert g1.memory_used_mib == 2579
+    # clocks.sm is printed as clocks.current.sm [MHz]; the throttle field under its new name
+    assert g0.sm_clock_mhz == 345 and g1.sm_clock_mhz == 1980 and g0.max_sm_clock_mhz == 1980
+    assert g0.throttle_reasons == ("gpu_idle",) and g0.active_throttles == ()
+    assert g1.throttle_reasons == ()
+    assert g0.ecc_uncorrected == 0 and g0.pcie_gen == 5 and g0.pcie_width == 16
+    assert g0.power_limit_w == 700.0 and 79 < g0.power_w < 80
+
+
+def test_query_gpu_one_gpu():
+    gpus = nvidia.parse_query_gpu((NV / "h200-1gpu" / "query-gpu.csv").read_text())
+    assert len(gpus) == 1 and gpus[0].uuid == "GPU-7e0b2b09-6a13-d6a2-40db-0ef3e2515077"
+    assert gpus[0].temperature_c == 38
+
+
+def test_compute_apps_maps_used_gpu_memory():
+    apps = nvidia.parse_compute_apps((NV / "h200-2gpu" / "compute-apps.csv").read_text())
+    assert apps == [nvidia.GpuProcess(596, "/tmp/h2d", 2566, "GPU-b4cf5aef-64f7-ec12-e4e3-ebcd8d78929f")]
+
+
+def test_invalid_field_is_an_error_with_nvidias_words():
+    text = (NV / "h200-2gpu" / "query-invalid-field.txt").read_text().split("\nrc=")[0]
+    with pytest.raises(nvidia.NvidiaSmiError, match='Field "bogus.field" is not a valid field'):
+        nvidia.parse_query_gpu(text)
+
+
+@pytest.mark.parametrize("value,reasons", [
+    ("0x0000000000000001", ("gpu_idle",)),
+    ("0x0000000000000044", ("sw_power_cap", "hw_thermal_slowdown")),
+    ("[N/A]", ()),
+])
+def test_throttle_reasons_decoded(value, reasons):
+    assert nvidia.decode_throttle(value) == reasons
+
+
+def test_ps_recorded_output():
+    procs = system.parse_ps((SYS / "ps.txt").read_text())
+    assert len(procs) > 20
+    by_args = {p.args: p for p in procs}
+    sessions = [p for p in procs if p.args.startswith("sshd: root@")]
+    assert {p.args for p in sessions} >= {"sshd: root@pts/1", "sshd: root@notty"}
+    listener = next(p for a, p in by_args.items() if "[listener]" in a)
+    assert listener.user == "root" and listener.rss_kib > 0
+    assert all(p.pid > 0 and p.elapsed_s >= 0 for p in procs)
+
+
+def test_ssh_sessions_mark_our_own_connection():
+    procs = system.parse_ps((SYS / "ps.txt").read_text())
+    own = max(p.pid for p in procs if p.args == "sshd: root@notty")  # the recorder's own `ps` session
+    sessions = system.ssh_sessions(procs, own)
+    assert [s.own for s in sessions if s.pid == own] == [True]
+    others = [s for s in sessions if not s.own]
+    assert {(s.user, s.tty) for s in others} == {("root", "pts/1"), ("root", "notty")}
+
+
+def test_meminfo_who_df_loadavg():
+    mem = system.parse_meminfo((SYS / "meminfo.txt").read_text())
+    assert mem.total_kib > mem.available_kib > 0
+    who = system.parse_who((SYS / "who.txt").read_text())
+    assert [(s.user, s.tty, s.source) for s in who] == [("root", "pts/1", "127.0.0.1")]
+    assert who[0].since.startswith("Nov 30")
+    disks = system.parse_df((SYS / "df.txt").read_text())
+    assert len(disks) == 2 and disks[0].mount == "/" and disks[0].avail_kib > 0
+    assert system.parse_loadavg((SYS / "loadavg.txt").read_text())[0] >= 0
+
+
+def test_links_mark_replaced_binary():
+    links = system.parse_links("/proc/42/exe\t/data/cuzk (deleted)\n/proc/42/cwd\t/data\n/proc/7/exe\t/usr/bin/x\n")
+    procs = [system.Process(42, 1, 42, "S", 0, 1, 1, "root", "/data/cuzk"),
+             system.Process(7, 1, 7, "S", 0, 1, 1, "root", "x")]
+    p42, p7 = system.with_links(procs, links)
+    assert p42.exe == "/data/cuzk" and p42.exe_deleted and p42.cwd == "/data"
+    assert p7.exe == "/usr/bin/x" and not p7.exe_deleted and p7.cwd is None
+
+
+def test_descendants_walks_the_tree():
+    procs = [system.Process(pid, ppid, 0, "S", 0, 0, 0, "u", "") for pid, ppid in
+             [(10, 1), (11, 10), (12, 11), (13, 1), (14, 10)]]
+    assert sorted(system.descendants(procs, 10)) == [11, 12, 14]
+
+
+def _status_output(gpu_section: str) -> str:
+    ps = (SYS / "ps.txt").read_text()
+    recorder = next(p.pid for p in system.parse_ps(ps) if p.args.startswith("ps -ww"))
+    return "\n".join([
+        "==> host", "x86_64", "gpu-box", "==> self", str(recorder), "==> ps", ps, "==> links", "",
+        "==> meminfo", (SYS / "meminfo.txt").read_text(), "==> loadavg", "0.5 0.4 0.3 1/100 42",
+        "==> who", "", "==> df", (SYS / "df.txt").read_text(), gpu_section,
+        "==> current", "", "==> releases", "",
+    ])
+
+
+def test_status_with_real_gpu_output_and_daemon_match():
+    gpu = ("==> gpu\n" + (NV / "h200-2gpu" / "query-gpu.csv").read_text() + "rc=0\n==> gpu-apps\n"
+           + (NV / "h200-2gpu" / "compute-apps.csv").read_text() + "rc=0")
+    st = parse_status("box", _status_output(gpu), DaemonSpec(match=r"\[listener\]"), ["/tmp", "/work"])
+    assert st.arch == "x86_64" and st.hostname == "gpu-box"
+    assert len(st.gpus) == 2 and st.gpu_error is None and st.gpu_processes[0].pid == 596
+    assert st.daemons and all("[listener]" in p.args for p in st.daemons)
+    assert all(not p.args.startswith("ps -ww") for p in st.top_processes)  # the status script is not news
+    assert [d.path for d in st.disks] == ["/tmp", "/work"]
+
+
+def test_status_reports_nvml_failure_and_missing_tools():
+    failing = "==> gpu\nFailed to initialize NVML: Driver/library version mismatch\nrc=18"
+    st = parse_status("box", _status_output(failing), DaemonSpec(match="x"), [])
+    assert st.gpus == () and st.gpu_error == "nvidia-smi failed: Failed to initialize NVML: Driver/library version mismatch"
+    st = parse_status("box", _status_output("==> gpu\nmissing"), DaemonSpec(match="x"), [])
+    assert st.gpu_error == "no GPU tools (nvidia-smi not found)"
+
+
+def test_split_sections():
+    assert split_sections("junk\n==> a\n1\n2\n==> b\n\n==> c\nx") == {"a": "1\n2", "b": "", "c": "x"}

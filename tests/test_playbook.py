@@ -1,0 +1,122 @@
+"""Playbook loading: the contract keys, and one clear error line for each kind of bad playbook."""
+
+import subprocess
+import sys
+
+import pytest
+
+from swapctl import playbook as pb
+from swapctl.errors import ExitCode, PlaybookError
+
+GOOD = """\
+# a user's comment, kept
+[hosts.gpu-box]
+address = "141.0.85.211"
+port = 40612
+user = "root"
+identity_file = "~/.ssh/id_ed25519"
+known_hosts = "~/.ssh/known_hosts"
+host_key_policy = "strict"
+
+[groups]
+farm = ["gpu-box"]
+
+[daemon]
+binary = "/data/cuzk"
+args = ["--config", "/data/cuzk.toml"]
+match = "cuzk"
+log = "/data/cuzk.log"
+ready_log = "cuzk-daemon ready"
+ready_timeout_s = 600
+stop_grace_s = 30
+
+[memory]
+min_available_gib = 22.5
+release_timeout_s = 900
+
+[logs]
+paths = ["/data/*.log"]
+"""
+
+
+def test_contract_keys_load():
+    book = pb.parse(GOOD, "lab.toml")
+    host = book.hosts["gpu-box"]
+    assert (host.address, host.port, host.user, host.host_key_policy) == ("141.0.85.211", 40612, "root", "strict")
+    assert book.daemon.args == ("--config", "/data/cuzk.toml")
+    assert book.daemon.state_dir == "/data/.swapctl/cuzk"
+    assert book.memory.min_available_gib == 22.5  # fractions allowed
+    assert book.log_paths == ("/data/*.log",) and book.groups == {"farm": ("gpu-box",)}
+    assert book.keep_releases == 5
+
+
+def test_match_defaults_to_binary_name():
+    book = pb.parse('[daemon]\nbinary = "/data/cuzk-priodisp"\n')
+    assert book.daemon.match_regex.search("/data/cuzk-priodisp --config x")
+
+
+@pytest.mark.parametrize("text,line,fragment", [
+    ('[daemon]\nbinary = "/data/cuzk\n', 2, "TOML syntax error"),
+    ("[hosts.a]\nport = 22\n", 1, "hosts.a.address: missing required key `address`"),
+    ('[hosts.a]\naddress = "x"\nport = "22"\n', 3, "hosts.a.port: must be an integer, not '22'"),
+    ('[memory]\nmin_available_gib = "400"\n', 2, "memory.min_available_gib: must be a number"),
+    ('[daemon]\nready_timout_s = 5\n', 2, "did you mean `ready_timeout_s`?"),
+    ('[deamon]\nbinary = "/x"\n', None, "did you mean [daemon]?"),
+    ('[hosts.a]\naddress = "x"\nhost_key_policy = "yes"\n', 3, "must be one of strict, accept-new"),
+    ('[daemon]\nbinary = "data/cuzk"\n', 2, "must be an absolute path"),
+    ('[daemon]\nmatch = "cuzk("\n', 2, "not a valid regular expression"),
+    ('[daemon]\nargs = ["--config", 3]\n', 2, "must be a list of strings"),
+    ('[hosts.a]\naddress = "x"\nport = 70000\n', 3, "must be a TCP port"),
+    ('[releases]\nkeep = 1\n', 2, "at least 2"),
+])
+def test_bad_playbook_names_file_line_and_key(text, line, fragment):
+    with pytest.raises(PlaybookError) as info:
+        pb.parse(text, "lab.toml")
+    message = str(info.value)
+    assert fragment in message
+    assert message.startswith(f"lab.toml:{line}:" if line else "lab.toml:")
+    assert "\n" not in message and info.value.exit_code == ExitCode.BAD_INPUT
+
+
+def test_unknown_host_suggests_a_name():
+    book = pb.parse(GOOD, "lab.toml")
+    with pytest.raises(PlaybookError, match=r"unknown host 'gpu-bx' \(did you mean 'gpu-box'\?\)"):
+        pb.resolve_host(book, "gpu-bx")
+
+
+@pytest.mark.parametrize("target,user,address,port", [
+    ("root@141.0.85.211:40612", "root", "141.0.85.211", 40612),
+    ("141.0.85.211:40612", None, "141.0.85.211", 40612),
+    ("alice@gpu.example", "alice", "gpu.example", None),
+    ("root@[::1]:2222", "root", "::1", 2222),
+])
+def test_adhoc_hosts(target, user, address, port):
+    spec = pb.resolve_host(pb.Playbook(path="x"), target)
+    assert (spec.user, spec.address, spec.port) == (user, address, port)
+
+
+def test_cli_bad_playbook_exits_2_with_one_line(tmp_path):
+    path = tmp_path / "lab.toml"
+    path.write_text('[hosts.a]\naddress = "127.0.0.1"\nport = "x"\n')
+    r = subprocess.run([sys.executable, "-m", "swapctl", "status", "a", "-p", str(path)],
+                       capture_output=True, text=True)
+    assert r.returncode == 2
+    assert r.stderr.strip() == f"swapctl: {path}:3: hosts.a.port: must be an integer, not 'x'"
+
+
+def test_missing_playbook_says_how_to_make_one(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "swapctl", "status", "gpu-box", "-p", str(tmp_path / "none.toml")],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "run `swapctl init`" in r.stderr
+
+
+def test_init_writes_a_playbook_that_loads(tmp_path):
+    target = tmp_path / "swapctl.toml"
+    r = subprocess.run([sys.executable, "-m", "swapctl", "init", str(target), "--port", "40612"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    book = pb.load(target)
+    assert book.hosts["gpu-box"].port == 40612 and book.memory.min_available_gib == 400
+    assert "# swapctl playbook" in target.read_text()
+    again = subprocess.run([sys.executable, "-m", "swapctl", "init", str(target)], capture_output=True, text=True)
+    assert again.returncode == 2 and "--force" in again.stderr

@@ -1,0 +1,138 @@
+"""The SSH layer against a real OpenSSH sshd: host keys, authentication, quoting, held commands."""
+
+import subprocess
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from lab import keygen
+from swapctl.errors import ExitCode, HostKeyError, Refused, Unreachable
+from swapctl.playbook import HostSpec
+from swapctl.remote import Cmd, Secret, SshHost
+
+
+def spec(server, **over) -> HostSpec:
+    values = dict(name="lab", address=server.address, port=server.port, user="root",
+                  identity_file=str(server.client_key), known_hosts=str(server.known_hosts))
+    values.update(over)
+    return HostSpec(**values)
+
+
+def ssh_keygen_fingerprint(pub: Path) -> str:
+    return subprocess.run(["ssh-keygen", "-lf", str(pub)], capture_output=True, text=True, check=True).stdout.split()[1]
+
+
+def test_strict_refuses_unknown_key_and_shows_fingerprint(sshd, tmp_path):
+    empty = tmp_path / "known_hosts"
+    empty.touch()
+    with pytest.raises(HostKeyError) as info, SshHost(spec(sshd, known_hosts=str(empty))) as host:
+        host.run(Cmd("true"))
+    message = str(info.value)
+    assert ssh_keygen_fingerprint(sshd.dir / "host_key.pub") in message
+    assert "accept-new" in message and "ssh-keyscan" in message
+    assert info.value.exit_code == ExitCode.REFUSED
+    assert empty.read_text() == ""  # nothing recorded
+
+
+def test_accept_new_records_key_then_strict_accepts(sshd, tmp_path):
+    known = tmp_path / "known_hosts"
+    with SshHost(spec(sshd, known_hosts=str(known), host_key_policy="accept-new")) as host:
+        assert host.run(Cmd("echo", "hi")).stdout == "hi\n"
+    assert sshd.host_pub in known.read_text()
+    with SshHost(spec(sshd, known_hosts=str(known))) as host:
+        assert host.run(Cmd("true")).ok
+
+
+@pytest.mark.parametrize("policy", ["strict", "accept-new"])
+def test_changed_host_key_is_always_refused(sshd, tmp_path, policy):
+    other = tmp_path / "other_key"
+    keygen(other)
+    known = tmp_path / "known_hosts"
+    known.write_text(f"[{sshd.address}]:{sshd.port} ssh-ed25519 {Path(f'{other}.pub').read_text().split()[1]}\n")
+    with pytest.raises(HostKeyError, match="CHANGED.*ssh-keygen -R"), \
+            SshHost(spec(sshd, known_hosts=str(known), host_key_policy=policy)) as host:
+        host.run(Cmd("true"))
+    assert sshd.host_pub not in known.read_text()
+
+
+def test_refused_authentication(sshd, tmp_path):
+    stranger = tmp_path / "stranger"
+    keygen(stranger)
+    with pytest.raises(Refused, match="authentication failed as root@127.0.0.1") as info, \
+            SshHost(spec(sshd, identity_file=str(stranger))) as host:
+        host.run(Cmd("true"))
+    assert info.value.exit_code == ExitCode.REFUSED
+
+
+def test_unreachable_port(sshd):
+    from lab import free_port
+
+    port = free_port()
+    with pytest.raises(Unreachable, match=f"cannot connect to root@127.0.0.1:{port}"), \
+            SshHost(spec(sshd, port=port)) as host:
+        host.run(Cmd("true"))
+
+
+def test_one_connection_serves_every_command(sshd):
+    with SshHost(spec(sshd)) as host:
+        ports = {host.run(Cmd("sh", "-c", 'echo "$SSH_CLIENT"')).stdout.split()[1] for _ in range(5)}
+    assert len(ports) == 1
+
+
+def test_failed_command_carries_exit_code_and_tail(sshd):
+    from swapctl.errors import RemoteCommandFailed
+
+    with SshHost(spec(sshd)) as host, pytest.raises(RemoteCommandFailed) as info:
+        host.run(Cmd("sh", "-c", "echo out; echo boom >&2; exit 7"))
+    assert info.value.status == 7 and "boom" in str(info.value)
+
+
+def test_secret_reaches_host_but_prints_masked(sshd):
+    cmd = Cmd("printf", "%s", Secret("hunter2"))
+    assert "hunter2" not in str(cmd) and "***" in str(cmd)
+    with SshHost(spec(sshd)) as host:
+        assert host.run(cmd).stdout == "hunter2"
+
+
+def test_held_command_ends_when_released(sshd, tmp_path):
+    marker = tmp_path / "held"
+    with SshHost(spec(sshd)) as host:
+        held = host.hold(Cmd("sh", "-c", 'echo "$$" > "$1"; echo started; exec cat >/dev/null', "x", str(marker)))
+        assert held.first_line == "started"
+        pid = int(marker.read_text())
+        assert Path(f"/proc/{pid}").exists()
+        held.close()
+        from lab import wait_until
+
+        wait_until(lambda: not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2],
+                   what="held command to end")
+
+
+safe_text = st.text(alphabet=st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",)), max_size=40)
+
+
+@pytest.fixture(scope="module")
+def shared_host(sshd):
+    with SshHost(spec(sshd)) as host:
+        yield host
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(args=st.lists(safe_text, min_size=1, max_size=4))
+def test_arbitrary_arguments_arrive_unchanged(shared_host, args):
+    """Spaces, quotes, $(...), ;, newlines and unicode reach the remote program as the same argv."""
+    out = shared_host.run(Cmd("printf", "%s\\0", *args)).stdout
+    assert out.split("\0")[:-1] == args
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(name=st.text(alphabet=st.characters(blacklist_characters="\x00/", blacklist_categories=("Cs",)),
+                    min_size=1, max_size=30).filter(lambda s: s not in (".", "..")))
+def test_arbitrary_file_names_survive_scripts(shared_host, tmp_path_factory, name):
+    """A value passed to a script as $1 is a path, never shell code."""
+    base = tmp_path_factory.mktemp("names")
+    target = base / name
+    shared_host.run(Cmd.script('printf x > "$1"; cat -- "$1"', str(target), label="touch"))
+    assert target.read_text() == "x"
