@@ -89,22 +89,26 @@ class Box:
         return proc.pid
 
     def daemons(self) -> list[int]:
-        """Pids of live (not zombie) processes running from this box's data directory."""
-        pids = []
+        """Pids of live (not zombie) daemons running from this box's data directory (not their forks)."""
+        return [pid for pid, ppid in self._processes().items() if ppid not in self._processes()]
+
+    def _processes(self) -> dict[int, int]:
+        """pid -> ppid of live processes whose argv[0] lies in this box's data directory."""
+        pids = {}
         for p in Path("/proc").iterdir():
             if not p.name.isdigit():
                 continue
             try:
                 cmdline = (p / "cmdline").read_bytes().split(b"\0")
-                state = (p / "stat").read_text().rsplit(")", 1)[1].split()[0]
+                stat = (p / "stat").read_text().rsplit(")", 1)[1].split()
             except (OSError, IndexError):
                 continue
-            if state != "Z" and cmdline and cmdline[0].startswith(str(self.data).encode()):
-                pids.append(int(p.name))
+            if stat[0] != "Z" and cmdline and cmdline[0].startswith(str(self.data).encode()):
+                pids[int(p.name)] = int(stat[1])
         return pids
 
     def kill_all(self) -> None:
-        for pid in self.daemons():
+        for pid in self._processes():
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:

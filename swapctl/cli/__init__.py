@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from . import init, sandbox, status
+from . import deploy, init, sandbox, status
 
 app = typer.Typer(
     name="swapctl",
@@ -15,6 +15,7 @@ app = typer.Typer(
 )
 app.command()(init.init)
 app.command()(status.status)
+app.command()(deploy.deploy)
 app.add_typer(sandbox.app, name="sandbox")
 
 

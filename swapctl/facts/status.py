@@ -93,8 +93,21 @@ def parse_status(host: str, text: str, daemon: DaemonSpec, df_paths: list[str]) 
     mine = {own, *system.descendants(procs, own)} if own > 1 else set()  # the status script itself
     regex = daemon.match_regex
     # a zombie has exited: it holds no memory and serves nothing, whatever its name
-    daemons = tuple(p for p in procs if regex and p.pid not in mine and not p.state.startswith("Z")
-                    and regex.search(p.args))
+    matches = {p.pid: p for p in procs if regex and p.pid not in mine and not p.state.startswith("Z")
+               and regex.search(p.args)}
+    # a forked worker carries its parent's command line: only the topmost match is a daemon
+    parent = {p.pid: p.ppid for p in procs}
+
+    def under_a_match(pid: int) -> bool:
+        seen = set()
+        while pid in parent and pid not in seen:
+            seen.add(pid)
+            pid = parent[pid]
+            if pid in matches:
+                return True
+        return False
+
+    daemons = tuple(p for p in matches.values() if not under_a_match(p.pid))
     others = sorted((p for p in procs if p not in daemons and p.pid not in mine), key=lambda p: -p.rss_kib)[:5]
 
     gpus: list[nvidia.Gpu] = []

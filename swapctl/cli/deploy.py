@@ -1,0 +1,129 @@
+"""`swapctl deploy HOST... --binary PATH`: the safe binary swap."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from typing import Annotated
+
+import typer
+
+from .. import playbook as pb
+from ..errors import BadInput, SwapctlError
+from ..remote import connect
+from ..swap.deploy import Interrupts, Outcome, Plan, Swap, deploy as run_deploy
+from .common import JsonOpt, PlaybookOpt, err, fail, guarded, out, print_json, select_hosts, size, duration, text, worst
+from .progress import Reporter
+
+
+def deploy(
+    hosts: Annotated[list[str], typer.Argument(help="Host names, user@address:port, or @group.")],
+    binary: Annotated[str, typer.Option("--binary", "-b", help="The new daemon binary (a local file).")],
+    playbook: PlaybookOpt = None,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Check and show the plan; change nothing.")] = False,
+    restart: Annotated[bool, typer.Option("--restart", help="Restart even if the same binary runs.")] = False,
+    json: JsonOpt = False,
+) -> None:
+    """Upload a new daemon binary and swap it in, rolling back by itself if it fails."""
+    guarded(lambda: _deploy(hosts, binary, playbook, yes, dry_run, restart, json))
+
+
+def show_plan(plan: Plan, dry_run: bool) -> None:
+    d, b = plan.daemon, plan.binary
+    err.rule(text(f"{plan.host}: deploy plan"))
+    if d:
+        err.print(text(f"old daemon: pid {d.pid}, rss {size(d.rss_kib)}, up {duration(d.elapsed_s)}, "
+                       f"sha256 {d.sha256[:12]}" + (f", systemd unit {d.unit}" if d.unit else "")))
+        err.print(text(f"  command line: {' '.join(d.argv)}"))
+    else:
+        err.print(text("old daemon: none running"))
+    err.print(text(f"new binary: {b.path}, {b.size / 1e6:.1f} MB, sha256 {b.sha256[:12]}"))
+    err.print(text(f"  will run as: {' '.join(plan.new.argv or ())}  (cwd {plan.new.cwd})"))
+    for src, rel in plan.to_save:
+        err.print(text(f"backup: {rel.source} release {rel.id} from {src}"))
+    for w in plan.warnings:
+        err.print(text(f"warning: {w}"), style="bold yellow")
+    if plan.unchanged:
+        err.print(text("the daemon already runs this binary: nothing to do (--restart to restart it)"))
+    if dry_run:
+        err.print("remote commands it would run:")
+        for c in plan.commands:
+            err.print(text(f"  {c}"))
+
+
+def _confirm(plan: Plan, yes: bool) -> None:
+    if yes or plan.unchanged:
+        return
+    if not sys.stdin.isatty():
+        raise BadInput("no terminal to confirm on: pass --yes to deploy without asking", host=plan.host)
+    if not typer.confirm(f"swap the daemon on {plan.host}?", err=True):
+        raise BadInput("not confirmed; nothing changed", host=plan.host)
+
+
+def _deploy(targets: list[str], binary: str, playbook_path: str | None, yes: bool, dry_run: bool,
+            restart: bool, as_json: bool) -> int:
+    book = pb.load(playbook_path)
+    book.require_daemon()
+    specs = select_hosts(book, targets)
+    results: dict[str, Outcome | SwapctlError] = {}
+    for spec in specs:  # rolling, one host at a time
+        interrupts = Interrupts()
+        reporter = Reporter(spec.name, quiet=False)
+        previous = signal.signal(signal.SIGINT, lambda *_: _press(interrupts))
+        try:
+            with connect(spec) as host:
+                sw = Swap(host, book, reporter, interrupts)
+                plan = sw.plan(binary, restart=restart)
+                show_plan(plan, dry_run)
+                if dry_run:
+                    results[spec.name] = Outcome(host=spec.name, action="deploy", outcome="dry-run",
+                                                 old_sha=plan.daemon.sha256 if plan.daemon else None,
+                                                 new_sha=plan.new.sha256)
+                    continue
+                _confirm(plan, yes)
+                results[spec.name] = run_deploy(sw, plan)
+        except SwapctlError as exc:
+            results[spec.name] = exc
+        except KeyboardInterrupt:
+            from ..errors import Refused
+            results[spec.name] = Refused("interrupted before any change", host=spec.name)
+        finally:
+            reporter.close()
+            signal.signal(signal.SIGINT, previous)
+    codes = []
+    for name, r in results.items():
+        if isinstance(r, SwapctlError):
+            codes.append(int(r.exit_code))
+            if len(results) == 1 and not as_json:
+                fail(r)
+            err.print(text(f"swapctl: {r}"), style="bold red")
+        else:
+            codes.append(0)
+            if not as_json:
+                _summary(r)
+    if as_json:
+        print_json({"hosts": {n: ({"error": str(r), "exit_code": int(r.exit_code)} if isinstance(r, SwapctlError)
+                                  else r.__dict__) for n, r in results.items()}})
+    return worst(codes)
+
+
+def _press(interrupts: Interrupts) -> None:
+    if interrupts.critical:
+        err.print("Ctrl-C: the old daemon is stopped, so the swap finishes; Ctrl-C again rolls back to it",
+                  style="bold yellow") if interrupts.count == 0 else err.print(
+            "Ctrl-C again: rolling back to the old daemon", style="bold yellow")
+    interrupts.press()
+
+
+def _summary(o: Outcome) -> None:
+    if o.outcome == "unchanged":
+        out.print(text(f"{o.host}: {o.message}"))
+        return
+    if o.outcome == "dry-run":
+        out.print(text(f"{o.host}: dry run, nothing changed"))
+        return
+    steps = ", ".join(f"{k} {v:.2f}s" for k, v in o.steps.items())
+    rate = f", upload {o.upload_mb_s:.1f} MB/s" if o.upload_mb_s else ""
+    out.print(text(f"{o.host}: {o.outcome} {(o.new_sha or '')[:12]} as pid {o.pid} ({steps}{rate})"),
+              style="bold green")

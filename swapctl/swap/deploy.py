@@ -1,0 +1,610 @@
+"""The safe swap: preflight, lock, upload, backup, stop, wait for memory, start, readiness, rollback.
+
+The core never prints: it reports `Event`s to a callback and returns an `Outcome`, or raises a
+SwapctlError whose exit code says what state the host is in.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
+from typing import Callable
+
+from ..errors import (BadInput, LockHeld, Refused, RolledBack, SwapctlError, UnknownState, Unreachable,
+                      RemoteTimeout)
+from ..facts.status import HostStatus, gather, split_sections
+from ..playbook import Playbook
+from ..remote import Cmd, Host, Secret
+from . import elf, scripts
+from .releases import Release, now_iso, parse_releases, previous_good, record_local, to_prune, who_am_i
+
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+CONFIG_FLAGS = ("-c", "--config")
+
+
+@dataclass(frozen=True)
+class Event:
+    step: str  # preflight, lock, upload, backup, stop, memory, start, ready, rollback, done
+    message: str = ""
+    done: int | None = None  # bytes, for the upload
+    total: int | None = None
+    log_line: str | None = None  # a line of the daemon's log, while waiting for it
+
+
+EventSink = Callable[[Event], None]
+
+
+class Interrupts:
+    """Ctrl-C presses, counted by the CLI's signal handler and read by the swap between steps."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.critical = False  # set once the old daemon is being stopped: from then on, finish the swap
+
+    def press(self) -> None:
+        """Before the stop, Ctrl-C aborts at once (nothing changed); after it, it is counted."""
+        self.count += 1
+        if not self.critical:
+            raise KeyboardInterrupt
+
+
+@dataclass(frozen=True)
+class Daemon:
+    """The daemon running now, as it must be restarted: exact argv, cwd, environment."""
+
+    pid: int
+    sha256: str
+    size: int
+    argv: tuple[str, ...]
+    cwd: str
+    env: tuple[tuple[str, str], ...]
+    unit: str | None  # its systemd unit, when it runs under one
+    group_leader: bool
+    rss_kib: int
+    elapsed_s: int
+
+
+@dataclass(frozen=True)
+class Plan:
+    host: str
+    binary: elf.LocalBinary
+    status: HostStatus
+    daemon: Daemon | None
+    releases: dict[str, Release]
+    current: str | None  # release id the binary path points at
+    new: Release
+    to_save: tuple[tuple[str, Release], ...]  # (source path, release): backups made before the stop
+    warnings: tuple[str, ...]
+    unchanged: bool
+    history: tuple[str, ...] = ()
+    commands: tuple[str, ...] = ()
+
+    @property
+    def known(self) -> dict[str, Release]:
+        """Releases on the host once the backups are made."""
+        return {**self.releases, **{r.id: r for _, r in self.to_save}}
+
+    def fallback(self) -> Release | None:
+        """What a failed start goes back to: what runs now, else the current release, else the last good one."""
+        known = self.known
+        rid = self.daemon.sha256[:12] if self.daemon else self.current
+        candidate = known.get(rid or "")
+        if candidate is None or candidate.id == self.new.id or candidate.status != "ok":
+            candidate = previous_good(known, self.new.id, list(self.history))
+        return candidate
+
+
+@dataclass
+class Outcome:
+    host: str
+    action: str
+    outcome: str  # deployed | unchanged | rolled-back | failed
+    old_sha: str | None
+    new_sha: str | None
+    steps: dict[str, float] = field(default_factory=dict)  # seconds per step
+    upload_mb_s: float | None = None
+    pid: int | None = None
+    message: str = ""
+
+
+def _cgroup_unit(text: str) -> str | None:
+    """The systemd service a process runs under, from /proc/PID/cgroup (v1 or v2)."""
+    for line in text.splitlines():
+        path = line.split(":", 2)[-1]
+        m = re.search(r"/([^/]+\.service)$", path)
+        if m and not m.group(1).startswith(("user@", "session-")):
+            return m.group(1)
+    return None
+
+
+def _config_paths(argv: tuple[str, ...]) -> list[str]:
+    paths = []
+    for i, arg in enumerate(argv):
+        if arg in CONFIG_FLAGS and i + 1 < len(argv):
+            paths.append(argv[i + 1])
+        elif arg.startswith("--config="):
+            paths.append(arg.split("=", 1)[1])
+    return paths
+
+
+class Swap:
+    """One host's swap. Reuse it for the steps of a deploy, a rollback, or both."""
+
+    def __init__(self, host: Host, book: Playbook, events: EventSink | None = None,
+                 interrupts: Interrupts | None = None):
+        self.host, self.book = host, book
+        self.daemon_spec = book.require_daemon()
+        self.state = self.daemon_spec.state_dir
+        self.events = events or (lambda e: None)
+        self.interrupts = interrupts or Interrupts()
+        self.steps: dict[str, float] = {}
+        self._lock = None
+
+    # -- small helpers ----------------------------------------------------------------------------
+
+    def emit(self, step: str, message: str = "", **kw) -> None:
+        self.events(Event(step, message, **kw))
+
+    def run(self, body: str, *args, label: str, bash: bool = False, timeout: float = 120, **kw):
+        return self.host.run(scripts.script(body, *args, label=label, bash=bash), timeout=timeout, **kw)
+
+    def timed(self, step: str, started: float) -> None:
+        self.steps[step] = round(time.monotonic() - started, 3)
+
+    # -- preflight --------------------------------------------------------------------------------
+
+    def inspect(self) -> tuple[HostStatus, dict[str, str]]:
+        status = gather(self.host, self.daemon_spec)
+        if len(status.daemons) > 1:
+            pids = ", ".join(str(p.pid) for p in status.daemons)
+            raise Refused(f"several processes match daemon.match {self.daemon_spec.match_regex.pattern!r} "
+                          f"(pids {pids}); make `match` precise enough to find one daemon", host=self.host.name)
+        pid = str(status.daemons[0].pid) if status.daemons else ""
+        out = self.run(scripts.INSPECT, pid, self.daemon_spec.binary, self.state, label="inspect").stdout
+        return status, split_sections(out)
+
+    def _running(self, status: HostStatus, facts: dict[str, str]) -> Daemon | None:
+        if not status.daemons:
+            return None
+        p = status.daemons[0]
+
+        def nul_split(b64: str) -> list[str]:
+            raw = base64.b64decode(b64.strip() or b"")
+            return [s.decode("utf-8", "surrogateescape") for s in raw.split(b"\0") if s]
+
+        env = []
+        for item in nul_split(facts.get("environ", "")):
+            k, sep, v = item.partition("=")
+            if sep:
+                env.append((k, v))
+        return Daemon(
+            pid=p.pid, sha256=facts.get("exe_sha", "").strip(), size=int(facts.get("exe_size", "0").strip() or 0),
+            argv=tuple(nul_split(facts.get("cmdline", ""))),
+            cwd=facts.get("cwd", "").strip() or "/", env=tuple(env), unit=_cgroup_unit(facts.get("cgroup", "")),
+            group_leader=facts.get("pgid", "").strip() == str(p.pid), rss_kib=p.rss_kib, elapsed_s=p.elapsed_s,
+        )
+
+    def _journal_history(self) -> list[str]:
+        """Release ids the binary pointed at, oldest first, from the host's journal."""
+        r = self.host.run(Cmd("cat", "--", f"{self.state}/journal.jsonl"), check=False)
+        ids = []
+        for line in r.stdout.splitlines():
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            if entry.get("outcome") in ("deployed", "rolled-back", "adopted") and entry.get("current"):
+                ids.append(entry["current"])
+        return ids
+
+    def env_for(self, base: tuple[tuple[str, str], ...] | None) -> tuple[tuple[str, str], ...]:
+        env = dict(base or (("PATH", DEFAULT_PATH), ("HOME", "/root")))
+        env.update(self.daemon_spec.env)
+        return tuple(env.items())
+
+    def plan(self, binary_path: str, restart: bool = False) -> Plan:
+        """Everything checked before anything changes; raises BadInput or Refused."""
+        self.emit("preflight", "checking the host")
+        binary = elf.inspect(binary_path)
+        status, facts = self.inspect()
+        elf.check_arch(binary, status.arch, self.host.name)
+        if not facts.get("bash", "").strip():
+            raise Refused("bash is missing on the host (swapctl starts the daemon through bash)", host=self.host.name)
+        releases = parse_releases(facts.get("releases", ""))
+        kind, _, target = facts.get("binary", "missing").partition(" ")
+        current = PurePosixPath(target).parent.name if kind == "link" else None
+        daemon = self._running(status, facts)
+        spec = self.daemon_spec
+        name = PurePosixPath(spec.binary).name
+
+        # Backups, made before anything stops: the running daemon, and a plain file at the binary path.
+        to_save: list[tuple[str, Release]] = []
+        if daemon and daemon.sha256[:12] not in releases:
+            to_save.append((f"/proc/{daemon.pid}/exe", Release(
+                sha256=daemon.sha256, size=daemon.size, name=name, created=now_iso(), by=who_am_i(), argv=daemon.argv,
+                cwd=daemon.cwd, env=daemon.env, source="adopted")))
+        if kind == "file" and target[:12] not in releases and (not daemon or target != daemon.sha256):
+            to_save.append((spec.binary, Release(sha256=target, size=0, name=name, created=now_iso(),
+                                                 by=who_am_i(), source="disk")))
+
+        base = daemon or releases.get(current or "")
+        args = spec.args if spec.args is not None else (tuple(base.argv[1:]) if base and base.argv else ())
+        cwd = spec.cwd or (base.cwd if base and base.cwd else str(PurePosixPath(spec.binary).parent))
+        new = Release(
+            sha256=binary.sha256, size=binary.size, name=name, created=now_iso(), by=who_am_i(),
+            argv=(spec.binary, *args), cwd=cwd, env=self.env_for(base.env if base else None))
+        if new.id in releases:  # deployed before: keep its record, take the new command line
+            new = Release(**{**releases[new.id].__dict__, "argv": new.argv, "cwd": new.cwd, "env": new.env,
+                             "status": "ok"})
+
+        free_kib = int((facts.get("free", "").split() or ["0"] * 4)[3] or 0)
+        needed = binary.size * (1 if new.id in releases else 2) // 1024 + 1024
+        if free_kib < needed:
+            raise Refused(f"only {free_kib // 1024} MiB free beside {spec.binary}; the upload and backup need "
+                          f"{needed // 1024} MiB (free some space)", host=self.host.name)
+        missing = self.host.run(Cmd("sh", "-c", 'for f; do [ -e "$f" ] || echo "$f"; done', "check",
+                                    *_config_paths(new.argv))).stdout.split("\n")
+        missing = [m for m in missing if m]
+        if missing:
+            raise BadInput(f"config file {missing[0]} named in the daemon's arguments is missing on the host "
+                           f"(create it, or fix daemon.args)", host=self.host.name)
+
+        warnings = []
+        for s in status.other_sessions:
+            warnings.append(f"{s.user} is logged in ({s.tty}, {s.source or 'local'}, {s.since})")
+        for g in status.gpus:
+            if g.ecc_uncorrected:
+                warnings.append(f"GPU {g.index} has {g.ecc_uncorrected} uncorrected ECC errors")
+            if g.active_throttles:
+                warnings.append(f"GPU {g.index} is throttled: {', '.join(g.active_throttles)}")
+        daemon_pids = {daemon.pid} if daemon else set()
+        for app in status.gpu_processes:
+            if app.pid not in daemon_pids:
+                warnings.append(f"GPU process {app.pid} ({app.name}) is not the daemon")
+        if status.gpu_error:
+            warnings.append(status.gpu_error)
+
+        unchanged = bool(daemon and daemon.sha256 == binary.sha256 and not restart)
+        plan = Plan(host=self.host.name, binary=binary, status=status, daemon=daemon, releases=releases,
+                    current=current, new=new, to_save=tuple(to_save), warnings=tuple(warnings),
+                    unchanged=unchanged, history=tuple(self._journal_history()))
+        return Plan(**{**plan.__dict__, "commands": tuple(self.describe(plan))})
+
+    def describe(self, plan: Plan) -> list[str]:
+        """The remote commands a deploy would run, for --dry-run."""
+        new, st, spec = plan.new, self.state, self.daemon_spec
+        cmds = [f"flock -n {st}/lock (held for the whole deploy)"]
+        if new.id not in plan.releases:
+            cmds += [f"sftp put {plan.binary.path} {st}/releases/.upload-{new.id}",
+                     f"sha256sum {st}/releases/.upload-{new.id}  # must be {new.sha256}",
+                     f"mv {st}/releases/.upload-{new.id} {new.path(st)}", f"ldd {new.path(st)}"]
+        for src, rel in plan.to_save:
+            cmds.append(f"cp {src} {rel.path(st)}  # backup ({rel.source})")
+        if plan.daemon:
+            d = plan.daemon
+            cmds.append(f"systemctl stop {d.unit}" if d.unit else
+                        f"kill -TERM {'-' if d.group_leader else ''}{d.pid}; after {spec.stop_grace_s:g} s: kill -KILL")
+        cmds.append(f"wait until pids gone and MemAvailable >= {self.book.memory.min_available_gib:g} GiB "
+                    f"(at most {self.book.memory.release_timeout_s:g} s)")
+        cmds.append(f"ln -sfn {new.path(st)} {spec.binary}.swapctl-new && mv -Tf {spec.binary}.swapctl-new {spec.binary}")
+        env = " ".join(f"{k}=***" if k in spec.secret_env else f"{k}={v}" for k, v in new.env or ())
+        cmds.append(f"cd {new.cwd} && setsid env -i {env} {' '.join(new.argv or ())} >> {spec.log} 2>&1 &")
+        cmds.append(f"wait for /{spec.ready_log}/ in {spec.log} (at most {spec.ready_timeout_s:g} s)")
+        cmds.append(f"append a line to {st}/journal.jsonl")
+        return cmds
+
+    # -- the steps --------------------------------------------------------------------------------
+
+    def lock(self) -> None:
+        self.emit("lock", "taking the host's deploy lock")
+        info = json.dumps({"by": who_am_i(), "since": now_iso(), "pid": os.getpid()})
+        held = self.host.hold(scripts.script(scripts.LOCK, self.state, info, label="lock"))
+        if held.first_line != "LOCKED":
+            held.close()
+            detail = held.first_line.removeprefix("HELD ").strip()
+            try:
+                who = json.loads(detail)
+                detail = f"{who['by']} (pid {who['pid']}) since {who['since']}"
+            except (ValueError, KeyError, TypeError):
+                detail = detail or "another swapctl"
+            raise LockHeld(f"another deploy holds the lock: {detail}; wait for it, it ends with its connection",
+                           host=self.host.name)
+        self._lock = held
+
+    def unlock(self) -> None:
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None
+
+    def upload(self, plan: Plan) -> float | None:
+        """Puts the new binary in place as a release; returns MB/s, or None when the host had it."""
+        new, st = plan.new, self.state
+        if new.id in plan.releases:
+            self.emit("upload", f"release {new.id} is already on the host: nothing to send")
+            self._write_manifest(new)
+            return None
+        tmp = f"{st}/releases/.upload-{new.id}-{uuid.uuid4().hex[:8]}"
+        started = time.monotonic()
+        self.host.run(Cmd("mkdir", "-p", "-m", "700", "--", f"{st}/releases"))
+
+        def progress(done: int) -> None:
+            self.emit("upload", done=done, total=new.size)
+            if self.interrupts.count:
+                raise KeyboardInterrupt
+
+        try:
+            with open(plan.binary.path, "rb") as f:
+                self.host.put(f, tmp, new.size, progress)
+            result = self.run(scripts.INSTALL, tmp, new.dir(st), new.name, new.sha256, new.to_json(),
+                              label="install").stdout.strip()
+        except BaseException:
+            self.host.run(Cmd("rm", "-f", "--", tmp), check=False) if self._alive() else None
+            raise
+        if result.startswith("MISMATCH"):
+            raise Refused(f"the upload arrived corrupted (sha256 {result.split()[1][:12]}, expected {new.id}); "
+                          f"nothing was changed, try again", host=self.host.name)
+        seconds = time.monotonic() - started
+        missing = self.run(scripts.LDD, new.path(st), label="ldd").stdout.strip()
+        if missing != "OK":
+            self.host.run(Cmd("rm", "-rf", "--", new.dir(st)), check=False)
+            lib = missing.splitlines()[0].strip()
+            raise BadInput(f"{plan.binary.path} needs a library the host lacks: {lib} (install it on the host, "
+                           f"or link it statically)", host=self.host.name)
+        return new.size / 1e6 / max(seconds, 1e-6)
+
+    def _alive(self) -> bool:
+        try:
+            return self.host.run(Cmd("true"), timeout=10, check=False).ok
+        except SwapctlError:
+            return False
+
+    def _write_manifest(self, rel: Release) -> None:
+        self.run(scripts.WRITE_FILE, f"{rel.dir(self.state)}/manifest.json", rel.to_json(), label="manifest")
+
+    def backup(self, plan: Plan) -> None:
+        for src, rel in plan.to_save:
+            self.emit("backup", f"saving {rel.source} release {rel.id} from {src}")
+            body = scripts.SAVE_RUNNING if src.startswith("/proc/") else scripts.SAVE_FILE
+            arg = src.split("/")[2] if src.startswith("/proc/") else src
+            self.run(body, arg, rel.dir(self.state), rel.name, rel.to_json(), label="backup")
+
+    def stop(self, daemon: Daemon) -> list[int]:
+        """Stops the daemon; returns the pids whose exit the memory wait must see (it and its children)."""
+        grace = int(self.daemon_spec.stop_grace_s * 1000)
+        self.emit("stop", f"SIGTERM to {daemon.pid}" + (f" (systemd unit {daemon.unit})" if daemon.unit else ""))
+        kids: list[int] = []
+
+        def line(text: str) -> None:
+            if text.startswith("KIDS"):
+                kids.extend(int(p) for p in text.split()[1:])
+            elif text == "SIGKILL":
+                self.emit("stop", f"still running after {grace / 1000:g} s: SIGKILL")
+            elif text.startswith("STOPPED"):
+                self.emit("stop", f"stopped in {int(text.split()[1]) / 1000:.2f} s")
+
+        cmd = scripts.script(scripts.STOP, str(daemon.pid), str(grace), "1" if daemon.group_leader else "0",
+                             daemon.unit or "", label="stop")
+        self.host.stream(cmd, line, timeout=self.daemon_spec.stop_grace_s + 60)
+        return [daemon.pid, *kids]
+
+    def gpu_limits(self, status: HostStatus, pids: list[int]) -> str:
+        """Per GPU, the most memory it may still use once the daemon's own is released."""
+        if not status.gpus:
+            return ""
+        held: dict[str, float] = {}
+        for app in status.gpu_processes:
+            if app.pid in pids:
+                held[app.gpu_uuid] = held.get(app.gpu_uuid, 0) + (app.used_mib or 0)
+        slack = self.book.memory.gpu_slack_mib
+        return ",".join(f"{g.index}:{int((g.memory_used_mib or 0) - held.get(g.uuid, 0) + slack)}"
+                        for g in status.gpus)
+
+    def wait_memory(self, pids: list[int], gpu_max: str) -> None:
+        mem = self.book.memory
+        min_kib = int(mem.min_available_gib * (1 << 20))
+        last: list[str] = []
+        self.emit("memory", f"waiting for MemAvailable >= {mem.min_available_gib:g} GiB and pids "
+                            f"{' '.join(map(str, pids))} to be gone")
+
+        def line(text: str) -> None:
+            parts = text.split()
+            if parts and parts[0] == "R":
+                last[:] = parts
+                self.emit("memory", f"MemAvailable {int(parts[2]) / (1 << 20):.1f} GiB, holding: "
+                                    f"{parts[3] if len(parts) > 3 else '-'}")
+            elif parts and parts[0] in ("DONE", "TIMEOUT"):
+                last.append(parts[0])
+
+        cmd = scripts.script(scripts.WAIT_MEMORY, str(int(mem.release_timeout_s * 1000)), str(min_kib), gpu_max,
+                             *map(str, pids), label="wait-memory")
+        self.host.stream(cmd, line, timeout=mem.release_timeout_s + 60)
+        if not last or last[-1] != "DONE":
+            avail = int(last[2]) / (1 << 20) if len(last) > 2 else 0
+            holders = last[3] if len(last) > 3 and last[3] != "-" else "none"
+            gpu = f", GPU memory used {last[4]}" if len(last) > 5 else ""
+            raise UnknownState(
+                f"memory not back after {mem.release_timeout_s:g} s: MemAvailable {avail:.1f} GiB "
+                f"(need {mem.min_available_gib:g}), old processes still alive: {holders}{gpu}; no daemon runs "
+                f"now: find what holds the memory, then `swapctl deploy` again", host=self.host.name)
+
+    def start(self, rel: Release) -> tuple[int, int]:
+        """Points the binary path at `rel` and starts it as recorded; returns (pid, log offset)."""
+        spec, st = self.daemon_spec, self.state
+        self.run(scripts.SWITCH, spec.binary, rel.path(st), label="switch")
+        argv = rel.argv or (spec.binary,)
+        # The recorded argv[0] is kept; the program run is the binary path (now the release) unless the
+        # recorded command ran another path (an adopted daemon), which runs from its saved copy.
+        exe = spec.binary if argv[0] in (spec.binary, PurePosixPath(spec.binary).name) else rel.path(st)
+        env = [Secret(f"{k}={v}") if k in spec.secret_env else f"{k}={v}" for k, v in rel.env or ()]
+        unit = ""
+        cmd = scripts.script(scripts.START, rel.cwd or "/", spec.log, exe, argv[0], str(len(env)), unit,
+                             *env, *argv[1:], label="start", bash=True)
+        out = self.host.run(cmd).stdout.split()
+        pid, offset = int(out[1]), int(out[2])
+        self.emit("start", f"started {rel.id} as pid {pid}")
+        return pid, offset
+
+    def wait_ready(self, pid: int, offset: int) -> tuple[bool, str]:
+        """True once the ready line (or port) shows and the process still runs; else why not."""
+        spec = self.daemon_spec
+        seen: list[str] = []
+
+        def line(text: str) -> None:
+            if text.startswith("LOG "):
+                self.emit("ready", log_line=text[4:])
+            else:
+                seen.append(text)
+
+        cmd = scripts.script(scripts.WAIT_READY, str(pid), spec.log, str(offset), spec.ready_log,
+                             str(int(spec.ready_timeout_s)), str(spec.ready_port or ""), label="wait-ready", bash=True)
+        self.host.stream(cmd, line, timeout=spec.ready_timeout_s + 60)
+        alive = "ALIVE 1" in seen
+        if "READY" in seen and alive:
+            return True, ""
+        if "READY" in seen:
+            return False, "it printed its ready line, then exited"
+        if not alive:
+            return False, "it exited before it was ready"
+        return False, f"not ready after {spec.ready_timeout_s:g} s"
+
+    def log_tail(self, offset: int, lines: int = 20) -> str:
+        return self.run(scripts.TAIL, self.daemon_spec.log, str(offset), str(lines), label="tail", check=False).stdout
+
+    def journal(self, entry: dict) -> None:
+        entry = {"time": now_iso(), "by": who_am_i(), "host": self.host.name, **entry}
+        try:
+            self.run(scripts.APPEND_LINE, f"{self.state}/journal.jsonl", json.dumps(entry, sort_keys=True),
+                     label="journal")
+        finally:
+            record_local(entry)
+
+    def mark(self, rel: Release, status: str) -> Release:
+        marked = rel.marked(status)
+        self._write_manifest(marked)
+        return marked
+
+    def stop_pid(self, pid: int) -> list[int]:
+        """Stops a daemon swapctl started (no recorded facts needed)."""
+        d = Daemon(pid=pid, sha256="", size=0, argv=(), cwd="/", env=(), unit=None, group_leader=True, rss_kib=0,
+                   elapsed_s=0)
+        return self.stop(d)
+
+    def prune(self, releases: dict[str, Release], protect: set[str]) -> list[str]:
+        gone = to_prune(releases, self.book.keep_releases, protect)
+        if gone:
+            self.run(scripts.REMOVE_RELEASE, *[r.dir(self.state) for r in gone], label="prune")
+        return [r.id for r in gone]
+
+
+def swap_in(sw: Swap, plan: Plan, target: Release, action: str, fallback: Release | None) -> Outcome:
+    """Stops what runs, waits for memory, starts `target`; rolls back to `fallback` if it fails.
+
+    Used by deploy and rollback alike. Raises RolledBack (4) or UnknownState (5) on failure."""
+    old_sha = plan.daemon.sha256 if plan.daemon else (fallback.sha256 if fallback else None)
+    outcome = Outcome(host=sw.host.name, action=action, outcome="failed", old_sha=old_sha, new_sha=target.sha256)
+    stopped = False
+    try:
+        pids: list[int] = []
+        if sw.interrupts.count:
+            raise KeyboardInterrupt
+        sw.interrupts.critical = True
+        if plan.daemon:
+            t = time.monotonic()
+            pids = sw.stop(plan.daemon)
+            stopped = True
+            sw.timed("stop", t)
+        t = time.monotonic()
+        sw.wait_memory(pids, sw.gpu_limits(plan.status, pids))
+        sw.timed("memory", t)
+        if sw.interrupts.count >= 2 and fallback:
+            raise _GoBack("a second Ctrl-C")
+        t = time.monotonic()
+        pid, offset = sw.start(target)
+        sw.timed("start", t)
+        t = time.monotonic()
+        ok, why = sw.wait_ready(pid, offset)
+        sw.timed("ready", t)
+        if sw.interrupts.count >= 2 and fallback:
+            raise _GoBack("a second Ctrl-C", pid, offset)
+        if not ok:
+            raise _GoBack(why, pid, offset)
+    except _GoBack as back:
+        return _roll_back(sw, plan, target, fallback, back, outcome)
+    except (Unreachable, RemoteTimeout) as exc:
+        if stopped:
+            raise UnknownState(f"{exc.message} after the old daemon was stopped: the host may have no daemon; "
+                               f"check with `swapctl status {sw.host.name}`", host=sw.host.name) from None
+        raise
+    outcome.outcome, outcome.pid, outcome.steps = "deployed" if action == "deploy" else "rolled-back", pid, sw.steps
+    sw.journal({"action": action, "from": old_sha, "to": target.sha256, "current": target.id,
+                "outcome": outcome.outcome, "pid": pid, "log_offset": offset, "steps": sw.steps})
+    return outcome
+
+
+class _GoBack(Exception):
+    def __init__(self, why: str, pid: int | None = None, offset: int = 0):
+        super().__init__(why)
+        self.why, self.pid, self.offset = why, pid, offset
+
+
+def _roll_back(sw: Swap, plan: Plan, failed: Release, fallback: Release | None, back: _GoBack,
+               outcome: Outcome) -> Outcome:
+    tail = sw.log_tail(back.offset) if back.pid else ""
+    sw.emit("rollback", f"{failed.id} failed: {back.why}; rolling back")
+    sw.mark(failed, "bad")
+    if back.pid:
+        pids = sw.stop_pid(back.pid)
+        sw.wait_memory(pids, "")
+    log = f"{sw.daemon_spec.log} from byte {back.offset}"
+    entry = {"action": "auto-rollback", "from": failed.sha256, "steps": sw.steps, "failed_log": log,
+             "reason": back.why}
+    if fallback is None:
+        sw.journal({**entry, "to": None, "outcome": "no-daemon"})
+        raise UnknownState(f"{failed.id} failed ({back.why}) and there is no earlier release to go back to: "
+                           f"no daemon runs now; its log: {log}", host=sw.host.name, detail=tail)
+    pid, offset = sw.start(fallback)
+    ok, why = sw.wait_ready(pid, offset)
+    if not ok:
+        sw.mark(fallback, "bad")
+        sw.journal({**entry, "to": fallback.sha256, "current": fallback.id, "outcome": "rollback-failed"})
+        raise UnknownState(f"{failed.id} failed ({back.why}), and the rollback to {fallback.id} failed too ({why}); "
+                           f"no daemon runs now; logs: {sw.daemon_spec.log}", host=sw.host.name,
+                           detail=sw.log_tail(offset))
+    sw.journal({**entry, "to": fallback.sha256, "current": fallback.id, "outcome": "rolled-back", "pid": pid})
+    raise RolledBack(f"{failed.id} failed ({back.why}); rolled back: {fallback.id} runs again as pid {pid}. "
+                     f"Failed log: {log}", host=sw.host.name, detail=tail)
+
+
+def deploy(sw: Swap, plan: Plan) -> Outcome:
+    """The whole swap after a confirmed plan: lock, upload, backup, then swap_in with auto rollback."""
+    if plan.unchanged:
+        return Outcome(host=plan.host, action="deploy", outcome="unchanged", old_sha=plan.new.sha256,
+                       new_sha=plan.new.sha256, pid=plan.daemon.pid if plan.daemon else None,
+                       message=f"the daemon already runs {plan.new.id}; --restart restarts it anyway")
+    t = time.monotonic()
+    sw.lock()
+    try:
+        sw.timed("lock", t)
+        t = time.monotonic()
+        mb_s = sw.upload(plan)
+        sw.timed("upload", t)
+        t = time.monotonic()
+        sw.backup(plan)
+        sw.timed("backup", t)
+        previous = plan.fallback()
+        outcome = swap_in(sw, plan, plan.new, "deploy", previous)
+        outcome.upload_mb_s = mb_s
+        protect = {plan.new.id} | ({previous.id} if previous else set())
+        sw.prune({**plan.known, plan.new.id: plan.new}, protect)
+        return outcome
+    except KeyboardInterrupt:
+        raise Refused("interrupted before the old daemon was stopped: nothing changed on the host",
+                      host=sw.host.name) from None
+    finally:
+        sw.unlock()

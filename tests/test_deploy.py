@@ -1,0 +1,268 @@
+"""`swapctl deploy` against the real sshd, swapping real stand-in prover processes."""
+
+import hashlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from lab import prover_config, wait_until
+from swapctl.playbook import load
+from swapctl.remote import connect
+from swapctl.swap.deploy import Swap
+
+
+def swapctl(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "swapctl", *args], capture_output=True, text=True,
+                          timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def sha(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def cmdline(pid: int) -> list[str]:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")[:-1]
+
+
+def exe_sha(pid: int) -> str:
+    return sha(Path(f"/proc/{pid}/exe"))
+
+
+def journal(box) -> list[dict]:
+    path = box.data / ".swapctl" / "cuzk" / "journal.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def deploy(box, binary, *extra: str) -> subprocess.CompletedProcess:
+    return swapctl("deploy", "lab", "--binary", str(binary), "--yes", "-p", str(box.playbook_path), *extra)
+
+
+@pytest.fixture(autouse=True)
+def _state(swapctl_env):
+    """Local history goes to the test's own XDG state directory."""
+
+
+def test_adopts_hand_started_daemon_and_swaps_it(box, prover, prover_b):
+    old = box.start_by_hand(prover)
+    old_argv = cmdline(old)
+    r = deploy(box, prover_b)
+    assert r.returncode == 0, r.stderr
+    assert "adopted release" in r.stderr and "deployed" in r.stdout
+    [new] = box.daemons()
+    assert new != old and not Path(f"/proc/{old}/cmdline").read_bytes()  # the old one is gone
+    assert exe_sha(new) == sha(prover_b)
+    assert cmdline(new) == old_argv  # same command line
+    assert box.binary.is_symlink()
+    releases = box.data / ".swapctl" / "cuzk" / "releases"
+    adopted = json.loads((releases / sha(prover)[:12] / "manifest.json").read_text())
+    assert adopted["source"] == "adopted" and adopted["argv"] == old_argv and adopted["cwd"] == str(box.data)
+    assert sha(releases / sha(prover)[:12] / "cuzk") == sha(prover)  # a byte-identical backup
+    assert oct((box.data / ".swapctl" / "cuzk").stat().st_mode & 0o777) == "0o700"
+    [entry] = journal(box)
+    assert entry["outcome"] == "deployed" and entry["from"] == sha(prover) and entry["to"] == sha(prover_b)
+    assert set(entry["steps"]) >= {"upload", "stop", "memory", "start", "ready"}
+    # the new daemon logs after the recorded offset: the ready line is not the old one's
+    after = box.log.read_bytes()[entry["log_offset"]:].decode(errors="replace")
+    assert "build=b" in re.sub(r"\x1b\[[0-9;]*m", "", after)
+
+
+def test_same_binary_is_not_restarted_unless_asked(box, prover):
+    pid = box.start_by_hand(prover)
+    r = deploy(box, prover)
+    assert r.returncode == 0 and "already runs" in r.stdout
+    assert box.daemons() == [pid]
+    r = deploy(box, prover, "--restart")
+    assert r.returncode == 0, r.stderr
+    [new] = box.daemons()
+    assert new != pid and exe_sha(new) == sha(prover)
+
+
+def test_crash_at_start_rolls_back_to_old_daemon_with_same_args(box, prover, prover_crash):
+    old = box.start_by_hand(prover)
+    old_argv = cmdline(old)
+    r = deploy(box, prover_crash)
+    assert r.returncode == 4, r.stderr
+    message = r.stderr.strip().splitlines()
+    assert any("failed (it exited before it was ready); rolled back" in line for line in message)
+    assert f"Failed log: {box.log} from byte" in r.stderr
+    assert "panicked" in r.stderr  # the failed daemon's log tail is shown
+    [now] = box.daemons()
+    assert exe_sha(now) == sha(prover) and cmdline(now) == old_argv
+    bad = json.loads((box.data / ".swapctl/cuzk/releases" / sha(prover_crash)[:12] / "manifest.json").read_text())
+    assert bad["status"] == "bad"
+    assert journal(box)[-1]["action"] == "auto-rollback" and journal(box)[-1]["outcome"] == "rolled-back"
+
+
+def test_never_ready_rolls_back_after_timeout(box, prover, prover_noready):
+    box.write_playbook(daemon={"ready_timeout_s": 1})
+    box.start_by_hand(prover)
+    r = deploy(box, prover_noready)
+    assert r.returncode == 4 and "not ready after 1 s" in r.stderr
+    [now] = box.daemons()
+    assert exe_sha(now) == sha(prover)
+
+
+def test_daemon_ignoring_sigterm_gets_sigkill(box, prover, prover_b):
+    box.write_playbook(daemon={"stop_grace_s": 1})
+    old = box.start_by_hand(prover, prover_config(ignore_sigterm=True))
+    os.kill(old, signal.SIGTERM)
+    time.sleep(0.2)
+    assert box.daemons() == [old]  # it really ignores SIGTERM
+    r = deploy(box, prover_b)
+    assert r.returncode == 0, r.stderr
+    assert "still running after 1 s: SIGKILL" in r.stderr
+    assert journal(box)[-1]["steps"]["stop"] >= 1.0
+    [new] = box.daemons()
+    assert exe_sha(new) == sha(prover_b)
+
+
+def _memory_holder(box, daemon_pid: int) -> int:
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit() and int(p.name) != daemon_pid:
+            try:
+                if (p / "cmdline").read_bytes().startswith(str(box.binary).encode()):
+                    return int(p.name)
+            except OSError:
+                pass
+    raise AssertionError("no memory-holding child")
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def test_stray_child_holding_memory_delays_the_new_start(box, prover, prover_b):
+    old = box.start_by_hand(prover, prover_config(child_hold_mib=64, child_linger_ms=1500))
+    child = _memory_holder(box, old)
+    gone_at: list[float] = []
+
+    def watch() -> None:
+        while not _gone(child):
+            time.sleep(0.005)
+        gone_at.append(time.time())
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    r = deploy(box, prover_b)
+    watcher.join(30)
+    assert r.returncode == 0, r.stderr
+    [new] = box.daemons()
+    started = os.stat(f"/proc/{new}").st_mtime  # when the process appeared
+    assert gone_at and started >= gone_at[0] - 0.02, "the new daemon started before the old child freed its memory"
+    assert journal(box)[-1]["steps"]["memory"] >= 1.2
+
+
+def test_memory_that_never_comes_back_leaves_no_daemon_and_says_so(box, prover, prover_b):
+    box.write_playbook(memory={"release_timeout_s": 1})
+    box.start_by_hand(prover, prover_config(child_hold_mib=16, child_linger_ms=60000))
+    r = deploy(box, prover_b)
+    assert r.returncode == 5
+    assert "memory not back after 1 s" in r.stderr and "old processes still alive" in r.stderr
+    assert "no daemon runs now" in r.stderr
+
+
+def test_second_deploy_is_refused_while_the_first_holds_the_lock(box, prover, prover_b):
+    box.start_by_hand(prover)
+    book = load(box.playbook_path)
+    with connect(book.hosts["lab"]) as host:
+        first = Swap(host, book)
+        first.lock()
+        try:
+            r = deploy(box, prover_b)
+        finally:
+            first.unlock()
+    assert r.returncode == 3
+    assert f"another deploy holds the lock: root@" in r.stderr and f"(pid {os.getpid()})" in r.stderr
+    assert len(box.daemons()) == 1 and exe_sha(box.daemons()[0]) == sha(prover)
+
+
+def test_lock_is_free_after_the_first_deploy_is_killed(box, prover, prover_b):
+    box.start_by_hand(prover, prover_config(child_hold_mib=8, child_linger_ms=3000))
+    first = subprocess.Popen([sys.executable, "-m", "swapctl", "deploy", "lab", "--binary", str(prover_b), "--yes",
+                              "-p", str(box.playbook_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             stdin=subprocess.DEVNULL, text=True)
+    info = box.data / ".swapctl" / "cuzk" / "lock.info"
+    wait_until(lambda: info.exists() and str(first.pid) in info.read_text(), what="the first deploy's lock")
+    first.kill()  # SIGKILL: no cleanup of its own
+    first.wait()
+    r = deploy(box, prover_b)
+    assert "another deploy holds the lock" not in r.stderr
+    assert r.returncode == 0, r.stderr
+    assert [exe_sha(p) for p in box.daemons()] == [sha(prover_b)]
+
+
+def _tree(path: Path) -> dict:
+    return {str(p): (p.is_symlink() and os.readlink(p)) or (p.is_file() and sha(p)) for p in sorted(path.rglob("*"))}
+
+
+def test_dry_run_changes_nothing(box, prover, prover_b):
+    pid = box.start_by_hand(prover)
+    before = _tree(box.data)
+    r = deploy(box, prover_b, "--dry-run")
+    assert r.returncode == 0, r.stderr
+    assert "remote commands it would run" in r.stderr
+    assert f"kill -TERM -{pid}" in r.stderr and "sha256sum" in r.stderr and "setsid env -i" in r.stderr
+    assert "dry run, nothing changed" in r.stdout
+    after = _tree(box.data)
+    assert {k: v for k, v in after.items() if not k.endswith("cuzk.log")} == \
+           {k: v for k, v in before.items() if not k.endswith("cuzk.log")}
+    assert box.daemons() == [pid]
+
+
+def test_without_a_terminal_deploy_needs_yes(box, prover, prover_b):
+    pid = box.start_by_hand(prover)
+    r = swapctl("deploy", "lab", "--binary", str(prover_b), "-p", str(box.playbook_path))
+    assert r.returncode == 2 and "pass --yes" in r.stderr
+    assert box.daemons() == [pid]
+
+
+def test_not_an_elf_is_refused_before_any_change(box, prover, tmp_path):
+    pid = box.start_by_hand(prover)
+    script = tmp_path / "cuzk.sh"
+    script.write_text("#!/bin/sh\necho hi\n")
+    script.chmod(0o755)
+    r = deploy(box, script)
+    assert r.returncode == 2 and "is not an ELF executable" in r.stderr
+    assert box.daemons() == [pid]
+
+
+def test_binary_needing_a_missing_library_is_refused_before_the_stop(box, prover, tmp_path):
+    pid = box.start_by_hand(prover)
+    (tmp_path / "lib.c").write_text("int swapctl_test_fn(void) { return 1; }\n")
+    (tmp_path / "main.c").write_text("int swapctl_test_fn(void);\nint main(void) { return swapctl_test_fn(); }\n")
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(tmp_path / "libswapctlmissing.so"), str(tmp_path / "lib.c")],
+                   check=True)
+    subprocess.run(["gcc", "-o", str(tmp_path / "needs-lib"), str(tmp_path / "main.c"), f"-L{tmp_path}",
+                    "-lswapctlmissing"], check=True)
+    r = deploy(box, tmp_path / "needs-lib")
+    assert r.returncode == 2 and "needs a library the host lacks: libswapctlmissing.so" in r.stderr
+    assert box.daemons() == [pid] and not box.binary.is_symlink()
+    assert not list((box.data / ".swapctl" / "cuzk" / "releases").glob("*/cuzk")) or all(
+        sha(p) != sha(tmp_path / "needs-lib") for p in (box.data / ".swapctl/cuzk/releases").glob("*/cuzk"))
+
+
+def test_missing_config_file_is_refused(box, prover, prover_b):
+    pid = box.start_by_hand(prover)
+    box.write_playbook(daemon={"args": ["--config", str(box.data / "nope.toml")]})
+    r = deploy(box, prover_b)
+    assert r.returncode == 2 and f"config file {box.data / 'nope.toml'}" in r.stderr
+    assert box.daemons() == [pid]
+
+
+def test_deploy_with_no_daemon_running_starts_it(box, prover):
+    box.config.write_text(prover_config())
+    r = deploy(box, prover)
+    assert r.returncode == 0, r.stderr
+    [pid] = box.daemons()
+    assert cmdline(pid) == [str(box.binary), "--config", str(box.config)]
