@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from . import deploy, init, sandbox, status
+from . import deploy, history, init, rollback, sandbox, status
 
 app = typer.Typer(
     name="swapctl",
@@ -16,6 +16,8 @@ app = typer.Typer(
 app.command()(init.init)
 app.command()(status.status)
 app.command()(deploy.deploy)
+app.command()(rollback.rollback)
+app.command()(history.history)
 app.add_typer(sandbox.app, name="sandbox")
 
 

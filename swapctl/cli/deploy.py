@@ -38,7 +38,11 @@ def show_plan(plan: Plan, dry_run: bool) -> None:
         err.print(text(f"  command line: {' '.join(d.argv)}"))
     else:
         err.print(text("old daemon: none running"))
-    err.print(text(f"new binary: {b.path}, {b.size / 1e6:.1f} MB, sha256 {b.sha256[:12]}"))
+    if b:
+        err.print(text(f"new binary: {b.path}, {b.size / 1e6:.1f} MB, sha256 {b.sha256[:12]}"))
+    else:
+        err.print(text(f"roll back to: release {plan.new.id} ({plan.new.source}, created {plan.new.created[:19]} "
+                       f"by {plan.new.by})"))
     err.print(text(f"  will run as: {' '.join(plan.new.argv or ())}  (cwd {plan.new.cwd})"))
     for src, rel in plan.to_save:
         err.print(text(f"backup: {rel.source} release {rel.id} from {src}"))

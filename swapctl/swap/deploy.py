@@ -12,7 +12,7 @@ import os
 import re
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import PurePosixPath
 from typing import Callable
 
@@ -22,7 +22,8 @@ from ..facts.status import HostStatus, gather, split_sections
 from ..playbook import Playbook
 from ..remote import Cmd, Host, Secret
 from . import elf, scripts
-from .releases import Release, now_iso, parse_releases, previous_good, record_local, to_prune, who_am_i
+from .releases import (Release, now_iso, parse_releases, previous_good, record_local, releases_newest_first, to_prune,
+                       who_am_i)
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 CONFIG_FLAGS = ("-c", "--config")
@@ -73,17 +74,18 @@ class Daemon:
 @dataclass(frozen=True)
 class Plan:
     host: str
-    binary: elf.LocalBinary
+    binary: elf.LocalBinary | None  # the local file to upload; None for a rollback
     status: HostStatus
     daemon: Daemon | None
     releases: dict[str, Release]
     current: str | None  # release id the binary path points at
-    new: Release
+    new: Release | None  # the release to run
     to_save: tuple[tuple[str, Release], ...]  # (source path, release): backups made before the stop
     warnings: tuple[str, ...]
     unchanged: bool
     history: tuple[str, ...] = ()
     commands: tuple[str, ...] = ()
+    free_kib: int = 0
 
     @property
     def known(self) -> dict[str, Release]:
@@ -190,16 +192,27 @@ class Swap:
             group_leader=facts.get("pgid", "").strip() == str(p.pid), rss_kib=p.rss_kib, elapsed_s=p.elapsed_s,
         )
 
-    def _journal_history(self) -> list[str]:
-        """Release ids the binary pointed at, oldest first, from the host's journal."""
+    def journal_entries(self) -> list[dict]:
         r = self.host.run(Cmd("cat", "--", f"{self.state}/journal.jsonl"), check=False)
-        ids = []
+        entries = []
         for line in r.stdout.splitlines():
             try:
-                entry = json.loads(line)
+                entries.append(json.loads(line))
             except ValueError:
-                continue
-            if entry.get("outcome") in ("deployed", "rolled-back", "adopted") and entry.get("current"):
+                continue  # a line cut short by a full disk or a killed swapctl
+        return entries
+
+    def releases_and_current(self) -> tuple[dict[str, Release], str | None]:
+        out = self.run(scripts.INSPECT, "", self.daemon_spec.binary, self.state, label="inspect").stdout
+        facts = split_sections(out)
+        kind, _, target = facts.get("binary", "missing").partition(" ")
+        return parse_releases(facts.get("releases", "")), PurePosixPath(target).parent.name if kind == "link" else None
+
+    def _journal_history(self) -> list[str]:
+        """Release ids that deploys put in place, oldest first, from the host's journal."""
+        ids = []
+        for entry in self.journal_entries():
+            if entry.get("action") == "deploy" and entry.get("outcome") == "deployed" and entry.get("current"):
                 ids.append(entry["current"])
         return ids
 
@@ -208,53 +221,31 @@ class Swap:
         env.update(self.daemon_spec.env)
         return tuple(env.items())
 
-    def plan(self, binary_path: str, restart: bool = False) -> Plan:
-        """Everything checked before anything changes; raises BadInput or Refused."""
+    def situation(self) -> Plan:
+        """What runs on the host and what it has: the part of a plan that needs no new binary."""
         self.emit("preflight", "checking the host")
-        binary = elf.inspect(binary_path)
         status, facts = self.inspect()
-        elf.check_arch(binary, status.arch, self.host.name)
-        if not facts.get("bash", "").strip():
-            raise Refused("bash is missing on the host (swapctl starts the daemon through bash)", host=self.host.name)
         releases = parse_releases(facts.get("releases", ""))
         kind, _, target = facts.get("binary", "missing").partition(" ")
         current = PurePosixPath(target).parent.name if kind == "link" else None
         daemon = self._running(status, facts)
-        spec = self.daemon_spec
-        name = PurePosixPath(spec.binary).name
+        name = PurePosixPath(self.daemon_spec.binary).name
 
         # Backups, made before anything stops: the running daemon, and a plain file at the binary path.
         to_save: list[tuple[str, Release]] = []
         if daemon and daemon.sha256[:12] not in releases:
             to_save.append((f"/proc/{daemon.pid}/exe", Release(
-                sha256=daemon.sha256, size=daemon.size, name=name, created=now_iso(), by=who_am_i(), argv=daemon.argv,
-                cwd=daemon.cwd, env=daemon.env, source="adopted")))
+                sha256=daemon.sha256, size=daemon.size, name=name, created=now_iso(), by=who_am_i(),
+                argv=daemon.argv, cwd=daemon.cwd, env=daemon.env, source="adopted")))
         if kind == "file" and target[:12] not in releases and (not daemon or target != daemon.sha256):
-            to_save.append((spec.binary, Release(sha256=target, size=0, name=name, created=now_iso(),
-                                                 by=who_am_i(), source="disk")))
-
-        base = daemon or releases.get(current or "")
-        args = spec.args if spec.args is not None else (tuple(base.argv[1:]) if base and base.argv else ())
-        cwd = spec.cwd or (base.cwd if base and base.cwd else str(PurePosixPath(spec.binary).parent))
-        new = Release(
-            sha256=binary.sha256, size=binary.size, name=name, created=now_iso(), by=who_am_i(),
-            argv=(spec.binary, *args), cwd=cwd, env=self.env_for(base.env if base else None))
-        if new.id in releases:  # deployed before: keep its record, take the new command line
-            new = Release(**{**releases[new.id].__dict__, "argv": new.argv, "cwd": new.cwd, "env": new.env,
-                             "status": "ok"})
-
+            to_save.append((self.daemon_spec.binary, Release(sha256=target, size=0, name=name, created=now_iso(),
+                                                             by=who_am_i(), source="disk")))
         free_kib = int((facts.get("free", "").split() or ["0"] * 4)[3] or 0)
-        needed = binary.size * (1 if new.id in releases else 2) // 1024 + 1024
-        if free_kib < needed:
-            raise Refused(f"only {free_kib // 1024} MiB free beside {spec.binary}; the upload and backup need "
-                          f"{needed // 1024} MiB (free some space)", host=self.host.name)
-        missing = self.host.run(Cmd("sh", "-c", 'for f; do [ -e "$f" ] || echo "$f"; done', "check",
-                                    *_config_paths(new.argv))).stdout.split("\n")
-        missing = [m for m in missing if m]
-        if missing:
-            raise BadInput(f"config file {missing[0]} named in the daemon's arguments is missing on the host "
-                           f"(create it, or fix daemon.args)", host=self.host.name)
+        return Plan(host=self.host.name, binary=None, status=status, daemon=daemon, releases=releases,
+                    current=current, new=None, to_save=tuple(to_save), warnings=tuple(self._warnings(status, daemon)),
+                    unchanged=False, history=tuple(self._journal_history()), free_kib=free_kib)
 
+    def _warnings(self, status: HostStatus, daemon: Daemon | None) -> list[str]:
         warnings = []
         for s in status.other_sessions:
             warnings.append(f"{s.user} is logged in ({s.tty}, {s.source or 'local'}, {s.since})")
@@ -269,18 +260,74 @@ class Swap:
                 warnings.append(f"GPU process {app.pid} ({app.name}) is not the daemon")
         if status.gpu_error:
             warnings.append(status.gpu_error)
+        return warnings
 
+    def _check_configs(self, argv: tuple[str, ...]) -> None:
+        missing = self.host.run(Cmd("sh", "-c", 'for f; do [ -e "$f" ] || echo "$f"; done', "check",
+                                    *_config_paths(argv))).stdout.split()
+        if missing:
+            raise BadInput(f"config file {missing[0]} named in the daemon's arguments is missing on the host "
+                           f"(create it, or fix daemon.args)", host=self.host.name)
+
+    def plan(self, binary_path: str, restart: bool = False) -> Plan:
+        """Everything a deploy checks before anything changes; raises BadInput or Refused."""
+        binary = elf.inspect(binary_path)
+        sit = self.situation()
+        elf.check_arch(binary, sit.status.arch, self.host.name)
+        spec, releases, daemon = self.daemon_spec, sit.releases, sit.daemon
+        base = daemon or releases.get(sit.current or "")
+        args = spec.args if spec.args is not None else (tuple(base.argv[1:]) if base and base.argv else ())
+        cwd = spec.cwd or (base.cwd if base and base.cwd else str(PurePosixPath(spec.binary).parent))
+        new = Release(
+            sha256=binary.sha256, size=binary.size, name=PurePosixPath(spec.binary).name, created=now_iso(),
+            by=who_am_i(), argv=(spec.binary, *args), cwd=cwd, env=self.env_for(base.env if base else None))
+        if new.id in releases:  # deployed before: keep its record, take the new command line
+            new = replace(releases[new.id], argv=new.argv, cwd=new.cwd, env=new.env, status="ok")
+        needed = binary.size * (1 if new.id in releases else 2) // 1024 + 1024
+        if sit.free_kib < needed:
+            raise Refused(f"only {sit.free_kib // 1024} MiB free beside {spec.binary}; the upload and backup need "
+                          f"{needed // 1024} MiB (free some space)", host=self.host.name)
+        self._check_configs(new.argv)
         unchanged = bool(daemon and daemon.sha256 == binary.sha256 and not restart)
-        plan = Plan(host=self.host.name, binary=binary, status=status, daemon=daemon, releases=releases,
-                    current=current, new=new, to_save=tuple(to_save), warnings=tuple(warnings),
-                    unchanged=unchanged, history=tuple(self._journal_history()))
-        return Plan(**{**plan.__dict__, "commands": tuple(self.describe(plan))})
+        plan = replace(sit, binary=binary, new=new, unchanged=unchanged)
+        return replace(plan, commands=tuple(self.describe(plan)))
+
+    def plan_rollback(self, to: str | None = None) -> Plan:
+        """A plan whose new release is an earlier one: `to` (a sha256 prefix or a history index) or the
+        last known-good release before the one running now."""
+        sit = self.situation()
+        running = sit.daemon.sha256[:12] if sit.daemon else sit.current
+        known = sit.known
+        if to:
+            target = self._find_release(known, to)
+        else:
+            target = previous_good(known, running, list(sit.history))
+            if target is None:
+                raise Refused("no earlier known-good release to roll back to (see `swapctl history`)",
+                              host=self.host.name)
+        if target.id == running and sit.daemon:
+            raise BadInput(f"release {target.id} is the one running now; pick another with --to", host=self.host.name)
+        if target.argv:
+            self._check_configs(target.argv)
+        plan = replace(sit, new=target)
+        return replace(plan, commands=tuple(self.describe(plan)))
+
+    def _find_release(self, known: dict[str, Release], to: str) -> Release:
+        ordered = releases_newest_first(known)
+        if to.isdigit() and len(to) <= 3 and 1 <= int(to) <= len(ordered):
+            return ordered[int(to) - 1]
+        found = [r for r in ordered if r.sha256.startswith(to.lower())]
+        if len(found) == 1:
+            return found[0]
+        what = "matches several releases" if found else "matches no release"
+        raise BadInput(f"--to {to} {what}; give a longer sha256 prefix or an index from `swapctl history`",
+                       host=self.host.name)
 
     def describe(self, plan: Plan) -> list[str]:
         """The remote commands a deploy would run, for --dry-run."""
         new, st, spec = plan.new, self.state, self.daemon_spec
         cmds = [f"flock -n {st}/lock (held for the whole deploy)"]
-        if new.id not in plan.releases:
+        if plan.binary and new.id not in plan.releases:
             cmds += [f"sftp put {plan.binary.path} {st}/releases/.upload-{new.id}",
                      f"sha256sum {st}/releases/.upload-{new.id}  # must be {new.sha256}",
                      f"mv {st}/releases/.upload-{new.id} {new.path(st)}", f"ldd {new.path(st)}"]
@@ -438,13 +485,14 @@ class Swap:
         spec, st = self.daemon_spec, self.state
         self.run(scripts.SWITCH, spec.binary, rel.path(st), label="switch")
         argv = rel.argv or (spec.binary,)
-        # The recorded argv[0] is kept; the program run is the binary path (now the release) unless the
-        # recorded command ran another path (an adopted daemon), which runs from its saved copy.
-        exe = spec.binary if argv[0] in (spec.binary, PurePosixPath(spec.binary).name) else rel.path(st)
+        # The daemon runs from the binary path (now the release) when that is its recorded argv[0]; a
+        # command recorded with another argv[0] (an adopted daemon) runs from its saved copy, with that argv[0].
+        if argv[0] == spec.binary and "=" not in argv[0]:
+            command = list(argv)
+        else:
+            command = ["perl", "-e", scripts.PERL_ARGV0, rel.path(st), *argv]
         env = [Secret(f"{k}={v}") if k in spec.secret_env else f"{k}={v}" for k, v in rel.env or ()]
-        unit = ""
-        cmd = scripts.script(scripts.START, rel.cwd or "/", spec.log, exe, argv[0], str(len(env)), unit,
-                             *env, *argv[1:], label="start", bash=True)
+        cmd = scripts.script(scripts.START, rel.cwd or "/", spec.log, "", *env, *command, label="start")
         out = self.host.run(cmd).stdout.split()
         pid, offset = int(out[1]), int(out[2])
         self.emit("start", f"started {rel.id} as pid {pid}")
@@ -462,7 +510,8 @@ class Swap:
                 seen.append(text)
 
         cmd = scripts.script(scripts.WAIT_READY, str(pid), spec.log, str(offset), spec.ready_log,
-                             str(int(spec.ready_timeout_s)), str(spec.ready_port or ""), label="wait-ready", bash=True)
+                             str(int(spec.ready_timeout_s)), str(spec.ready_port or ""), label="wait-ready",
+                             bash=bool(spec.ready_port))  # /dev/tcp is bash's
         self.host.stream(cmd, line, timeout=spec.ready_timeout_s + 60)
         alive = "ALIVE 1" in seen
         if "READY" in seen and alive:
@@ -562,7 +611,7 @@ def _roll_back(sw: Swap, plan: Plan, failed: Release, fallback: Release | None, 
         pids = sw.stop_pid(back.pid)
         sw.wait_memory(pids, "")
     log = f"{sw.daemon_spec.log} from byte {back.offset}"
-    entry = {"action": "auto-rollback", "from": failed.sha256, "steps": sw.steps, "failed_log": log,
+    entry = {"action": "auto-rollback" if outcome.action == "deploy" else "rollback", "from": failed.sha256, "steps": sw.steps, "failed_log": log,
              "reason": back.why}
     if fallback is None:
         sw.journal({**entry, "to": None, "outcome": "no-daemon"})
@@ -577,6 +626,9 @@ def _roll_back(sw: Swap, plan: Plan, failed: Release, fallback: Release | None, 
                            f"no daemon runs now; logs: {sw.daemon_spec.log}", host=sw.host.name,
                            detail=sw.log_tail(offset))
     sw.journal({**entry, "to": fallback.sha256, "current": fallback.id, "outcome": "rolled-back", "pid": pid})
+    if outcome.action == "rollback":  # the host runs what it ran, but not what was asked for
+        raise UnknownState(f"the rollback to {failed.id} failed ({back.why}); {fallback.id}, which ran before, "
+                           f"runs again as pid {pid}. Failed log: {log}", host=sw.host.name, detail=tail)
     raise RolledBack(f"{failed.id} failed ({back.why}); rolled back: {fallback.id} runs again as pid {pid}. "
                      f"Failed log: {log}", host=sw.host.name, detail=tail)
 
@@ -605,6 +657,24 @@ def deploy(sw: Swap, plan: Plan) -> Outcome:
         return outcome
     except KeyboardInterrupt:
         raise Refused("interrupted before the old daemon was stopped: nothing changed on the host",
+                      host=sw.host.name) from None
+    finally:
+        sw.unlock()
+
+
+def rollback(sw: Swap, plan: Plan) -> Outcome:
+    """Back to `plan.new`, an earlier release, started exactly as recorded; lock, backup and swap_in."""
+    assert plan.new is not None
+    t = time.monotonic()
+    sw.lock()
+    try:
+        sw.timed("lock", t)
+        sw.backup(plan)
+        running = plan.known.get(plan.daemon.sha256[:12]) if plan.daemon else plan.known.get(plan.current or "")
+        fallback = running if running and running.status == "ok" and running.id != plan.new.id else None
+        return swap_in(sw, plan, plan.new, "rollback", fallback)
+    except KeyboardInterrupt:
+        raise Refused("interrupted before the daemon was stopped: nothing changed on the host",
                       host=sw.host.name) from None
     finally:
         sw.unlock()

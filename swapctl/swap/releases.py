@@ -70,16 +70,32 @@ def parse_releases(lines: str) -> dict[str, Release]:
     return out
 
 
-def previous_good(releases: dict[str, Release], current: str | None, history: list[str]) -> Release | None:
-    """The last known-good release before `current`: newest first by the journal, then by creation."""
-    seen = set()
-    order = [rid for rid in reversed(history) if not (rid in seen or seen.add(rid))]
-    order += [r.id for r in sorted(releases.values(), key=lambda r: r.created, reverse=True) if r.id not in seen]
-    for rid in order:
-        r = releases.get(rid)
-        if r and rid != current and r.status == "ok":
-            return r
+def deploy_order(releases: dict[str, Release], deployed: list[str]) -> list[str]:
+    """Release ids oldest first: adopted and found-on-disk ones, then each deploy's, where it last landed."""
+    found = [r.id for r in sorted(releases.values(), key=lambda r: r.created) if r.source != "upload"]
+    order: list[str] = []
+    for rid in found + deployed:
+        if rid in order:
+            order.remove(rid)
+        order.append(rid)
+    # uploads the journal does not know (it was lost or cleared) go by creation time, before the rest
+    unknown = [r.id for r in sorted(releases.values(), key=lambda r: r.created) if r.id not in order]
+    return unknown + order
+
+
+def previous_good(releases: dict[str, Release], current: str | None, deployed: list[str]) -> Release | None:
+    """The last known-good release before `current` in deploy order; never `current`, never a bad one."""
+    order = [rid for rid in deploy_order(releases, deployed) if rid in releases]
+    before = order[: order.index(current)] if current in order else order
+    for rid in reversed(before):
+        if releases[rid].status == "ok" and rid != current:
+            return releases[rid]
     return None
+
+
+def releases_newest_first(releases: dict[str, Release]) -> list[Release]:
+    """The order `swapctl history` numbers releases in (1 = newest)."""
+    return sorted(releases.values(), key=lambda r: r.created, reverse=True)
 
 
 def to_prune(releases: dict[str, Release], keep: int, protect: set[str]) -> list[Release]:

@@ -33,7 +33,6 @@ INSPECT = r"""
 pid=$1; bin=$2; state=$3
 sec() { printf '\n==> %s\n' "$1"; }
 sec arch; uname -m
-sec bash; command -v bash
 sec binary
 if [ -L "$bin" ]; then echo "link $(readlink -- "$bin")"
 elif [ -f "$bin" ]; then echo "file $(sha256sum < "$bin" | cut -d' ' -f1)"
@@ -150,22 +149,23 @@ while :; do
 done
 """
 
-# Starts the daemon detached from the SSH session, with an exact argv (argv[0] too) and environment.
-# Needs bash for `exec -a`. Prints STARTED pid log_offset.
+# Starts the daemon detached from the SSH session, in exactly the recorded environment: the arguments
+# after the fixed ones are `K=V...` then the command, as `env -i` takes them. Prints STARTED pid offset.
 START = r"""
-cwd=$1; log=$2; exe=$3; argv0=$4; nenv=$5; unit=$6; shift 6
+cwd=$1; log=$2; unit=$3; shift 3
 off=$(stat -c %s -- "$log" 2>/dev/null || echo 0)
 if [ -n "$unit" ]; then
   systemctl start -- "$unit" || exit 1
-  sleep 0.2
   echo "STARTED $(systemctl show -p MainPID --value -- "$unit") $off"
   exit 0
 fi
-envs=("${@:1:$nenv}"); shift "$nenv"
 cd -- "$cwd" || exit 1
-setsid env -i "${envs[@]}" "$BASH" -c 'exec -a "$0" "$@"' "$argv0" "$exe" "$@" >> "$log" 2>&1 < /dev/null &
+setsid env -i "$@" >> "$log" 2>&1 < /dev/null &
 echo "STARTED $! $off"
 """
+
+# Runs a program under another argv[0] without adding to its environment (bash's exec -a would).
+PERL_ARGV0 = 'my $exe = shift; exec {$exe} @ARGV or die "swapctl: cannot run $exe: $!\\n";'
 
 # Streams the daemon's log from an offset until the ready regex matches (READY), the daemon exits
 # (EXITED), or the time is up (TIMEOUT). With a port, ready is a connection accepted on it.

@@ -1,0 +1,149 @@
+"""`swapctl rollback` and `swapctl history` against the real sshd and real prover processes."""
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from lab import prover_config
+from test_deploy import cmdline, deploy, exe_sha, journal, sha, swapctl
+
+
+@pytest.fixture(autouse=True)
+def _state(swapctl_env):
+    """Local history goes to the test's own XDG state directory."""
+
+
+def rollback(box, *extra: str):
+    return swapctl("rollback", "lab", "--yes", "-p", str(box.playbook_path), *extra)
+
+
+def releases(box) -> set[str]:
+    return {p.name for p in (box.data / ".swapctl" / "cuzk" / "releases").iterdir() if not p.name.startswith(".")}
+
+
+def test_rollback_restarts_old_daemon_with_same_args_and_bytes(box, prover, prover_b):
+    old = box.start_by_hand(prover)
+    argv = cmdline(old)
+    assert deploy(box, prover_b).returncode == 0
+    r = rollback(box)
+    assert r.returncode == 0, r.stderr
+    assert f"rolled back to {sha(prover)[:12]}" in r.stdout
+    [pid] = box.daemons()
+    assert cmdline(pid) == argv and exe_sha(pid) == sha(prover)
+    assert sha(box.binary.resolve()) == sha(prover)  # the binary on disk is byte-identical to A
+    assert journal(box)[-1]["action"] == "rollback" and journal(box)[-1]["outcome"] == "rolled-back"
+
+
+def test_rollback_after_adoption_restores_the_hand_started_command_line(box, prover, prover_b, tmp_path):
+    # an engineer ran another file with another config, by hand
+    hand = box.data / "cuzk-priodisp"
+    shutil.copy(prover, hand)
+    config = tmp_path / "cuzk-memtest-config.toml"
+    config.write_text(prover_config(memory_mib=24))
+    box.config.write_text(prover_config())
+    import subprocess
+
+    proc = subprocess.Popen([str(hand), "--config", str(config)], stdout=open(box.log, "ab"), stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL, cwd=tmp_path, start_new_session=True,
+                            env={"PATH": "/usr/bin:/bin", "RUST_LOG": "debug", "HOME": "/root"})
+    from lab import wait_until
+
+    wait_until(lambda: "ready" in box.log.read_text(errors="replace"), what="ready")
+    box.write_playbook(daemon={"match": "cuzk"})
+    r = deploy(box, prover_b)
+    assert r.returncode == 0, r.stderr
+    [b] = box.daemons()
+    assert cmdline(b) == [str(box.binary), "--config", str(box.config)]
+    r = rollback(box)
+    assert r.returncode == 0, r.stderr
+    [a] = box.daemons()
+    assert cmdline(a) == [str(hand), "--config", str(config)]
+    assert os.readlink(f"/proc/{a}/cwd") == str(tmp_path)
+    env = dict(kv.split("=", 1) for kv in Path(f"/proc/{a}/environ").read_text().split("\0") if "=" in kv)
+    assert env == {"PATH": "/usr/bin:/bin", "RUST_LOG": "debug", "HOME": "/root"}
+    assert exe_sha(a) == sha(prover)
+    proc.wait(0)  # the hand-started original was stopped by the deploy
+
+
+def _three_releases(box, prover, prover_b, lab_dir):
+    from lab import build_prover
+
+    prover_c = build_prover(lab_dir / "bin" / "prover-c", TIMING="1", TAG="c")
+    box.start_by_hand(prover)
+    assert deploy(box, prover_b).returncode == 0
+    assert deploy(box, prover_c).returncode == 0
+    return prover_c
+
+
+def test_rollback_to_an_older_release_by_prefix_and_by_index(box, prover, prover_b, lab_dir):
+    prover_c = _three_releases(box, prover, prover_b, lab_dir)
+    r = rollback(box, "--to", sha(prover)[:8])
+    assert r.returncode == 0, r.stderr
+    assert [exe_sha(p) for p in box.daemons()] == [sha(prover)]
+    h = json.loads(swapctl("history", "lab", "--json", "-p", str(box.playbook_path)).stdout)
+    index = {r["sha256"]: r["index"] for r in h["releases"]}
+    assert index[sha(prover_c)] == 1  # newest first
+    r = rollback(box, "--to", str(index[sha(prover_c)]))
+    assert r.returncode == 0, r.stderr
+    assert [exe_sha(p) for p in box.daemons()] == [sha(prover_c)]
+
+
+def test_two_rollbacks_in_a_row_walk_back(box, prover, prover_b, lab_dir):
+    _three_releases(box, prover, prover_b, lab_dir)
+    assert rollback(box).returncode == 0
+    assert [exe_sha(p) for p in box.daemons()] == [sha(prover_b)]
+    assert rollback(box).returncode == 0
+    assert [exe_sha(p) for p in box.daemons()] == [sha(prover)]
+    r = rollback(box)
+    assert r.returncode == 3 and "no earlier known-good release" in r.stderr
+
+
+def test_rollback_skips_a_release_marked_bad(box, prover, prover_b, prover_crash):
+    box.start_by_hand(prover)
+    assert deploy(box, prover_b).returncode == 0
+    assert deploy(box, prover_crash).returncode == 4  # auto rollback to B; the crash build is marked bad
+    r = rollback(box)
+    assert r.returncode == 0, r.stderr
+    assert [exe_sha(p) for p in box.daemons()] == [sha(prover)]
+
+
+def test_pruning_keeps_the_current_and_the_rollback_target(box, prover, prover_b, prover_crash, lab_dir):
+    from lab import build_prover
+
+    prover_c = build_prover(lab_dir / "bin" / "prover-c", TIMING="1", TAG="c")
+    box.write_playbook(releases={"keep": 2})
+    box.start_by_hand(prover)
+    assert deploy(box, prover_b).returncode == 0
+    assert deploy(box, prover_crash).returncode == 4
+    assert deploy(box, prover_c).returncode == 0
+    assert releases(box) == {sha(prover_b)[:12], sha(prover_c)[:12]}
+    assert rollback(box).returncode == 0
+    assert [exe_sha(p) for p in box.daemons()] == [sha(prover_b)]
+
+
+def test_rollback_whose_target_fails_exits_unknown_state_and_says_what_runs(box, prover, prover_b):
+    box.start_by_hand(prover)
+    assert deploy(box, prover_b).returncode == 0
+    saved = box.data / ".swapctl/cuzk/releases" / sha(prover)[:12] / "cuzk"
+    saved.write_bytes(saved.read_bytes()[:4096])  # the saved copy of A is damaged: it cannot run
+    r = rollback(box)
+    assert r.returncode == 5, r.stderr
+    assert f"the rollback to {sha(prover)[:12]} failed" in r.stderr
+    [pid] = box.daemons()
+    assert exe_sha(pid) == sha(prover_b)
+    assert f"{sha(prover_b)[:12]}, which ran before, runs again as pid {pid}" in r.stderr
+
+
+def test_history_table_marks_current_release(box, prover, prover_b):
+    box.start_by_hand(prover)
+    assert deploy(box, prover_b).returncode == 0
+    r = swapctl("history", "lab", "-p", str(box.playbook_path))
+    assert r.returncode == 0, r.stderr
+    assert sha(prover_b)[:12] in r.stdout and "adopted" in r.stdout and "deploy" in r.stdout
+    h = json.loads(swapctl("history", "lab", "--json", "-p", str(box.playbook_path)).stdout)
+    assert h["current"] == sha(prover_b)[:12]
+    assert [r["source"] for r in h["releases"]] == ["upload", "adopted"]
+    assert "env" not in h["releases"][0]  # environment values stay on the host
