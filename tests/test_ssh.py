@@ -106,8 +106,13 @@ def test_held_command_ends_when_released(sshd, tmp_path):
         held.close()
         from lab import wait_until
 
-        wait_until(lambda: not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2],
-                   what="held command to end")
+        def ended() -> bool:
+            try:
+                return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+            except OSError:  # gone, possibly between two reads
+                return True
+
+        wait_until(ended, what="held command to end")
 
 
 safe_text = st.text(alphabet=st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",)), max_size=40)

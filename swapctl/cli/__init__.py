@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from . import deploy, history, init, rollback, sandbox, status
+from . import deploy, fetch_logs, history, init, rollback, sandbox, status, timings
 
 app = typer.Typer(
     name="swapctl",
@@ -18,6 +18,8 @@ app.command()(status.status)
 app.command()(deploy.deploy)
 app.command()(rollback.rollback)
 app.command()(history.history)
+app.command()(timings.timings)
+app.command(name="fetch-logs")(fetch_logs.fetch_logs)
 app.add_typer(sandbox.app, name="sandbox")
 
 

@@ -45,9 +45,16 @@ class Host(ABC):
             raise RemoteCommandFailed(self.name, str(cmd), result.exit_code, tail, hint)
         return result
 
-    @abstractmethod
     def stream(self, cmd: Cmd, on_line: LineSink, *, stdin: bytes | None = None, timeout: float = 120) -> Result:
         """Runs `cmd`, handing each stdout line to `on_line` as it arrives."""
+        lines = _Lines(on_line)
+        code, err = self.stream_bytes(cmd, lines.feed, stdin=stdin, timeout=timeout)
+        return Result(cmd, code, lines.finish(), err.decode("utf-8", "replace"))
+
+    @abstractmethod
+    def stream_bytes(self, cmd: Cmd, on_data: Callable[[bytes], None], *, stdin: bytes | None = None,
+                     timeout: float = 120) -> tuple[int, bytes]:
+        """Runs `cmd`, handing its stdout to `on_data` as raw bytes; returns (exit code, stderr)."""
 
     @abstractmethod
     def put(self, local: BinaryIO, remote_path: str, size: int, progress: Progress | None = None) -> None:
@@ -113,16 +120,17 @@ class LocalHost(Host):
             start_new_session=True,
         )
 
-    def stream(self, cmd: Cmd, on_line: LineSink, *, stdin: bytes | None = None, timeout: float = 120) -> Result:
+    def stream_bytes(self, cmd: Cmd, on_data: Callable[[bytes], None], *, stdin: bytes | None = None,
+                     timeout: float = 120) -> tuple[int, bytes]:
         proc = self._popen(cmd, stdin is not None)
         if stdin is not None:
             assert proc.stdin
             proc.stdin.write(stdin)
             proc.stdin.close()
-        out, err = _Lines(on_line), bytearray()
+        err = bytearray()
         deadline = time.monotonic() + timeout
         with selectors.DefaultSelector() as sel:
-            sel.register(proc.stdout, selectors.EVENT_READ, out.feed)  # type: ignore[arg-type]
+            sel.register(proc.stdout, selectors.EVENT_READ, on_data)  # type: ignore[arg-type]
             sel.register(proc.stderr, selectors.EVENT_READ, err.extend)  # type: ignore[arg-type]
             while sel.get_map():
                 remaining = deadline - time.monotonic()
@@ -136,8 +144,7 @@ class LocalHost(Host):
                         key.data(data)
                     else:
                         sel.unregister(key.fileobj)
-        code = proc.wait()
-        return Result(cmd, code, out.finish(), err.decode("utf-8", "replace"))
+        return proc.wait(), bytes(err)
 
     def put(self, local: BinaryIO, remote_path: str, size: int, progress: Progress | None = None) -> None:
         done = 0

@@ -14,7 +14,7 @@ import socket
 import threading
 import time
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Callable
 
 import fabric
 import paramiko
@@ -22,7 +22,7 @@ import paramiko
 from ..errors import HostKeyError, Refused, RemoteTimeout, Unreachable
 from ..playbook import HostSpec
 from .cmd import Cmd
-from .host import Held, Host, LineSink, Progress, Result, _Lines
+from .host import Held, Host, Progress
 
 CONNECT_TIMEOUT_S = 15
 WINDOW_SIZE = 64 << 20  # paramiko's 2 MiB default window starves bulk transfers
@@ -145,17 +145,18 @@ class SshHost(Host):
 
     # -- commands --------------------------------------------------------------------------------
 
-    def stream(self, cmd: Cmd, on_line: LineSink, *, stdin: bytes | None = None, timeout: float = 120) -> Result:
+    def stream_bytes(self, cmd: Cmd, on_data: Callable[[bytes], None], *, stdin: bytes | None = None,
+                     timeout: float = 120) -> tuple[int, bytes]:
         chan = self._open_channel(cmd)
         try:
             if stdin:
                 chan.sendall(stdin)
             chan.shutdown_write()
-            out, err = _Lines(on_line), bytearray()
+            err = bytearray()
             deadline = time.monotonic() + timeout
             while True:
                 while chan.recv_ready():
-                    out.feed(chan.recv(1 << 16))
+                    on_data(chan.recv(1 << 16))
                 while chan.recv_stderr_ready():
                     err += chan.recv_stderr(1 << 16)
                 if chan.eof_received and not chan.recv_ready() and not chan.recv_stderr_ready():
@@ -166,8 +167,7 @@ class SshHost(Host):
                 if remaining <= 0:
                     raise RemoteTimeout(f"`{cmd}` did not finish within {timeout:.0f} s", host=self.name)
                 select.select([chan], [], [], min(remaining, 1.0))
-            code = chan.recv_exit_status()
-            return Result(cmd, code, out.finish(), err.decode("utf-8", "replace"))
+            return chan.recv_exit_status(), bytes(err)
         except (OSError, EOFError, paramiko.SSHException) as exc:
             raise self._lost(f"{cmd} ({exc})") from None
         finally:

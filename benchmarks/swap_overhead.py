@@ -1,0 +1,228 @@
+#!/usr/bin/env python3
+"""Time swapctl adds to a swap, against a hand-written ssh script and an Ansible playbook, in one run.
+
+Each tool swaps build A of the stand-in prover for build B on a real sshd on loopback. A watcher on
+this machine timestamps, from /proc and the log, the events the tools wait for:
+  old gone   the old daemon has exited (its memory is back: MemAvailable crosses the threshold here)
+  new start  the new process exists
+  ready      the new daemon wrote its ready line (its timestamp in the log)
+  reported   the tool said it is done
+Overheads: start gap = new start - old gone; report gap = reported - ready. Floor = what the daemon
+needs itself: its exit after the signal plus its start-up (ready - new start).
+Usage: python3 benchmarks/swap_overhead.py [--runs N]   (root; needs sshd, g++)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from swapctl.sandbox import build_prover, make_server, prover_config, start_daemon  # noqa: E402
+
+START_DELAY_MS = 300  # the stand-in's "SRS load" before it is ready
+
+
+class Watcher(threading.Thread):
+    """Polls /proc every millisecond for the old daemon's exit and the new daemon's appearance."""
+
+    def __init__(self, old_pid: int, data: Path):
+        super().__init__(daemon=True)
+        self.old_pid, self.data = old_pid, str(data).encode()
+        self.old_gone = self.new_start = None
+        self.stop = False
+
+    def alive(self, pid: int) -> bool:
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+        except OSError:
+            return False
+
+    def run(self) -> None:
+        while not self.stop and (self.old_gone is None or self.new_start is None):
+            now = time.time()
+            if self.old_gone is None and not self.alive(self.old_pid):
+                self.old_gone = now
+            if self.new_start is None:
+                for p in Path("/proc").iterdir():
+                    if p.name.isdigit() and int(p.name) != self.old_pid:
+                        try:
+                            if (p / "cmdline").read_bytes().startswith(self.data) and self.alive(int(p.name)):
+                                self.new_start = now
+                                break
+                        except OSError:
+                            pass
+            time.sleep(0.001)
+
+
+def ready_time(log: Path, after: int) -> float:
+    for line in log.read_bytes()[after:].decode(errors="replace").splitlines():
+        if "cuzk-daemon ready" in line:
+            stamp = line.split()[0].rstrip("Z")
+            return datetime.fromisoformat(stamp).replace(tzinfo=timezone.utc).timestamp()
+    raise RuntimeError("no ready line")
+
+
+def ssh_base(server) -> list[str]:
+    return ["ssh", "-q", "-p", str(server.port), "-i", str(server.client_key), "-o", "BatchMode=yes",
+            "-o", f"UserKnownHostsFile={server.known_hosts}", f"root@{server.address}"]
+
+
+def by_swapctl(server, data: Path, a: Path, b: Path, playbook: Path, env: dict) -> None:
+    subprocess.run([sys.executable, "-m", "swapctl", "deploy", "box", "--binary", str(b), "--yes",
+                    "-p", str(playbook)], check=True, env=env, capture_output=True)
+
+
+def by_ssh_script(server, data: Path, a: Path, b: Path, playbook: Path, env: dict) -> None:
+    """What engineers write by hand: kill, sleep, copy, start, poll the log."""
+    ssh = ssh_base(server)
+    binary, log, config = data / "cuzk", data / "cuzk.log", data / "cuzk.toml"
+    subprocess.run(ssh + [f"pkill -TERM -f '^{binary} '"], check=False)
+    time.sleep(1)
+    subprocess.run(ssh + [f"cp {b} {binary}.new && mv {binary}.new {binary} && cd {data} && "
+                          f"(setsid nohup {binary} --config {config} >> {log} 2>&1 < /dev/null &)"], check=True)
+    while subprocess.run(ssh + [f"tail -n 5 {log} | grep -q 'ready.*serving'"]).returncode != 0:
+        time.sleep(1)
+
+
+ANSIBLE_PLAY = """
+- hosts: box
+  gather_facts: false
+  tasks:
+    - name: stop the daemon
+      shell: pkill -TERM -f '^{binary} ' || true
+    - name: wait for it to exit
+      wait_for:
+        path: /proc/{pid}/status
+        state: absent
+        timeout: 60
+    - name: install the new binary
+      shell: cp {new} {binary}.new && mv {binary}.new {binary}
+    - name: start it
+      shell: cd {data} && (setsid nohup {binary} --config {config} >> {log} 2>&1 < /dev/null &)
+    - name: wait for ready
+      wait_for:
+        path: {log}
+        search_regex: "serving on"
+        timeout: 60
+"""
+
+
+def ansible_bin() -> Path | None:
+    venv = ROOT / "benchmarks" / ".venv-ansible"
+    exe = venv / "bin" / "ansible-playbook"
+    if not exe.exists():
+        try:
+            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True)
+            subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "ansible-core"], check=True,
+                           capture_output=True, timeout=600)
+        except (subprocess.SubprocessError, OSError):
+            return None
+    return exe
+
+
+def by_ansible(server, data: Path, a: Path, b: Path, playbook: Path, env: dict, pid: int = 0) -> None:
+    exe = ansible_bin()
+    work = data.parent / "ansible"
+    work.mkdir(exist_ok=True)
+    (work / "inventory").write_text(
+        f"box ansible_host={server.address} ansible_port={server.port} ansible_user=root "
+        f"ansible_ssh_private_key_file={server.client_key} "
+        f"ansible_ssh_common_args='-o UserKnownHostsFile={server.known_hosts}'\n")
+    # the log's size before the start: wait_for must find the new ready line, not the old one
+    (work / "play.yml").write_text(ANSIBLE_PLAY.format(
+        binary=data / "cuzk", pid=pid, new=b, data=data, config=data / "cuzk.toml", log=data / "cuzk.log"))
+    subprocess.run([str(exe), "-i", str(work / "inventory"), str(work / "play.yml")], check=True,
+                   capture_output=True, env={**env, "ANSIBLE_HOST_KEY_CHECKING": "True"})
+
+
+def one_swap(tool, server, base: Path, a: Path, b: Path, env: dict) -> dict:
+    data = base / "data"
+    if data.exists():
+        shutil.rmtree(data)
+    data.mkdir()
+    shutil.copy(a, data / "cuzk")
+    (data / "cuzk.toml").write_text(prover_config(memory_mib=512, start_delay_ms=START_DELAY_MS))
+    log = data / "cuzk.log"
+    pid = start_daemon(data / "cuzk", data / "cuzk.toml", log, data)
+    offset = log.stat().st_size
+    playbook = base / "swapctl.toml"
+    playbook.write_text(server.playbook(name="box", daemon={
+        "binary": str(data / "cuzk"), "args": ["--config", str(data / "cuzk.toml")], "match": str(data / "cuzk"),
+        "log": str(log), "ready_timeout_s": 30, "stop_grace_s": 10},
+        memory={"min_available_gib": 1, "release_timeout_s": 60}))
+    watcher = Watcher(pid, data)
+    watcher.start()
+    started = time.time()
+    if tool is by_ansible:
+        by_ansible(server, data, a, b, playbook, env, pid=pid)
+    else:
+        tool(server, data, a, b, playbook, env)
+    reported = time.time()
+    watcher.join(5)
+    subprocess.run(["pkill", "-KILL", "-f", str(data)], check=False)
+    ready = ready_time(log, offset)
+    startup = ready - watcher.new_start
+    return {"total": reported - started, "start_gap": watcher.new_start - watcher.old_gone,
+            "report_gap": reported - ready, "startup": startup,
+            "stop": watcher.old_gone - started}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--no-ansible", action="store_true")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    base = Path(tempfile.mkdtemp(prefix="swapctl-bench-"))
+    env = {**os.environ, "XDG_STATE_HOME": str(base / "state"), "XDG_CACHE_HOME": str(base / "cache")}
+    server = make_server(base / "sshd")
+    server.start()
+    server.trust()
+    a = build_prover(base / "prover-a", TAG="a")
+    b = build_prover(base / "prover-b", TAG="b")
+    tools = {"swapctl": by_swapctl, "ssh script": by_ssh_script}
+    if not args.no_ansible and ansible_bin():
+        tools["ansible"] = by_ansible
+    results: dict[str, dict[str, float]] = {}
+    try:
+        for name, tool in tools.items():
+            runs = [one_swap(tool, server, base, a, b, env) for _ in range(args.runs)]
+            results[name] = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+    finally:
+        server.stop()
+        shutil.rmtree(base, ignore_errors=True)
+    if args.json:
+        print(json.dumps(results, indent=1))
+        return
+    print(f"swap of the stand-in prover (512 MiB held, {START_DELAY_MS} ms start-up) over sshd on loopback; "
+          f"median of {args.runs}")
+    print(f"{'tool':<12} {'total s':>8} {'start gap ms':>13} {'report gap ms':>14} {'over floor s':>13}")
+    for name, r in results.items():
+        floor = r["stop"] + r["startup"]
+        print(f"{name:<12} {r['total']:8.2f} {r['start_gap'] * 1000:13.0f} {r['report_gap'] * 1000:14.0f} "
+              f"{r['total'] - floor:13.2f}")
+    s = results["swapctl"]
+    for name, r in results.items():
+        if name != "swapctl":
+            print(f"swapctl vs {name}: start gap {s['start_gap'] / r['start_gap']:.2f}x, "
+                  f"report gap {s['report_gap'] / max(r['report_gap'], 1e-3):.2f}x, total {s['total'] / r['total']:.2f}x")
+    ok = s["start_gap"] < 0.2 and s["report_gap"] < 0.2
+    print(f"goal (each gap < 200 ms): {'met' if ok else 'NOT met'}; swapctl over floor "
+          f"{s['total'] - s['stop'] - s['startup']:.2f} s (goal < 0.5 s)")
+
+
+if __name__ == "__main__":
+    main()

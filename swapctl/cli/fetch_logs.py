@@ -1,0 +1,78 @@
+"""`swapctl fetch-logs HOST...`: bring the daemon's logs home, only the new bytes."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from .. import playbook as pb
+from ..errors import BadInput, ExitCode, SwapctlError
+from ..logs.fetch import Fetched, LogFetcher
+from ..remote.group import on_hosts
+from .common import JsonOpt, PlaybookOpt, err, guarded, out, print_json, select_hosts, text, worst
+
+
+def fetch_logs(
+    hosts: Annotated[list[str], typer.Argument(help="Host names, user@address:port, or @group.")],
+    dest: Annotated[Path, typer.Option("--dest", help="Local directory; files go to DEST/<host>/.")] = Path("logs"),
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep fetching new lines until Ctrl-C.")] = False,
+    playbook: PlaybookOpt = None,
+    json: JsonOpt = False,
+) -> None:
+    """Download the files that logs.paths names: incremental, resumable, compressed on the wire."""
+    guarded(lambda: _fetch(hosts, dest, follow, playbook, json))
+
+
+def _fetch(targets: list[str], dest: Path, follow: bool, playbook_path: str | None, as_json: bool) -> int:
+    book = pb.load(playbook_path)
+    patterns = list(book.log_paths) or ([book.daemon.log] if book.daemon.log else [])
+    if not patterns:
+        raise BadInput(f"{book.path}: logs.paths: no log paths; add `paths = [\"/data/*.log\"]` under [logs]")
+    specs = select_hosts(book, targets)
+    results = on_hosts(specs, lambda host: LogFetcher(host, dest).fetch(patterns))
+    codes = []
+    for name, r in results.items():
+        if isinstance(r, BaseException):
+            codes.append(int(getattr(r, "exit_code", ExitCode.FAILED)))
+            err.print(text(f"swapctl: {r}" if isinstance(r, SwapctlError) else f"swapctl: {name}: {r}"),
+                      style="bold red")
+        else:
+            codes.append(0)
+    if as_json:
+        print_json({"hosts": {n: ({"error": str(r)} if isinstance(r, BaseException) else [f.__dict__ for f in r])
+                              for n, r in results.items()}})
+    else:
+        for name, r in results.items():
+            if not isinstance(r, BaseException):
+                for f in r:
+                    _line(name, f)
+    if follow and len(specs) == 1 and not codes[0]:
+        _follow(specs[0], dest, patterns)
+    return worst(codes)
+
+
+def _line(host: str, f: Fetched) -> None:
+    note = " (rotated or truncated on the host: new local copy)" if f.restarted else ""
+    ratio = f", {f.wire_bytes:,} on the wire ({f.method})" if f.new_bytes else ""
+    out.print(text(f"{host}: {f.remote} -> {f.local}: {f.new_bytes:,} new bytes{ratio}{note}"))
+
+
+def _follow(spec: pb.HostSpec, dest: Path, patterns: list[str]) -> None:
+    """Fetches new bytes every second and prints them, like tail -F, until Ctrl-C."""
+    from ..remote import connect
+
+    with connect(spec) as host:
+        fetcher = LogFetcher(host, dest)
+        try:
+            while True:
+                for f in fetcher.fetch(patterns):
+                    if f.new_bytes:
+                        with open(f.local, "rb") as fh:
+                            fh.seek(-f.new_bytes, 2)
+                            out.print(text(fh.read().decode("utf-8", "replace").rstrip("\n")))
+                time.sleep(1)
+        except KeyboardInterrupt:
+            err.print("stopped following")

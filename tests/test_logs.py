@@ -1,0 +1,158 @@
+"""Timing logs: the parser on the reference lines and on real stand-in logs; fetch-logs over real sshd."""
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lab import build_prover, prover_config, wait_until
+from swapctl.logs.timings import parse, summarize
+
+DATA = Path(__file__).parent / "data" / "logs"
+
+
+def swapctl(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "swapctl", *args], capture_output=True, text=True,
+                          timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def test_reference_lines_parse_with_ansi_fields():
+    with open(DATA / "reference.log", "rb") as f:
+        report = parse([f]).report()
+    p = report["phases"]
+    assert p["total_pre_prove_ms"]["p50"] == 3050 and p["spawn_blocking_wall_ms"]["count"] == 1
+    assert p["ntt_kernels"]["p50"] == 8918 and p["coset_intt_sync"]["p50"] == 2
+    assert p["ntt_h_total"]["p50"] == 9825  # CUZK_NTT_H's `total`, kept apart from other totals
+    assert p["barrier_wait_ms"]["p50"] == 120 and p["gpu_total_ms"]["p50"] == 10500
+    assert p["malloc_trim_ms"]["p50"] == 85
+    assert "worker_id" not in p and "num_circuits" not in p and "partition" not in p
+    assert report["skipped_lines"] == 1  # the unknown line: counted, not fatal
+    # busy = (mutex_held - barrier_wait) / wall, wall from the TIMELINE span (1200..11800 ms)
+    assert report["gpu_busy_fraction"] == pytest.approx((10600 - 120) / 10600)
+    assert report["timeline_busy_fraction"] == pytest.approx(1.0)
+    assert report["starved"]["barrier_wait_nonzero"] == 1
+
+
+@pytest.mark.parametrize("values,p50,p95", [
+    ([5], 5, 5), ([1, 3], 2, 3), ([3, 1, 2], 2, 3), (list(range(1, 101)), 50.5, 95),
+])
+def test_percentiles(values, p50, p95):
+    s = summarize(values)
+    assert (s["count"], s["p50"], s["p95"], s["max"]) == (len(values), p50, p95, max(values))
+
+
+@pytest.fixture(scope="module")
+def two_builds(lab_dir, tmp_path_factory):
+    """The same workload from the pageable and the pinned build of the stand-in, as real logs."""
+    out = tmp_path_factory.mktemp("builds")
+    config = out / "c.toml"
+    config.write_text(prover_config(memory_mib=8, partitions=8, partition_mib=48, synth_ms=5, gpu_ms=20) +
+                      "exit_after_ms = 0\n")
+    logs = {}
+    for kind, pinned in (("pageable", "0"), ("pinned", "1")):
+        binary = build_prover(lab_dir / "bin" / f"prover-{kind}", TIMING="1", PINNED=pinned, TAG=kind)
+        log = out / f"{kind}.log"
+        with open(log, "wb") as f:
+            subprocess.run([str(binary), "--config", str(config)], stdout=f, stderr=subprocess.STDOUT, timeout=60)
+        logs[kind] = log
+    return logs
+
+
+def test_pinned_build_shows_shorter_ntt_kernels(two_builds):
+    r = swapctl("timings", "--compare", str(two_builds["pageable"]), str(two_builds["pinned"]), "--json")
+    assert r.returncode == 0, r.stderr
+    c = json.loads(r.stdout)
+    ntt = c["phases"]["ntt_kernels"]
+    assert ntt["after_p50"] < 0.8 * ntt["before_p50"], ntt  # the copy left ntt_kernels
+    assert ntt["change_pct"] < -20
+
+
+def test_timings_json_contract_and_pageable_share(two_builds):
+    r = swapctl("timings", str(two_builds["pageable"]), "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    ntt = doc["phases"]["ntt_kernels"]
+    assert set(ntt) == {"count", "p50", "p95", "max"} and ntt["count"] == 8
+    assert 0 < doc["gpu_busy_fraction"] <= 1 and doc["skipped_lines"] >= 0
+    assert doc["pageable_share"] == 1.0 and doc["partitions"] == 8
+    pinned = json.loads(swapctl("timings", str(two_builds["pinned"]), "--json").stdout)
+    assert pinned["pageable_share"] == 0.0
+
+
+def test_timings_table_for_people(two_builds):
+    r = swapctl("timings", str(two_builds["pageable"]))
+    assert r.returncode == 0
+    assert "ntt_kernels" in r.stdout and "GPU busy by TIMELINE" in r.stdout and "overstates" in r.stdout
+
+
+def test_timings_missing_file_is_bad_input(tmp_path):
+    r = swapctl("timings", str(tmp_path / "none.log"))
+    assert r.returncode == 2 and "none.log: cannot read" in r.stderr
+
+
+# -- fetch-logs over the real sshd ------------------------------------------------------------------
+
+def sha(path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def fetch(box, dest, *extra):
+    return swapctl("fetch-logs", "lab", "--dest", str(dest), "--json", "-p", str(box.playbook_path), *extra)
+
+
+def test_fetch_is_incremental_and_byte_identical(box, prover, tmp_path):
+    box.write_playbook(logs={"paths": [str(box.data / "*.log")]})
+    box.start_by_hand(prover, prover_config(jobs=2))
+    dest = tmp_path / "logs"
+    r = fetch(box, dest)
+    assert r.returncode == 0, r.stderr
+    [first] = json.loads(r.stdout)["hosts"]["lab"]
+    local = Path(first["local"])
+    assert local == dest / "lab" / "cuzk.log"
+    size = local.stat().st_size
+    assert first["new_bytes"] == size > 0 and first["method"] == "zstd"
+    with open(box.log, "ab") as f:  # the daemon writes more
+        f.write(b"TIMELINE,99999,GPU_START,feedface,worker=0,partition=0\n" * 1000)
+    r = fetch(box, dest)
+    [second] = json.loads(r.stdout)["hosts"]["lab"]
+    assert second["new_bytes"] == box.log.stat().st_size - size  # only the new bytes
+    assert second["wire_bytes"] < second["new_bytes"] / 5  # compressed on the wire
+    assert sha(local) == sha(box.log)
+    [third] = json.loads(fetch(box, dest).stdout)["hosts"]["lab"]
+    assert third["new_bytes"] == 0
+
+
+def test_truncated_log_goes_to_a_new_local_file(box, prover, tmp_path):
+    box.write_playbook(logs={"paths": [str(box.data / "*.log")]})
+    box.log.write_bytes(b"generation one\n" * 100)
+    dest = tmp_path / "logs"
+    assert fetch(box, dest).returncode == 0
+    old = (dest / "lab" / "cuzk.log").read_bytes()
+    box.log.write_bytes(b"two\n")  # truncated and rewritten
+    [f] = json.loads(fetch(box, dest).stdout)["hosts"]["lab"]
+    assert f["restarted"] and Path(f["local"]).name == "cuzk.log.1"
+    assert Path(f["local"]).read_bytes() == b"two\n"
+    assert (dest / "lab" / "cuzk.log").read_bytes() == old  # never mixed
+
+
+def test_fetch_killed_midway_resumes_to_an_identical_copy(box, tmp_path):
+    box.write_playbook(logs={"paths": [str(box.data / "big.log")]})
+    big = box.data / "big.log"
+    with open(big, "wb") as f:
+        f.write(os.urandom(150 << 20))  # incompressible: the transfer takes a while
+    dest = tmp_path / "logs"
+    proc = subprocess.Popen([sys.executable, "-m", "swapctl", "fetch-logs", "lab", "--dest", str(dest),
+                             "-p", str(box.playbook_path)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    local = dest / "lab" / "big.log"
+    wait_until(lambda: local.exists() and local.stat().st_size > (4 << 20), timeout=60, what="a partial download")
+    proc.kill()
+    proc.wait()
+    partial = local.stat().st_size
+    assert 0 < partial < big.stat().st_size, "the transfer finished before it could be killed"
+    [f] = json.loads(fetch(box, dest).stdout)["hosts"]["lab"]
+    assert f["new_bytes"] == big.stat().st_size - partial
+    assert sha(local) == sha(big)
