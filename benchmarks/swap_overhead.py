@@ -89,11 +89,15 @@ def by_ssh_script(server, data: Path, a: Path, b: Path, playbook: Path, env: dic
     """What engineers write by hand: kill, sleep, copy, start, poll the log."""
     ssh = ssh_base(server)
     binary, log, config = data / "cuzk", data / "cuzk.log", data / "cuzk.toml"
+    offset = log.stat().st_size
     subprocess.run(ssh + [f"pkill -TERM -f '^{binary} '"], check=False)
     time.sleep(1)
     subprocess.run(ssh + [f"cp {b} {binary}.new && mv {binary}.new {binary} && cd {data} && "
                           f"(setsid nohup {binary} --config {config} >> {log} 2>&1 < /dev/null &)"], check=True)
-    while subprocess.run(ssh + [f"tail -n 5 {log} | grep -q 'ready.*serving'"]).returncode != 0:
+    deadline = time.monotonic() + 60
+    while subprocess.run(ssh + [f"tail -c +{offset + 1} {log} | grep -q 'cuzk-daemon ready'"]).returncode != 0:
+        if time.monotonic() > deadline:
+            raise RuntimeError("the ssh script saw no ready line in 60 s")
         time.sleep(1)
 
 

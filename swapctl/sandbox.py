@@ -76,7 +76,7 @@ class SshServer:
             MaxSessions 100
             Subsystem sftp internal-sftp
             LogLevel ERROR
-            """))
+            """) + f'SetEnv "PATH={os.environ.get("PATH", "/usr/bin:/bin")}"\n')  # nvidia-smi where we see it
         return cfg
 
     def start(self, detach: bool = False) -> None:
@@ -185,7 +185,9 @@ def start_daemon(binary: Path, config: Path, log: Path, cwd: Path) -> int:
     deadline = time.monotonic() + 30
     while "cuzk-daemon ready" not in log.read_text(errors="replace"):
         if proc.poll() is not None or time.monotonic() > deadline:
-            raise BadInput(f"the sandbox prover did not start; see {log}")
+            tail = log.read_text(errors="replace")[-400:].strip().splitlines()[-1:]
+            state = f"exited {proc.returncode}" if proc.returncode is not None else "not ready in 30 s"
+            raise BadInput(f"the sandbox prover {state} ({' '.join(tail)}); see {log}")
         time.sleep(0.02)
     return proc.pid
 

@@ -13,6 +13,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdarg>
@@ -363,6 +364,32 @@ static int open_listener(const std::string& addr) {
     return fd;
 }
 
+// `prover --probe-h2d MIB`: host-to-device copy rate from pageable and from pinned memory, the
+// measurement behind the pageable-vs-pinned diagnosis.
+static int probe_h2d(long mib) {
+    size_t bytes = (size_t)mib << 20;
+#ifdef USE_CUDA
+    int devices = 0;
+    g_cuda = cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0;
+#endif
+    Gpu g;
+    g.bytes = bytes;
+#ifdef USE_CUDA
+    if (g_cuda) cudaMalloc((void**)&g.dev, bytes);
+#endif
+    if (!g.dev) g.dev = (char*)malloc(bytes);
+    char* bounce = host_alloc(1 << 20, true);
+    for (int pinned = 0; pinned <= 1; pinned++) {
+        char* src = host_alloc(bytes, pinned);
+        touch(src, bytes);
+        double best = 1e30;
+        for (int i = 0; i < 3; i++) best = std::min(best, h2d(g, src, bytes, pinned, bounce));
+        printf("H2D_PROBE %s bytes=%zu ms=%.2f GB/s=%.2f device=%s\n", pinned ? "pinned" : "pageable", bytes, best,
+               bytes / best / 1e6, g_cuda ? "cuda" : "host-memcpy");
+    }
+    return 0;
+}
+
 int main(int argc, char** argv) {
     std::string config_path = "/data/zk/cuzk.toml", listen_arg;
     for (int i = 1; i < argc; i++) {
@@ -370,6 +397,7 @@ int main(int argc, char** argv) {
         if ((a == "-c" || a == "--config") && i + 1 < argc) config_path = argv[++i];
         else if ((a == "-l" || a == "--listen") && i + 1 < argc) listen_arg = argv[++i];
         else if (a == "--version") { printf("prover %s\n", TAG); return 0; }
+        else if (a == "--probe-h2d" && i + 1 < argc) return probe_h2d(atol(argv[++i]));
     }
     Config c;
     load_config(config_path, c);  // a missing file means defaults, as with cuzk
@@ -406,7 +434,7 @@ int main(int argc, char** argv) {
 #endif
     if (!g.dev) g.dev = (char*)malloc(bytes);
     touch(abc, bytes);
-    touch(g.dev, bytes);
+    if (!g_cuda) touch(g.dev, bytes);  // device memory is not the host's to touch
 
     std::string addr = c.listen.empty() ? "unix:///run/cuzk.sock" : c.listen;
 #ifndef FAULT_NOREADY
