@@ -49,6 +49,7 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     base = Path("/tmp/swapctl-gpu")
+    subprocess.run(["pkill", "-KILL", "-f", str(base)])  # a daemon an earlier run left behind
     shutil.rmtree(base, ignore_errors=True)
     env = {**os.environ, "XDG_STATE_HOME": str(base / "state"), "COLUMNS": "120"}
 
@@ -63,60 +64,63 @@ def main() -> None:
     server = make_server(base / "sshd", port=40612, data=base / "data")
     server.start()
     server.trust()
-    data = base / "data"
-    shutil.copy(pageable, data / "cuzk")
-    (data / "cuzk.toml").write_text(config)
-    avail_kib = int(next(l.split()[1] for l in open("/proc/meminfo") if l.startswith("MemAvailable")))
-    playbook = base / "swapctl.toml"
-    playbook.write_text(server.playbook(
-        name="h200",
-        daemon={"binary": str(data / "cuzk"), "args": ["--config", str(data / "cuzk.toml")],
-                "match": str(data / "cuzk"), "log": str(data / "cuzk.log"), "ready_timeout_s": 120, "stop_grace_s": 30},
-        memory={"min_available_gib": round(avail_kib / (1 << 20) * 0.5, 1), "release_timeout_s": 300},
-        logs={"paths": [str(data / "cuzk.log")]}))
-    pid = start_daemon(data / "cuzk", data / "cuzk.toml", data / "cuzk.log", data)
-    print(f"pageable build runs as pid {pid}", flush=True)
-    time.sleep(args.seconds)
-
-    # The real nvidia-smi output while the daemon runs: test data for the parsers.
-    if shutil.which("nvidia-smi"):
-        for name, query in (("query-gpu-daemon.csv", f"--query-gpu={nvidia.QUERY_FIELDS}"),
-                            ("compute-apps-daemon.csv", f"--query-compute-apps={nvidia.QUERY_APPS}")):
-            r = subprocess.run(["nvidia-smi", query, "--format=csv"], capture_output=True, text=True)
-            (out / name).write_text(r.stdout + r.stderr)
-    status = swapctl(out, "status", "status", "h200", "--json", "-p", str(playbook), env=env)
-    deployed = swapctl(out, "deploy", "deploy", "h200", "--binary", str(pinned), "--yes", "--json",
-                       "-p", str(playbook), env=env)
-    time.sleep(args.seconds)
-    swapctl(out, "fetch", "fetch-logs", "h200", "--dest", str(base / "logs"), "-p", str(playbook), env=env)
-    swapctl(out, "history", "history", "h200", "-p", str(playbook), env=env)
-
-    journal = [json.loads(l) for l in (data / ".swapctl/cuzk/journal.jsonl").read_text().splitlines()]
-    offset = journal[-1]["log_offset"]
-    fetched = (base / "logs" / "h200" / "cuzk.log").read_bytes()
-    (out / "pageable.log").write_bytes(fetched[:offset])
-    (out / "pinned.log").write_bytes(fetched[offset:])
-    cmp = swapctl(out, "compare", "timings", "--compare", str(out / "pageable.log"), str(out / "pinned.log"),
-                  "--json", env=env)
-    table = swapctl(out, "compare-table", "timings", "--compare", str(out / "pageable.log"),
-                    str(out / "pinned.log"), env=env)
-    print(table.stdout)
-    summary = {"probe": probe.strip().splitlines(), "deploy_exit": deployed.returncode,
-               "steps": journal[-1].get("steps"), "status_exit": status.returncode}
     try:
-        c = json.loads(cmp.stdout)
-        summary.update({k: c["phases"].get(k) for k in ("ntt_kernels", "coset_intt_sync", "gpu_total_ms", "synth_ms")})
-        summary["gpu_busy_fraction"] = c["gpu_busy_fraction"]
-        summary["timeline_busy_fraction"] = c["timeline_busy_fraction"]
-        st = json.loads(status.stdout)["hosts"]["h200"]
-        summary["status_gpus"] = [(g["name"], g["memory_used_mib"], g["utilization_pct"]) for g in st["gpus"]]
-        summary["status_gpu_processes"] = st["gpu_processes"]
-    except (ValueError, KeyError) as exc:
-        summary["error"] = repr(exc)
-    (out / "summary.json").write_text(json.dumps(summary, indent=1))
-    print(json.dumps(summary, indent=1))
-    subprocess.run(["pkill", "-KILL", "-f", str(data / "cuzk")])
-    server.stop()
+        data = base / "data"
+        shutil.copy(pageable, data / "cuzk")
+        (data / "cuzk.toml").write_text(config)
+        avail_kib = int(next(l.split()[1] for l in open("/proc/meminfo") if l.startswith("MemAvailable")))
+        playbook = base / "swapctl.toml"
+        playbook.write_text(server.playbook(
+            name="h200",
+            daemon={"binary": str(data / "cuzk"), "args": ["--config", str(data / "cuzk.toml")],
+                    "match": str(data / "cuzk"), "log": str(data / "cuzk.log"), "ready_timeout_s": 120, "stop_grace_s": 30},
+            memory={"min_available_gib": round(avail_kib / (1 << 20) * 0.5, 1), "release_timeout_s": 300},
+            logs={"paths": [str(data / "cuzk.log")]}))
+        pid = start_daemon(data / "cuzk", data / "cuzk.toml", data / "cuzk.log", data)
+        print(f"pageable build runs as pid {pid}", flush=True)
+        time.sleep(args.seconds)
+
+        # The real nvidia-smi output while the daemon runs: test data for the parsers.
+        if shutil.which("nvidia-smi"):
+            for name, query in (("query-gpu-daemon.csv", f"--query-gpu={nvidia.QUERY_FIELDS}"),
+                                ("compute-apps-daemon.csv", f"--query-compute-apps={nvidia.QUERY_APPS}")):
+                r = subprocess.run(["nvidia-smi", query, "--format=csv"], capture_output=True, text=True)
+                (out / name).write_text(r.stdout + r.stderr)
+        status = swapctl(out, "status", "status", "h200", "--json", "-p", str(playbook), env=env)
+        deployed = swapctl(out, "deploy", "deploy", "h200", "--binary", str(pinned), "--yes", "--json",
+                           "-p", str(playbook), env=env)
+        time.sleep(args.seconds)
+        swapctl(out, "fetch", "fetch-logs", "h200", "--dest", str(base / "logs"), "-p", str(playbook), env=env)
+        swapctl(out, "history", "history", "h200", "-p", str(playbook), env=env)
+
+        journal = [json.loads(l) for l in (data / ".swapctl/cuzk/journal.jsonl").read_text().splitlines()]
+        offset = journal[-1]["log_offset"]
+        fetched = (base / "logs" / "h200" / "cuzk.log").read_bytes()
+        (out / "pageable.log").write_bytes(fetched[:offset])
+        (out / "pinned.log").write_bytes(fetched[offset:])
+        cmp = swapctl(out, "compare", "timings", "--compare", str(out / "pageable.log"), str(out / "pinned.log"),
+                      "--json", env=env)
+        table = swapctl(out, "compare-table", "timings", "--compare", str(out / "pageable.log"),
+                        str(out / "pinned.log"), env=env)
+        print(table.stdout)
+        summary = {"probe": probe.strip().splitlines(), "deploy_exit": deployed.returncode,
+                   "steps": journal[-1].get("steps"), "status_exit": status.returncode}
+        try:
+            c = json.loads(cmp.stdout)
+            summary.update({k: c["phases"].get(k) for k in ("ntt_kernels", "coset_intt_sync", "gpu_total_ms", "synth_ms")})
+            summary["gpu_busy_fraction"] = c["gpu_busy_fraction"]
+            summary["timeline_busy_fraction"] = c["timeline_busy_fraction"]
+            st = json.loads(status.stdout)["hosts"]["h200"]
+            summary["status_gpus"] = [(g["name"], g["memory_used_mib"], g["utilization_pct"]) for g in st["gpus"]]
+            summary["status_gpu_processes"] = st["gpu_processes"]
+        except (ValueError, KeyError) as exc:
+            summary["error"] = repr(exc)
+        (out / "summary.json").write_text(json.dumps(summary, indent=1))
+        print(json.dumps(summary, indent=1))
+    finally:
+        subprocess.run(["pkill", "-KILL", "-f", str(base / "data")])
+        server.stop()
+
 
 
 if __name__ == "__main__":

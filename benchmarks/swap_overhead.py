@@ -6,7 +6,7 @@ this machine timestamps, from /proc and the log, the events the tools wait for:
   old gone   the old daemon has exited (its memory is back: MemAvailable crosses the threshold here)
   new start  the new process exists
   ready      the new daemon wrote its ready line (its timestamp in the log)
-  reported   the tool said it is done
+  reported   the tool said the new daemon is ready (swapctl prints it; the others are done when they exit)
 Overheads: start gap = new start - old gone; report gap = reported - ready. Floor = what the daemon
 needs itself: its exit after the signal plus its start-up (ready - new start).
 Usage: python3 benchmarks/swap_overhead.py [--runs N]   (root; needs sshd, g++)
@@ -80,12 +80,21 @@ def ssh_base(server) -> list[str]:
             "-o", f"UserKnownHostsFile={server.known_hosts}", f"root@{server.address}"]
 
 
-def by_swapctl(server, data: Path, a: Path, b: Path, playbook: Path, env: dict) -> None:
-    subprocess.run([sys.executable, "-m", "swapctl", "deploy", "box", "--binary", str(b), "--yes",
-                    "-p", str(playbook)], check=True, env=env, capture_output=True)
+def by_swapctl(server, data: Path, a: Path, b: Path, playbook: Path, env: dict) -> float:
+    """Returns when swapctl reported the new daemon ready (its `ready: ... is ready` line)."""
+    proc = subprocess.Popen([sys.executable, "-m", "swapctl", "deploy", "box", "--binary", str(b), "--yes",
+                             "-p", str(playbook)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)
+    reported = None
+    for line in proc.stderr:
+        if reported is None and " is ready" in line:
+            reported = time.time()
+    if proc.wait() != 0 or reported is None:
+        raise RuntimeError("swapctl deploy failed")
+    return reported
 
 
-def by_ssh_script(server, data: Path, a: Path, b: Path, playbook: Path, env: dict) -> None:
+def by_ssh_script(server, data: Path, a: Path, b: Path, playbook: Path, env: dict) -> float:
     """What engineers write by hand: kill, sleep, copy, start, poll the log."""
     ssh = ssh_base(server)
     binary, log, config = data / "cuzk", data / "cuzk.log", data / "cuzk.toml"
@@ -99,6 +108,7 @@ def by_ssh_script(server, data: Path, a: Path, b: Path, playbook: Path, env: dic
         if time.monotonic() > deadline:
             raise RuntimeError("the ssh script saw no ready line in 60 s")
         time.sleep(1)
+    return time.time()
 
 
 ANSIBLE_PLAY = """
@@ -137,19 +147,23 @@ def ansible_bin() -> Path | None:
     return exe
 
 
-def by_ansible(server, data: Path, a: Path, b: Path, playbook: Path, env: dict, pid: int = 0) -> None:
+def by_ansible(server, data: Path, a: Path, b: Path, playbook: Path, env: dict, pid: int = 0) -> float:
     exe = ansible_bin()
     work = data.parent / "ansible"
     work.mkdir(exist_ok=True)
     (work / "inventory").write_text(
         f"box ansible_host={server.address} ansible_port={server.port} ansible_user=root "
         f"ansible_ssh_private_key_file={server.client_key} "
-        f"ansible_ssh_common_args='-o UserKnownHostsFile={server.known_hosts}'\n")
+        f"ansible_ssh_common_args='-o UserKnownHostsFile={server.known_hosts}' "
+        f"ansible_python_interpreter={sys.executable}\n")
     # the log's size before the start: wait_for must find the new ready line, not the old one
     (work / "play.yml").write_text(ANSIBLE_PLAY.format(
         binary=data / "cuzk", pid=pid, new=b, data=data, config=data / "cuzk.toml", log=data / "cuzk.log"))
-    subprocess.run([str(exe), "-i", str(work / "inventory"), str(work / "play.yml")], check=True,
-                   capture_output=True, env={**env, "ANSIBLE_HOST_KEY_CHECKING": "True"})
+    r = subprocess.run([str(exe), "-i", str(work / "inventory"), str(work / "play.yml")], capture_output=True,
+                       text=True, env={**env, "ANSIBLE_HOST_KEY_CHECKING": "True"})
+    if r.returncode:
+        raise RuntimeError(f"ansible-playbook exited {r.returncode}: {r.stdout[-1500:]} {r.stderr[-500:]}")
+    return time.time()
 
 
 def one_swap(tool, server, base: Path, a: Path, b: Path, env: dict) -> dict:
@@ -161,6 +175,8 @@ def one_swap(tool, server, base: Path, a: Path, b: Path, env: dict) -> dict:
     (data / "cuzk.toml").write_text(prover_config(memory_mib=512, start_delay_ms=START_DELAY_MS))
     log = data / "cuzk.log"
     pid = start_daemon(data / "cuzk", data / "cuzk.toml", log, data)
+    # reap it when it exits, as init does on a real machine (tools that wait for /proc/PID to vanish need it)
+    threading.Thread(target=os.waitpid, args=(pid, 0), daemon=True).start()
     offset = log.stat().st_size
     playbook = base / "swapctl.toml"
     playbook.write_text(server.playbook(name="box", daemon={
@@ -170,13 +186,14 @@ def one_swap(tool, server, base: Path, a: Path, b: Path, env: dict) -> dict:
     watcher = Watcher(pid, data)
     watcher.start()
     started = time.time()
-    if tool is by_ansible:
-        by_ansible(server, data, a, b, playbook, env, pid=pid)
-    else:
-        tool(server, data, a, b, playbook, env)
-    reported = time.time()
-    watcher.join(5)
-    subprocess.run(["pkill", "-KILL", "-f", str(data)], check=False)
+    try:
+        if tool is by_ansible:
+            reported = by_ansible(server, data, a, b, playbook, env, pid=pid)
+        else:
+            reported = tool(server, data, a, b, playbook, env)
+        watcher.join(5)
+    finally:
+        subprocess.run(["pkill", "-KILL", "-f", str(data)], check=False)
     ready = ready_time(log, offset)
     startup = ready - watcher.new_start
     return {"total": reported - started, "start_gap": watcher.new_start - watcher.old_gone,
@@ -189,6 +206,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--no-ansible", action="store_true")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--tools", default="swapctl,ssh script,ansible", help="comma-separated")
     args = ap.parse_args()
     base = Path(tempfile.mkdtemp(prefix="swapctl-bench-"))
     env = {**os.environ, "XDG_STATE_HOME": str(base / "state"), "XDG_CACHE_HOME": str(base / "cache")}
@@ -200,6 +218,7 @@ def main() -> None:
     tools = {"swapctl": by_swapctl, "ssh script": by_ssh_script}
     if not args.no_ansible and ansible_bin():
         tools["ansible"] = by_ansible
+    tools = {k: v for k, v in tools.items() if k in args.tools.split(",")}
     results: dict[str, dict[str, float]] = {}
     try:
         for name, tool in tools.items():

@@ -266,3 +266,16 @@ def test_deploy_with_no_daemon_running_starts_it(box, prover):
     assert r.returncode == 0, r.stderr
     [pid] = box.daemons()
     assert cmdline(pid) == [str(box.binary), "--config", str(box.config)]
+
+
+def test_ready_line_is_seen_when_the_daemon_goes_quiet_after_it(box, prover, prover_b):
+    """mawk, Debian's and Ubuntu's awk, fills its input buffer before it reads a line from a pipe: a
+    daemon that prints its ready line and then nothing for a while must still be seen as ready."""
+    box.write_playbook(daemon={"ready_timeout_s": 10})
+    box.start_by_hand(prover, prover_config(jobs=0))
+    r = deploy(box, prover_b)
+    assert r.returncode == 0, r.stderr
+    entry = journal(box)[-1]
+    assert entry["outcome"] == "deployed"
+    # seen as ready, not rescued by the deadline: awk reads what is left when the wait times out
+    assert entry["steps"]["ready"] < 10

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -52,7 +53,7 @@ def test_rollback_after_adoption_restores_the_hand_started_command_line(box, pro
     from lab import wait_until
 
     wait_until(lambda: "ready" in box.log.read_text(errors="replace"), what="ready")
-    box.write_playbook(daemon={"match": "cuzk"})
+    box.write_playbook(daemon={"match": re.escape(str(box.data)) + "/cuzk"})  # cuzk and cuzk-priodisp
     r = deploy(box, prover_b)
     assert r.returncode == 0, r.stderr
     [b] = box.daemons()

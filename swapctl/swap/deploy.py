@@ -421,25 +421,6 @@ class Swap:
             arg = src.split("/")[2] if src.startswith("/proc/") else src
             self.run(body, arg, rel.dir(self.state), rel.name, rel.to_json(), label="backup")
 
-    def stop(self, daemon: Daemon) -> list[int]:
-        """Stops the daemon; returns the pids whose exit the memory wait must see (it and its children)."""
-        grace = int(self.daemon_spec.stop_grace_s * 1000)
-        self.emit("stop", f"SIGTERM to {daemon.pid}" + (f" (systemd unit {daemon.unit})" if daemon.unit else ""))
-        kids: list[int] = []
-
-        def line(text: str) -> None:
-            if text.startswith("KIDS"):
-                kids.extend(int(p) for p in text.split()[1:])
-            elif text == "SIGKILL":
-                self.emit("stop", f"still running after {grace / 1000:g} s: SIGKILL")
-            elif text.startswith("STOPPED"):
-                self.emit("stop", f"stopped in {int(text.split()[1]) / 1000:.2f} s")
-
-        cmd = scripts.script(scripts.STOP, str(daemon.pid), str(grace), "1" if daemon.group_leader else "0",
-                             daemon.unit or "", label="stop")
-        self.host.stream(cmd, line, timeout=self.daemon_spec.stop_grace_s + 60)
-        return [daemon.pid, *kids]
-
     def gpu_limits(self, status: HostStatus, pids: list[int]) -> str:
         """Per GPU, the most memory it may still use once the daemon's own is released."""
         if not status.gpus:
@@ -452,75 +433,81 @@ class Swap:
         return ",".join(f"{g.index}:{int((g.memory_used_mib or 0) - held.get(g.uuid, 0) + slack)}"
                         for g in status.gpus)
 
-    def wait_memory(self, pids: list[int], gpu_max: str) -> None:
-        mem = self.book.memory
-        min_kib = int(mem.min_available_gib * (1 << 20))
-        last: list[str] = []
-        self.emit("memory", f"waiting for MemAvailable >= {mem.min_available_gib:g} GiB and pids "
-                            f"{' '.join(map(str, pids))} to be gone")
-
-        def line(text: str) -> None:
-            parts = text.split()
-            if parts and parts[0] == "R":
-                last[:] = parts
-                self.emit("memory", f"MemAvailable {int(parts[2]) / (1 << 20):.1f} GiB, holding: "
-                                    f"{parts[3] if len(parts) > 3 else '-'}")
-            elif parts and parts[0] in ("DONE", "TIMEOUT"):
-                last.append(parts[0])
-
-        cmd = scripts.script(scripts.WAIT_MEMORY, str(int(mem.release_timeout_s * 1000)), str(min_kib), gpu_max,
-                             *map(str, pids), label="wait-memory")
-        self.host.stream(cmd, line, timeout=mem.release_timeout_s + 60)
-        if not last or last[-1] != "DONE":
-            avail = int(last[2]) / (1 << 20) if len(last) > 2 else 0
-            holders = last[3] if len(last) > 3 and last[3] != "-" else "none"
-            gpu = f", GPU memory used {last[4]}" if len(last) > 5 else ""
-            raise UnknownState(
-                f"memory not back after {mem.release_timeout_s:g} s: MemAvailable {avail:.1f} GiB "
-                f"(need {mem.min_available_gib:g}), old processes still alive: {holders}{gpu}; no daemon runs "
-                f"now: find what holds the memory, then `swapctl deploy` again", host=self.host.name)
-
-    def start(self, rel: Release) -> tuple[int, int]:
-        """Points the binary path at `rel` and starts it as recorded; returns (pid, log offset)."""
-        spec, st = self.daemon_spec, self.state
-        self.run(scripts.SWITCH, spec.binary, rel.path(st), label="switch")
+    def command_for(self, rel: Release) -> list:
+        """`K=V...` then the command line, as `env -i` takes them, for a release as it was recorded."""
+        spec = self.daemon_spec
         argv = rel.argv or (spec.binary,)
         # The daemon runs from the binary path (now the release) when that is its recorded argv[0]; a
         # command recorded with another argv[0] (an adopted daemon) runs from its saved copy, with that argv[0].
         if argv[0] == spec.binary and "=" not in argv[0]:
             command = list(argv)
         else:
-            command = ["perl", "-e", scripts.PERL_ARGV0, rel.path(st), *argv]
+            command = ["perl", "-e", scripts.PERL_ARGV0, rel.path(self.state), *argv]
         env = [Secret(f"{k}={v}") if k in spec.secret_env else f"{k}={v}" for k, v in rel.env or ()]
-        cmd = scripts.script(scripts.START, rel.cwd or "/", spec.log, "", *env, *command, label="start")
-        out = self.host.run(cmd).stdout.split()
-        pid, offset = int(out[1]), int(out[2])
-        self.emit("start", f"started {rel.id} as pid {pid}")
-        return pid, offset
+        return env + command
 
-    def wait_ready(self, pid: int, offset: int) -> tuple[bool, str]:
-        """True once the ready line (or port) shows and the process still runs; else why not."""
-        spec = self.daemon_spec
-        seen: list[str] = []
+    def swap(self, old: Daemon | None, target: Release, gpu_max: str) -> "SwapRun":
+        """Stops `old`, waits for its memory, starts `target` and waits for it to be ready: one remote
+        script, so nothing waits on a round trip between the old daemon's exit and the new start."""
+        spec, mem = self.daemon_spec, self.book.memory
+        run = SwapRun()
+        t = {"begin": time.monotonic()}
+        grace = int(spec.stop_grace_s * 1000)
 
         def line(text: str) -> None:
-            if text.startswith("LOG "):
-                self.emit("ready", log_line=text[4:])
-            else:
-                seen.append(text)
+            word, _, rest = text.partition(" ")
+            now = time.monotonic()
+            if word == "LOG":
+                self.emit("ready", log_line=rest)
+            elif word == "SIGKILL":
+                self.emit("stop", f"still running after {grace / 1000:g} s: SIGKILL")
+            elif word == "STOPPED":
+                run.stopped, t["stopped"] = True, now
+                self.steps["stop"] = round(now - t["begin"], 3)
+                self.emit("stop", f"stopped in {int(rest) / 1000:.2f} s")
+            elif word == "R":
+                run.reading = rest.split()
+                self.emit("memory", f"MemAvailable {int(run.reading[1]) / (1 << 20):.1f} GiB, holding: "
+                                    f"{run.reading[2] if len(run.reading) > 2 else '-'}")
+            elif word in ("DONE", "TIMEOUT"):
+                run.memory_ok, t["memory"] = word == "DONE", now
+                self.steps["memory"] = round(now - t.get("stopped", t["begin"]), 3)
+            elif word == "STARTED":
+                pid, offset = rest.split()
+                run.pid, run.offset, t["started"] = int(pid), int(offset), now
+                self.steps["start"] = round(now - t["memory"], 3)
+                self.emit("start", f"started {target.id} as pid {pid}")
+            elif word == "READY":
+                run.ready_seen = True
+                self.steps["ready"] = round(now - t["started"], 3)
+                self.emit("ready", f"{target.id} is ready")
+            elif word == "ALIVE":
+                run.alive = rest == "1"
+            elif word == "FAILED":
+                run.failure = rest
 
-        cmd = scripts.script(scripts.WAIT_READY, str(pid), spec.log, str(offset), spec.ready_log,
-                             str(int(spec.ready_timeout_s)), str(spec.ready_port or ""), label="wait-ready",
+        args = [str(old.pid) if old else "", str(grace), "1" if old and old.group_leader else "0",
+                (old.unit or "") if old else "", str(int(mem.release_timeout_s * 1000)),
+                str(int(mem.min_available_gib * (1 << 20))), gpu_max, spec.binary, target.path(self.state),
+                target.cwd or "/", spec.log, spec.ready_log, str(int(spec.ready_timeout_s)),
+                str(spec.ready_port or "")]
+        self.emit("stop" if old else "memory", f"SIGTERM to {old.pid}" if old else "checking memory")
+        cmd = scripts.script(scripts.SWAP, *args, *self.command_for(target), label="swap",
                              bash=bool(spec.ready_port))  # /dev/tcp is bash's
-        self.host.stream(cmd, line, timeout=spec.ready_timeout_s + 60)
-        alive = "ALIVE 1" in seen
-        if "READY" in seen and alive:
-            return True, ""
-        if "READY" in seen:
-            return False, "it printed its ready line, then exited"
-        if not alive:
-            return False, "it exited before it was ready"
-        return False, f"not ready after {spec.ready_timeout_s:g} s"
+        self.host.stream(cmd, line, timeout=spec.stop_grace_s + mem.release_timeout_s + spec.ready_timeout_s + 120)
+        if "ready" not in self.steps and "started" in t:
+            self.steps["ready"] = round(time.monotonic() - t["started"], 3)
+        return run
+
+    def memory_error(self, run: "SwapRun") -> UnknownState:
+        mem, r = self.book.memory, run.reading
+        avail = int(r[1]) / (1 << 20) if len(r) > 1 else 0
+        holders = r[2] if len(r) > 2 and r[2] != "-" else "none"
+        gpu = f", GPU memory used {r[3]}" if len(r) > 3 else ""
+        return UnknownState(
+            f"memory not back after {mem.release_timeout_s:g} s: MemAvailable {avail:.1f} GiB "
+            f"(need {mem.min_available_gib:g}), old processes still alive: {holders}{gpu}; no daemon runs "
+            f"now: find what holds the memory, then `swapctl deploy` again", host=self.host.name)
 
     def log_tail(self, offset: int, lines: int = 20) -> str:
         return self.run(scripts.TAIL, self.daemon_spec.log, str(offset), str(lines), label="tail", check=False).stdout
@@ -538,17 +525,44 @@ class Swap:
         self._write_manifest(marked)
         return marked
 
-    def stop_pid(self, pid: int) -> list[int]:
-        """Stops a daemon swapctl started (no recorded facts needed)."""
-        d = Daemon(pid=pid, sha256="", size=0, argv=(), cwd="/", env=(), unit=None, group_leader=True, rss_kib=0,
-                   elapsed_s=0)
-        return self.stop(d)
-
     def prune(self, releases: dict[str, Release], protect: set[str]) -> list[str]:
         gone = to_prune(releases, self.book.keep_releases, protect)
         if gone:
             self.run(scripts.REMOVE_RELEASE, *[r.dir(self.state) for r in gone], label="prune")
         return [r.id for r in gone]
+
+
+@dataclass
+class SwapRun:
+    """What the swap script reported."""
+
+    stopped: bool = False
+    memory_ok: bool = False
+    reading: list = field(default_factory=list)  # the last memory reading: ms avail_kib alive gpu_used
+    pid: int | None = None
+    offset: int = 0
+    ready_seen: bool = False
+    alive: bool = False
+    failure: str = ""
+
+    @property
+    def ready(self) -> bool:
+        return self.ready_seen and self.alive
+
+    def why_not(self, timeout: float) -> str:
+        if self.failure:
+            return f"it could not be started ({self.failure})"
+        if self.ready_seen:
+            return "it printed its ready line, then exited"
+        if not self.alive:
+            return "it exited before it was ready"
+        return f"not ready after {timeout:g} s"
+
+
+def _victim(pid: int) -> Daemon:
+    """A daemon swapctl started itself (setsid: it leads its process group)."""
+    return Daemon(pid=pid, sha256="", size=0, argv=(), cwd="/", env=(), unit=None, group_leader=True,
+                  rss_kib=0, elapsed_s=0)
 
 
 def swap_in(sw: Swap, plan: Plan, target: Release, action: str, fallback: Release | None) -> Outcome:
@@ -557,42 +571,29 @@ def swap_in(sw: Swap, plan: Plan, target: Release, action: str, fallback: Releas
     Used by deploy and rollback alike. Raises RolledBack (4) or UnknownState (5) on failure."""
     old_sha = plan.daemon.sha256 if plan.daemon else (fallback.sha256 if fallback else None)
     outcome = Outcome(host=sw.host.name, action=action, outcome="failed", old_sha=old_sha, new_sha=target.sha256)
-    stopped = False
+    if sw.interrupts.count:
+        raise KeyboardInterrupt
+    sw.interrupts.critical = True
+    pids = [plan.daemon.pid] if plan.daemon else []
     try:
-        pids: list[int] = []
-        if sw.interrupts.count:
-            raise KeyboardInterrupt
-        sw.interrupts.critical = True
-        if plan.daemon:
-            t = time.monotonic()
-            pids = sw.stop(plan.daemon)
-            stopped = True
-            sw.timed("stop", t)
-        t = time.monotonic()
-        sw.wait_memory(pids, sw.gpu_limits(plan.status, pids))
-        sw.timed("memory", t)
+        run = sw.swap(plan.daemon, target, sw.gpu_limits(plan.status, pids))
+    except (Unreachable, RemoteTimeout) as exc:
+        raise UnknownState(f"{exc.message} while swapping: the host may have no daemon; check with "
+                           f"`swapctl status {sw.host.name}`", host=sw.host.name) from None
+    if not run.memory_ok:
+        sw.journal({"action": action, "from": old_sha, "to": target.sha256, "outcome": "no-daemon",
+                    "steps": sw.steps, "reason": "memory not back"})
+        raise sw.memory_error(run)
+    try:
         if sw.interrupts.count >= 2 and fallback:
-            raise _GoBack("a second Ctrl-C")
-        t = time.monotonic()
-        pid, offset = sw.start(target)
-        sw.timed("start", t)
-        t = time.monotonic()
-        ok, why = sw.wait_ready(pid, offset)
-        sw.timed("ready", t)
-        if sw.interrupts.count >= 2 and fallback:
-            raise _GoBack("a second Ctrl-C", pid, offset)
-        if not ok:
-            raise _GoBack(why, pid, offset)
+            raise _GoBack("a second Ctrl-C", run.pid, run.offset)
+        if not run.ready:
+            raise _GoBack(run.why_not(sw.daemon_spec.ready_timeout_s), run.pid, run.offset)
     except _GoBack as back:
         return _roll_back(sw, plan, target, fallback, back, outcome)
-    except (Unreachable, RemoteTimeout) as exc:
-        if stopped:
-            raise UnknownState(f"{exc.message} after the old daemon was stopped: the host may have no daemon; "
-                               f"check with `swapctl status {sw.host.name}`", host=sw.host.name) from None
-        raise
-    outcome.outcome, outcome.pid, outcome.steps = "deployed" if action == "deploy" else "rolled-back", pid, sw.steps
+    outcome.outcome, outcome.pid, outcome.steps = "deployed" if action == "deploy" else "rolled-back", run.pid, sw.steps
     sw.journal({"action": action, "from": old_sha, "to": target.sha256, "current": target.id,
-                "outcome": outcome.outcome, "pid": pid, "log_offset": offset, "steps": sw.steps})
+                "outcome": outcome.outcome, "pid": run.pid, "log_offset": run.offset, "steps": sw.steps})
     return outcome
 
 
@@ -607,24 +608,28 @@ def _roll_back(sw: Swap, plan: Plan, failed: Release, fallback: Release | None, 
     tail = sw.log_tail(back.offset) if back.pid else ""
     sw.emit("rollback", f"{failed.id} failed: {back.why}; rolling back")
     sw.mark(failed, "bad")
-    if back.pid:
-        pids = sw.stop_pid(back.pid)
-        sw.wait_memory(pids, "")
     log = f"{sw.daemon_spec.log} from byte {back.offset}"
-    entry = {"action": "auto-rollback" if outcome.action == "deploy" else "rollback", "from": failed.sha256, "steps": sw.steps, "failed_log": log,
-             "reason": back.why}
+    entry = {"action": "auto-rollback" if outcome.action == "deploy" else "rollback", "from": failed.sha256,
+             "steps": sw.steps, "failed_log": log, "reason": back.why}
+    victim = _victim(back.pid) if back.pid else None
     if fallback is None:
+        if victim:
+            sw.run(scripts.STOP_ONLY, str(victim.pid), str(int(sw.daemon_spec.stop_grace_s * 1000)), label="stop")
         sw.journal({**entry, "to": None, "outcome": "no-daemon"})
         raise UnknownState(f"{failed.id} failed ({back.why}) and there is no earlier release to go back to: "
                            f"no daemon runs now; its log: {log}", host=sw.host.name, detail=tail)
-    pid, offset = sw.start(fallback)
-    ok, why = sw.wait_ready(pid, offset)
-    if not ok:
+    run = sw.swap(victim, fallback, "")
+    if not run.memory_ok:
+        sw.journal({**entry, "to": fallback.sha256, "outcome": "no-daemon"})
+        raise sw.memory_error(run)
+    if not run.ready:
+        why = run.why_not(sw.daemon_spec.ready_timeout_s)
         sw.mark(fallback, "bad")
         sw.journal({**entry, "to": fallback.sha256, "current": fallback.id, "outcome": "rollback-failed"})
         raise UnknownState(f"{failed.id} failed ({back.why}), and the rollback to {fallback.id} failed too ({why}); "
                            f"no daemon runs now; logs: {sw.daemon_spec.log}", host=sw.host.name,
-                           detail=sw.log_tail(offset))
+                           detail=sw.log_tail(run.offset))
+    pid = run.pid
     sw.journal({**entry, "to": fallback.sha256, "current": fallback.id, "outcome": "rolled-back", "pid": pid})
     if outcome.action == "rollback":  # the host runs what it ran, but not what was asked for
         raise UnknownState(f"the rollback to {failed.id} failed ({back.why}); {fallback.id}, which ran before, "

@@ -95,95 +95,113 @@ REMOVE_RELEASE = r"""
 for d in "$@"; do rm -rf -- "$d"; done
 """
 
-# Points the binary path at a release atomically: a new symlink renamed over the old path.
-SWITCH = r"""
-bin=$1; target=$2
-ln -sfn -- "$target" "$bin.swapctl-new" && mv -Tf -- "$bin.swapctl-new" "$bin"
-"""
+# The swap itself, as one script on one channel: no round trip between the old daemon's exit and the
+# new one's start, whatever the host's shell start-up costs (a .bashrc running `conda init` is common).
+# Each stage is a function; the script streams what happens:
+#   KIDS pids | SIGKILL | STOPPED ms          stop: SIGTERM (its process group too when it leads one),
+#                                             SIGKILL after the grace period; descendants noted first
+#   R ms avail_kib alive gpu_used | DONE ms | TIMEOUT ms
+#                                             wait until they are gone, GPU memory is back, MemAvailable >= min
+#   STARTED pid log_offset                    the binary path points at the release; started with env -i
+#   LOG line | READY | EXITED | ALIVE 0/1     the log after the start until ready, exit or time-out
+# Arguments: pid grace_ms group unit | timeout_ms min_kib gpu_max | bin target | cwd log | re ready_s port
+#            | K=V... command...   (an empty pid skips the stop)
+SWAP = ALIVE + r"""
+stop_daemon() {
+  pid=$1; grace_ms=$2; group=$3; unit=$4
+  kids=$(ps -eo pid=,ppid= | awk -v root="$pid" '{p[$1]=$2} END {for (x in p) {y=p[x]; while (y in p && y != root && y > 1) y=p[y]; if (y == root) print x}}' | tr '\n' ' ')
+  echo "KIDS $kids"
+  start=$(now_ms)
+  if [ -n "$unit" ]; then systemctl stop -- "$unit" 2>&1 | sed 's/^/LOG /'; fi
+  kill -TERM "$pid" 2>/dev/null
+  [ "$group" = 1 ] && kill -TERM -- "-$pid" 2>/dev/null
+  while alive "$pid"; do
+    if [ $(( $(now_ms) - start )) -ge "$grace_ms" ]; then
+      echo SIGKILL
+      kill -KILL "$pid" 2>/dev/null
+      [ "$group" = 1 ] && kill -KILL -- "-$pid" 2>/dev/null
+      break
+    fi
+    sleep 0.01
+  done
+  while alive "$pid"; do sleep 0.01; done
+  echo "STOPPED $(( $(now_ms) - start ))"
+  WATCH="$pid $kids"
+}
 
-# SIGTERM (and to its process group when it leads one), SIGKILL after the grace period.
-# Prints KIDS (its descendants, snapshotted before the kill), then SIGKILL if needed, then STOPPED ms.
-STOP = ALIVE + r"""
-pid=$1; grace_ms=$2; group=$3; unit=$4
-kids=$(ps -eo pid=,ppid= | awk -v root="$pid" '{p[$1]=$2} END {for (x in p) {y=p[x]; while (y in p && y != root && y > 1) y=p[y]; if (y == root) print x}}' | tr '\n' ' ')
-echo "KIDS $kids"
-start=$(now_ms)
-if [ -n "$unit" ]; then systemctl stop -- "$unit" 2>&1 | sed 's/^/LOG /'; fi
-kill -TERM "$pid" 2>/dev/null
-[ "$group" = 1 ] && kill -TERM -- "-$pid" 2>/dev/null
-while alive "$pid"; do
-  if [ $(( $(now_ms) - start )) -ge "$grace_ms" ]; then
-    echo SIGKILL
-    kill -KILL "$pid" 2>/dev/null
-    [ "$group" = 1 ] && kill -KILL -- "-$pid" 2>/dev/null
-    break
-  fi
-  sleep 0.02
-done
-while alive "$pid"; do sleep 0.02; done
-echo "STOPPED $(( $(now_ms) - start ))"
-"""
+wait_memory() {
+  timeout_ms=$1; min_kib=$2; gpu_max=$3
+  start=$(now_ms); n=0; used=""
+  while :; do
+    left=""; for p in $WATCH; do alive "$p" && left="$left,$p"; done
+    avail=$(awk '/^MemAvailable:/ {print $2}' /proc/meminfo)
+    if [ -n "$gpu_max" ] && [ $((n % 10)) -eq 0 ]; then
+      used=$(nvidia-smi --query-gpu=index,memory.used --format=csv,noheader,nounits 2>/dev/null | tr -d ' ' | paste -sd';')
+    fi
+    ms=$(( $(now_ms) - start ))
+    if [ -z "$left" ] && [ "$avail" -ge "$min_kib" ] && gpu_ok "$gpu_max" "$used"; then
+      echo "R $ms $avail - $used"; echo "DONE $ms"; return 0
+    fi
+    [ $((n % 20)) -eq 0 ] && echo "R $ms $avail ${left#,} $used"
+    if [ "$ms" -ge "$timeout_ms" ]; then echo "R $ms $avail ${left#,} $used"; echo "TIMEOUT $ms"; return 1; fi
+    sleep 0.01; n=$((n+1))
+  done
+}
 
-# Waits until the old daemon and its children are gone, GPU memory is back and MemAvailable >= min.
-# Streams `R ms avail_kib alive_pids gpu_used` readings; ends with DONE ms or TIMEOUT ms.
-WAIT_MEMORY = ALIVE + r"""
-timeout_ms=$1; min_kib=$2; gpu_max=$3; shift 3
-start=$(now_ms); n=0; used=""
 gpu_ok() {
-  [ -z "$gpu_max" ] && return 0
-  printf '%s\n' "$used" | tr ';' '\n' | awk -F, -v t="$gpu_max" '
+  [ -z "$1" ] && return 0
+  printf '%s\n' "$2" | tr ';' '\n' | awk -F, -v t="$1" '
     BEGIN { k = split(t, a, ","); for (i = 1; i <= k; i++) { split(a[i], b, ":"); max[b[1]] = b[2] } }
     ($1 in max) && $2 + 0 > max[$1] + 0 { bad = 1 } END { exit bad }'
 }
-while :; do
-  left=""; for p in "$@"; do alive "$p" && left="$left,$p"; done
-  avail=$(awk '/^MemAvailable:/ {print $2}' /proc/meminfo)
-  if [ -n "$gpu_max" ] && [ $((n % 10)) -eq 0 ]; then
-    used=$(nvidia-smi --query-gpu=index,memory.used --format=csv,noheader,nounits 2>/dev/null | tr -d ' ' | paste -sd';')
-  fi
-  ms=$(( $(now_ms) - start ))
-  if [ -z "$left" ] && [ "$avail" -ge "$min_kib" ] && gpu_ok; then echo "R $ms $avail - $used"; echo "DONE $ms"; exit 0; fi
-  [ $((n % 10)) -eq 0 ] && echo "R $ms $avail ${left#,} $used"
-  if [ "$ms" -ge "$timeout_ms" ]; then echo "R $ms $avail ${left#,} $used"; echo "TIMEOUT $ms"; exit 0; fi
-  sleep 0.02; n=$((n+1))
-done
-"""
 
-# Starts the daemon detached from the SSH session, in exactly the recorded environment: the arguments
-# after the fixed ones are `K=V...` then the command, as `env -i` takes them. Prints STARTED pid offset.
-START = r"""
-cwd=$1; log=$2; unit=$3; shift 3
+wait_ready() {
+  pid=$1; log=$2; off=$3; re=$4; timeout_s=$5; port=$6; me=$$; use_log=1
+  ( while alive "$pid"; do sleep 0.01; done; echo EXITED; pkill -TERM -P "$me" -x timeout ) &
+  watchers=$!
+  if [ -n "$port" ]; then
+    ( until (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; do sleep 0.02; done; echo READY;
+      pkill -TERM -P "$me" -x timeout ) &
+    watchers="$watchers $!"
+    use_log=0
+  fi
+  # mawk (Debian's and Ubuntu's awk) fills its input buffer before it reads a line from a pipe
+  case "$(awk -W version 2>&1 | head -n 1)" in mawk*) line_input="-W interactive" ;; *) line_input="" ;; esac
+  timeout "$timeout_s" tail -c +"$((off + 1))" -F -s 0.02 -- "$log" 2>/dev/null |
+    awk $line_input -v re="$re" -v me="$me" -v use="$use_log" '{ print "LOG " $0; fflush() }
+      use && $0 ~ re { print "READY"; fflush(); system("pkill -TERM -P " me " -x timeout"); exit }'
+  alive "$pid" && echo "ALIVE 1" || echo "ALIVE 0"
+  kill $watchers 2>/dev/null  # only the watchers: the daemon is this shell's child too
+  return 0
+}
+
+pid=$1; grace_ms=$2; group=$3; unit=$4; timeout_ms=$5; min_kib=$6; gpu_max=$7; bin=$8; target=$9
+shift 9
+cwd=$1; log=$2; re=$3; ready_s=$4; port=$5; shift 5
+WATCH=""
+[ -n "$pid" ] && stop_daemon "$pid" "$grace_ms" "$group" "$unit"
+wait_memory "$timeout_ms" "$min_kib" "$gpu_max" || exit 0
+ln -sfn -- "$target" "$bin.swapctl-new" && mv -Tf -- "$bin.swapctl-new" "$bin" || { echo "FAILED switch"; exit 0; }
 off=$(stat -c %s -- "$log" 2>/dev/null || echo 0)
 if [ -n "$unit" ]; then
-  systemctl start -- "$unit" || exit 1
-  echo "STARTED $(systemctl show -p MainPID --value -- "$unit") $off"
-  exit 0
+  systemctl start -- "$unit" || { echo "FAILED systemctl start"; exit 0; }
+  new=$(systemctl show -p MainPID --value -- "$unit")
+else
+  cd -- "$cwd" || { echo "FAILED cd $cwd"; exit 0; }
+  setsid env -i "$@" >> "$log" 2>&1 < /dev/null &
+  new=$!
 fi
-cd -- "$cwd" || exit 1
-setsid env -i "$@" >> "$log" 2>&1 < /dev/null &
-echo "STARTED $! $off"
+echo "STARTED $new $off"
+wait_ready "$new" "$log" "$off" "$re" "$ready_s" "$port"
+"""
+
+# Stops a daemon and nothing more (a failed start with nothing to go back to).
+STOP_ONLY = SWAP.split("pid=$1; grace_ms=$2")[0] + r"""
+stop_daemon "$1" "$2" 1 ""
 """
 
 # Runs a program under another argv[0] without adding to its environment (bash's exec -a would).
 PERL_ARGV0 = 'my $exe = shift; exec {$exe} @ARGV or die "swapctl: cannot run $exe: $!\\n";'
-
-# Streams the daemon's log from an offset until the ready regex matches (READY), the daemon exits
-# (EXITED), or the time is up (TIMEOUT). With a port, ready is a connection accepted on it.
-WAIT_READY = ALIVE + r"""
-pid=$1; log=$2; off=$3; re=$4; timeout_s=$5; port=$6; me=$$; use_log=1
-( while alive "$pid"; do sleep 0.02; done; echo EXITED; pkill -TERM -P "$me" -x timeout ) &
-if [ -n "$port" ]; then
-  ( sleep 0.02; until (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; do sleep 0.02; done; echo READY;
-    pkill -TERM -P "$me" -x timeout ) &
-  use_log=0
-fi
-timeout "$timeout_s" tail -c +"$((off + 1))" -F -s 0.05 -- "$log" 2>/dev/null |
-  awk -v re="$re" -v me="$me" -v use="$use_log" '{ print "LOG " $0; fflush() }
-    use && $0 ~ re { print "READY"; fflush(); system("pkill -TERM -P " me " -x timeout"); exit }'
-alive "$pid" && echo "ALIVE 1" || echo "ALIVE 0"
-pkill -TERM -P "$me" 2>/dev/null
-exit 0
-"""
 
 TAIL = r"""
 tail -c "+$(( $2 + 1 ))" -- "$1" 2>/dev/null | tail -n "$3"
