@@ -232,19 +232,23 @@ def main() -> None:
         return
     print(f"swap of the stand-in prover (512 MiB held, {START_DELAY_MS} ms start-up) over sshd on loopback; "
           f"median of {args.runs}")
-    print(f"{'tool':<12} {'total s':>8} {'start gap ms':>13} {'report gap ms':>14} {'over floor s':>13}")
+    print("before stop: from the command's start to the old daemon's exit (swapctl: preflight, upload, verify, "
+          "backup)\nswap window: old daemon gone -> ready reported; its floor is the daemon's own start-up")
+    print(f"{'tool':<12} {'whole s':>8} {'before stop s':>14} {'swap window s':>14} {'start gap ms':>13} "
+          f"{'report gap ms':>14} {'over floor ms':>14}")
     for name, r in results.items():
-        floor = r["stop"] + r["startup"]
-        print(f"{name:<12} {r['total']:8.2f} {r['start_gap'] * 1000:13.0f} {r['report_gap'] * 1000:14.0f} "
-              f"{r['total'] - floor:13.2f}")
+        window = r["total"] - r["stop"]
+        print(f"{name:<12} {r['total']:8.2f} {r['stop']:14.2f} {window:14.2f} {r['start_gap'] * 1000:13.0f} "
+              f"{r['report_gap'] * 1000:14.0f} {(window - r['startup']) * 1000:14.0f}")
     s = results["swapctl"]
     for name, r in results.items():
         if name != "swapctl":
-            print(f"swapctl vs {name}: start gap {s['start_gap'] / r['start_gap']:.2f}x, "
-                  f"report gap {s['report_gap'] / max(r['report_gap'], 1e-3):.2f}x, total {s['total'] / r['total']:.2f}x")
-    ok = s["start_gap"] < 0.2 and s["report_gap"] < 0.2
-    print(f"goal (each gap < 200 ms): {'met' if ok else 'NOT met'}; swapctl over floor "
-          f"{s['total'] - s['stop'] - s['startup']:.2f} s (goal < 0.5 s)")
+            print(f"swapctl vs {name}: start gap {s['start_gap'] / r['start_gap']:.3f}x, "
+                  f"report gap {s['report_gap'] / max(r['report_gap'], 1e-3):.3f}x, "
+                  f"swap window {(s['total'] - s['stop']) / (r['total'] - r['stop']):.2f}x")
+    over = s["total"] - s["stop"] - s["startup"]
+    ok = s["start_gap"] < 0.2 and s["report_gap"] < 0.2 and over < 0.5
+    print(f"goals (each gap < 200 ms, swap window within 0.5 s of the floor): {'met' if ok else 'NOT met'}")
 
 
 if __name__ == "__main__":

@@ -156,3 +156,17 @@ def test_fetch_killed_midway_resumes_to_an_identical_copy(box, tmp_path):
     [f] = json.loads(fetch(box, dest).stdout)["hosts"]["lab"]
     assert f["new_bytes"] == big.stat().st_size - partial
     assert sha(local) == sha(big)
+
+
+def test_a_log_holding_several_daemon_runs_sums_their_wall_time(tmp_path):
+    """TIMELINE offsets restart with the daemon: a log appended across a deploy holds two runs."""
+    run = (DATA / "reference.log").read_bytes()
+    both = tmp_path / "both.log"
+    both.write_bytes(run + run)
+    with open(DATA / "reference.log", "rb") as f:
+        one = parse([f]).report()
+    with open(both, "rb") as f:
+        two = parse([f]).report()
+    assert two["wall_ms"] == 2 * one["wall_ms"]
+    assert two["gpu_busy_fraction"] == pytest.approx(one["gpu_busy_fraction"])
+    assert two["timeline_busy_fraction"] == pytest.approx(one["timeline_busy_fraction"])

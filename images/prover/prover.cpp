@@ -364,20 +364,33 @@ static int open_listener(const std::string& addr) {
     return fd;
 }
 
-// `prover --probe-h2d MIB`: host-to-device copy rate from pageable and from pinned memory, the
-// measurement behind the pageable-vs-pinned diagnosis.
-static int probe_h2d(long mib) {
-    size_t bytes = (size_t)mib << 20;
+static void detect_cuda() {
 #ifdef USE_CUDA
     int devices = 0;
     g_cuda = cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0;
 #endif
+}
+
+// Device memory for one partition's vectors, or its host stand-in (touched, so it is resident).
+static Gpu gpu_alloc(size_t bytes) {
     Gpu g;
     g.bytes = bytes;
 #ifdef USE_CUDA
     if (g_cuda) cudaMalloc((void**)&g.dev, bytes);
 #endif
-    if (!g.dev) g.dev = (char*)malloc(bytes);
+    if (!g.dev) {
+        g.dev = (char*)malloc(bytes);
+        touch(g.dev, bytes);  // device memory is not the host's to touch; this is host memory
+    }
+    return g;
+}
+
+// `prover --probe-h2d MIB`: host-to-device copy rate from pageable and from pinned memory, the
+// measurement behind the pageable-vs-pinned diagnosis.
+static int probe_h2d(long mib) {
+    size_t bytes = (size_t)mib << 20;
+    detect_cuda();
+    Gpu g = gpu_alloc(bytes);
     char* bounce = host_alloc(1 << 20, true);
     for (int pinned = 0; pinned <= 1; pinned++) {
         char* src = host_alloc(bytes, pinned);
@@ -412,9 +425,8 @@ int main(int argc, char** argv) {
     err("thread 'main' panicked at cuzk-daemon/src/main.rs:42:5: stand-in built to crash at start");
     return 101;
 #endif
+    detect_cuda();
 #ifdef USE_CUDA
-    int devices = 0;
-    g_cuda = cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0;
     if (!g_cuda) info("", {}, "cuzk_daemon", "no CUDA device; copies and kernels run on the host", {});
 #endif
     // The SRS: allocated and touched, so it is resident.
@@ -427,14 +439,8 @@ int main(int argc, char** argv) {
     size_t bytes = (size_t)c.partition_mib << 20;
     char* abc = host_alloc(bytes, c.pinned);
     char* bounce = host_alloc(1 << 20, true);
-    Gpu g;
-    g.bytes = bytes;
-#ifdef USE_CUDA
-    if (g_cuda) cudaMalloc((void**)&g.dev, bytes);
-#endif
-    if (!g.dev) g.dev = (char*)malloc(bytes);
+    Gpu g = gpu_alloc(bytes);
     touch(abc, bytes);
-    if (!g_cuda) touch(g.dev, bytes);  // device memory is not the host's to touch
 
     std::string addr = c.listen.empty() ? "unix:///run/cuzk.sock" : c.listen;
 #ifndef FAULT_NOREADY

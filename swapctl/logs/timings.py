@@ -16,10 +16,19 @@ from datetime import datetime
 from typing import IO, Iterable
 
 ANSI = re.compile(rb"\x1b\[[0-9;]*m")
-FIELD = re.compile(rb"(\w+)=(\S+)")
-TRACING = re.compile(rb"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?)Z\s+\w+\s")
+CUZK = re.compile(rb"CUZK_TIMING: ([^\n]*)")
+NTT = re.compile(rb"CUZK_NTT_H: ([^\n]*)")
+TIMELINE = re.compile(rb"TIMELINE,([^\n]*)")
+TRACING = re.compile(rb"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?)Z")
+MS_FIELD = re.compile(rb"\b(\w++)(?<=_ms)=(-?\d+(?:\.\d+)?)\b")  # possessive: no backtracking in a word
+NTT_FIELD = re.compile(rb"\b(\w++)=(-?\d+(?:\.\d+)?)ms\b")
+GPU_TID = re.compile(rb"gpu_tid=(\d+)")
+TL_OFFSET = re.compile(rb"^(\d+(?:\.\d+)?),", re.M)
+# GPU_START / GPU_END with the worker and partition of their detail (worker=W,partition=N[,gpu_ms=X])
+TL_GPU = re.compile(rb"^(\d+(?:\.\d+)?),(GPU_START|GPU_END),([^,\n]*),worker=(\d+),partition=(\d+)", re.M)
 
-# tracing messages -> the prefix their `*_ms` fields get when two messages share a field name
+# tracing messages -> the prefix their `*_ms` fields get when two messages share a field name;
+# the fields are those after the message (the span's fields come before it)
 MESSAGES = {
     b"GPU_TIMING hot_path pre-prove overhead": "",
     b"GPU_TIMING spawn_blocking prove_start": "",
@@ -30,6 +39,13 @@ MESSAGES = {
     b"partition GPU prove complete": "",
     b"Phase 7: all partitions complete, proof assembled": "job_",
 }
+# one scan per literal prefix the messages share: GPU_TIMING, FIN_TIMING, partition, Phase 7
+MESSAGE_PATTERNS = [
+    re.compile(re.escape(prefix) + b"(" + b"|".join(re.escape(m[len(prefix):]) for m in MESSAGES if m.startswith(prefix))
+               + rb")([^\n]*)")
+    for prefix in (b"GPU_TIMING ", b"FIN_TIMING ", b"partition ", b"Phase 7: ")
+]
+MESSAGE_PREFIXES = (b"GPU_TIMING ", b"FIN_TIMING ", b"partition ", b"Phase 7: ")
 
 
 @dataclass
@@ -51,6 +67,7 @@ class Timings:
     _open: dict = field(default_factory=dict, repr=False)  # (job, worker) -> GPU_START offset
     _gaps: array = field(default_factory=lambda: array("d"), repr=False)
     _last_end: dict = field(default_factory=dict, repr=False)  # worker -> last GPU_END offset
+    _runs_ms: float = 0  # the spans of earlier daemon runs in the same log
 
     def add(self, name: str, value: float) -> None:
         values = self.phases.get(name)
@@ -58,100 +75,100 @@ class Timings:
             values = self.phases[name] = array("d")
         values.append(value)
 
-    # -- one line ---------------------------------------------------------------------------------
+    def add_pairs(self, pairs: list[tuple[bytes, bytes]], prefix: str = "", rename: dict | None = None) -> None:
+        """Appends (key, value) pairs found by a findall, looking each key's array up once a batch."""
+        arrays: dict[bytes, array] = {}
+        for k, v in pairs:
+            values = arrays.get(k)
+            if values is None:
+                name = (rename or {}).get(k) or prefix + k.decode()
+                values = arrays[k] = self.phases.setdefault(name, array("d"))
+            values.append(float(v))
 
-    def feed(self, raw: bytes) -> None:
-        self.lines += 1
-        line = ANSI.sub(b"", raw).rstrip(b"\r\n")
-        if line.startswith(b"CUZK_TIMING: "):
-            self._fields(line[13:], suffix=b"")
-        elif line.startswith(b"CUZK_NTT_H: "):
-            self._fields(line[12:], suffix=b"ms", prefix="ntt_h_" )
-        elif line.startswith(b"TIMELINE,"):
-            self._timeline(line)
-        else:
-            m = TRACING.match(line)
-            if not m or not self._tracing(line, m):
-                self.skipped_lines += 1
+    # -- a chunk of whole lines -------------------------------------------------------------------
+    # Each kind of line is found with one multiline regex over the chunk and its fields with one
+    # findall over the joined matches: the per-line work stays in C.
 
-    def _fields(self, text: bytes, suffix: bytes, prefix: str = "") -> None:
-        for k, v in FIELD.findall(text):
-            key = k.decode()
-            if key == "gpu_tid":
-                self.gpus.add(v)
-                continue
-            if suffix:  # CUZK_NTT_H: every field is a time with an `ms` unit
-                if not v.endswith(suffix):
-                    continue
-                v = v[: -len(suffix)]
-                name = prefix + key if key == "total" else key
-            elif key.endswith("_ms"):
-                name = key
+    def feed(self, chunk: bytes) -> None:
+        """Takes whole lines (a chunk that ends at a newline). Each kind of line starts with a literal
+        (`CUZK_TIMING: `, `TIMELINE,`, a tracing message), which the regex engine finds at memchr speed;
+        ANSI codes are stripped only from the fields that are kept."""
+        if b"\r" in chunk:
+            chunk = chunk.replace(b"\r", b"")
+        lines = chunk.count(b"\n") + (0 if chunk.endswith(b"\n") else 1)
+        self.lines += lines
+        cuzk = CUZK.findall(chunk)
+        ntt = NTT.findall(chunk)
+        timeline = TIMELINE.findall(chunk)
+        # tracing lines start with their timestamp, 20YY-...
+        tracing = chunk.count(b"\n20") + chunk.startswith(b"20")
+        empty = chunk.count(b"\n\n") + chunk.startswith(b"\n")
+        self.skipped_lines += lines - len(cuzk) - len(ntt) - len(timeline) - tracing - empty
+        text = b"\n".join(cuzk)
+        self.gpus.update(GPU_TID.findall(text))
+        self.add_pairs(MS_FIELD.findall(text))
+        self.add_pairs(NTT_FIELD.findall(b"\n".join(ntt)), rename={b"total": "ntt_h_total"})
+        self._timeline(timeline)
+        if tracing:
+            first = TRACING.search(chunk)
+            last = TRACING.search(chunk, max(0, chunk.rfind(b"\n20", 0, len(chunk) - 1)))
+            if first and self.first_ts is None:
+                self.first_ts = datetime.fromisoformat(first.group(1).decode())
+            if last:
+                self.last_ts = datetime.fromisoformat(last.group(1).decode())
+            for prefix, pattern in zip(MESSAGE_PREFIXES, MESSAGE_PATTERNS):
+                by_message: dict[bytes, list[bytes]] = {}
+                for rest, fields in pattern.findall(chunk):
+                    by_message.setdefault(prefix + rest, []).append(fields)
+                for message, found in by_message.items():
+                    self._message(message, found)
+
+    def _message(self, message: bytes, found: list[bytes]) -> None:
+        fields = strip_ansi(b"\n".join(found))
+        if message == b"partition synthesis complete":
+            self.pinned += fields.count(b"is_pinned=true")
+            self.pageable += fields.count(b"is_pinned=false")
+        elif MESSAGES[message] == "job_":
+            self.jobs += len(found)
+        self.add_pairs(MS_FIELD.findall(fields), prefix=MESSAGES[message])
+
+    def _timeline(self, lines: list[bytes]) -> None:
+        if not lines:
+            return
+        text = b"\n".join(lines)
+        # offsets count from the daemon's start: where one goes back, a restarted daemon's run begins
+        first, last, done = self.timeline_first_ms, self.timeline_last_ms, self._runs_ms
+        for o in TL_OFFSET.findall(text):
+            o = float(o)
+            if first is None:
+                first = last = o
+            elif o < last - 1000:
+                done += last - first
+                first = last = o
+            elif o > last:
+                last = o
+        self.timeline_first_ms, self.timeline_last_ms, self._runs_ms = first, last, done
+        opened, last_end, gaps = self._open, self._last_end, self._gaps
+        for offset, event, job, worker, partition in TL_GPU.findall(text):
+            offset = float(offset)
+            key = (job, worker, partition)
+            if event == b"GPU_START":
+                opened[key] = offset
+                if worker in last_end:
+                    gaps.append(offset - last_end[worker])
             else:
-                continue
-            try:
-                self.add(name, float(v))
-            except ValueError:
-                pass
-
-    def _tracing(self, line: bytes, m: re.Match) -> bool:
-        for message, prefix in MESSAGES.items():
-            at = line.find(message)
-            if at < 0:
-                continue
-            ts = datetime.fromisoformat(m.group(1).decode())
-            self.first_ts = self.first_ts or ts
-            self.last_ts = ts
-            fields = dict(FIELD.findall(line[at + len(message):]))
-            if message.startswith(b"partition synthesis"):
-                pinned = fields.get(b"is_pinned")
-                if pinned == b"true":
-                    self.pinned += 1
-                elif pinned == b"false":
-                    self.pageable += 1
-            if message.startswith(b"Phase 7"):
-                self.jobs += 1
-            for k, v in fields.items():
-                if k.endswith(b"_ms"):
-                    try:
-                        self.add(prefix + k.decode(), float(v))
-                    except ValueError:
-                        pass
-            return True
-        return bool(line)  # other tracing lines (start-up, ready) are known, not timings
-
-    def _timeline(self, line: bytes) -> None:
-        parts = line.split(b",", 4)
-        if len(parts) < 4:
-            self.skipped_lines += 1
-            return
-        try:
-            offset = float(parts[1])
-        except ValueError:
-            self.skipped_lines += 1
-            return
-        self.timeline_first_ms = offset if self.timeline_first_ms is None else min(self.timeline_first_ms, offset)
-        self.timeline_last_ms = offset if self.timeline_last_ms is None else max(self.timeline_last_ms, offset)
-        event, job = parts[2], parts[3]
-        detail = dict(kv.split(b"=", 1) for kv in parts[4].split(b",") if b"=" in kv) if len(parts) > 4 else {}
-        worker = detail.get(b"worker", b"0")
-        if event == b"GPU_START":
-            self._open[(job, worker, detail.get(b"partition"))] = offset
-            if worker in self._last_end:
-                self._gaps.append(offset - self._last_end[worker])
-        elif event == b"GPU_END":
-            start = self._open.pop((job, worker, detail.get(b"partition")), None)
-            if start is not None:
-                self.timeline_busy_ms += offset - start
-            self._last_end[worker] = offset
+                start = opened.pop(key, None)
+                if start is not None:
+                    self.timeline_busy_ms += offset - start
+                last_end[worker] = offset
 
     # -- results ----------------------------------------------------------------------------------
 
     @property
     def wall_ms(self) -> float | None:
         if self.timeline_first_ms is not None and self.timeline_last_ms is not None \
-                and self.timeline_last_ms > self.timeline_first_ms:
-            return self.timeline_last_ms - self.timeline_first_ms
+                and self._runs_ms + self.timeline_last_ms > self.timeline_first_ms:
+            return self._runs_ms + self.timeline_last_ms - self.timeline_first_ms
         if self.first_ts and self.last_ts and self.last_ts > self.first_ts:
             return (self.last_ts - self.first_ts).total_seconds() * 1000
         return None
@@ -200,6 +217,20 @@ class Timings:
         }
 
 
+# The codes tracing-subscriber writes (levels, bold, dim, italic, reset): bytes.replace removes each at
+# memchr speed, where one regex substitution per code costs more than all the parsing.
+COMMON_CODES = tuple(f"\x1b[{c}m".encode() for c in ("0", "1", "2", "3", "31", "32", "33", "34", "35"))
+
+
+def strip_ansi(chunk: bytes) -> bytes:
+    if b"\x1b[" not in chunk:
+        return chunk
+    for code in COMMON_CODES:
+        if code in chunk:
+            chunk = chunk.replace(code, b"")
+    return ANSI.sub(b"", chunk) if b"\x1b[" in chunk else chunk
+
+
 def summarize(values: Iterable[float]) -> dict:
     ordered = sorted(values)
     n = len(ordered)
@@ -211,12 +242,24 @@ def summarize(values: Iterable[float]) -> dict:
     return {"count": n, "p50": p50, "p95": p95, "max": ordered[-1]}
 
 
+CHUNK = 8 << 20
+
+
 def parse(streams: Iterable[IO[bytes]]) -> Timings:
-    """Feeds every line of every stream (binary) into one Timings."""
+    """Feeds every stream (binary), in chunks of whole lines, into one Timings."""
     t = Timings()
     for stream in streams:
-        for raw in stream:
-            t.feed(raw)
+        rest = b""
+        while block := stream.read(CHUNK):
+            block = rest + block
+            cut = block.rfind(b"\n") + 1
+            if cut:
+                t.feed(block[:cut])
+                rest = block[cut:]
+            else:
+                rest = block
+        if rest:
+            t.feed(rest)
     return t
 
 
