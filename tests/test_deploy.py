@@ -279,3 +279,67 @@ def test_ready_line_is_seen_when_the_daemon_goes_quiet_after_it(box, prover, pro
     assert entry["outcome"] == "deployed"
     # seen as ready, not rescued by the deadline: awk reads what is left when the wait times out
     assert entry["steps"]["ready"] < 10
+
+
+def _deploy_in_background(box, binary, *extra):
+    """swapctl deploy as a child whose stderr lines are collected as they come."""
+    proc = subprocess.Popen([sys.executable, "-m", "swapctl", "deploy", "lab", "--binary", str(binary), "--yes",
+                             "-p", str(box.playbook_path), *extra], stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
+    reader.start()
+    return proc, lines, reader
+
+
+def test_ctrl_c_at_the_confirmation_changes_nothing(box, prover, prover_b):
+    import pty
+
+    pid = box.start_by_hand(prover)
+    before = _tree(box.data)
+    main, child = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "swapctl", "deploy", "lab", "--binary", str(prover_b),
+                             "-p", str(box.playbook_path)], stdin=child, stdout=child, stderr=child)
+    os.close(child)
+    seen = b""
+    while b"swap the daemon on lab?" not in seen:
+        seen += os.read(main, 4096)
+    proc.send_signal(signal.SIGINT)  # what the terminal sends on Ctrl-C
+    code = proc.wait(30)
+    os.set_blocking(main, False)
+    try:
+        seen += os.read(main, 65536)
+    except OSError:
+        pass
+    os.close(main)
+    assert code == 3, seen.decode(errors="replace")[-1500:]
+    assert box.daemons() == [pid]
+    after = _tree(box.data)
+    assert {k: v for k, v in after.items() if not k.endswith("cuzk.log")} == \
+           {k: v for k, v in before.items() if not k.endswith("cuzk.log")}
+
+
+def test_one_ctrl_c_after_the_stop_finishes_the_swap(box, prover, prover_b):
+    box.start_by_hand(prover, prover_config(child_hold_mib=8, child_linger_ms=1500))
+    proc, lines, reader = _deploy_in_background(box, prover_b)
+    wait_until(lambda: any("waiting" in l or "MemAvailable" in l for l in lines), what="the memory wait")
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(60) == 0
+    reader.join(5)
+    assert any("the swap finishes" in l for l in lines)
+    assert [exe_sha(p) for p in box.daemons()] == [sha(prover_b)]
+
+
+def test_a_second_ctrl_c_rolls_back_to_the_old_daemon(box, prover, prover_b):
+    old = box.start_by_hand(prover, prover_config(child_hold_mib=8, child_linger_ms=1500))
+    argv = cmdline(old)
+    proc, lines, reader = _deploy_in_background(box, prover_b)
+    wait_until(lambda: any("waiting" in l or "MemAvailable" in l for l in lines), what="the memory wait")
+    proc.send_signal(signal.SIGINT)
+    wait_until(lambda: any("the swap finishes" in l for l in lines), what="the first Ctrl-C's answer")
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(60) == 4
+    reader.join(5)
+    assert any("a second Ctrl-C" in l for l in lines)
+    [now] = box.daemons()
+    assert exe_sha(now) == sha(prover) and cmdline(now) == argv

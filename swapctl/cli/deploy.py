@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from .. import playbook as pb
-from ..errors import BadInput, SwapctlError
+from ..errors import BadInput, Refused, SwapctlError
 from ..remote import connect
 from ..swap.deploy import Interrupts, Outcome, Plan, Swap, deploy as run_deploy
 from .common import JsonOpt, PlaybookOpt, err, fail, guarded, out, print_json, select_hosts, size, duration, text, worst
@@ -61,7 +61,11 @@ def _confirm(plan: Plan, yes: bool) -> None:
         return
     if not sys.stdin.isatty():
         raise BadInput("no terminal to confirm on: pass --yes to deploy without asking", host=plan.host)
-    if not typer.confirm(f"swap the daemon on {plan.host}?", err=True):
+    try:
+        confirmed = typer.confirm(f"swap the daemon on {plan.host}?", err=True)
+    except typer.Abort:  # Ctrl-C or end of input at the prompt
+        raise Refused("interrupted at the confirmation; nothing changed", host=plan.host) from None
+    if not confirmed:
         raise BadInput("not confirmed; nothing changed", host=plan.host)
 
 
@@ -90,7 +94,6 @@ def _deploy(targets: list[str], binary: str, playbook_path: str | None, yes: boo
         except SwapctlError as exc:
             results[spec.name] = exc
         except KeyboardInterrupt:
-            from ..errors import Refused
             results[spec.name] = Refused("interrupted before any change", host=spec.name)
         finally:
             reporter.close()
