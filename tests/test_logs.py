@@ -170,3 +170,24 @@ def test_a_log_holding_several_daemon_runs_sums_their_wall_time(tmp_path):
     assert two["wall_ms"] == 2 * one["wall_ms"]
     assert two["gpu_busy_fraction"] == pytest.approx(one["gpu_busy_fraction"])
     assert two["timeline_busy_fraction"] == pytest.approx(one["timeline_busy_fraction"])
+
+
+def test_since_deploy_fetches_only_what_the_current_release_wrote(box, prover, prover_b, tmp_path, swapctl_env):
+    box.write_playbook(logs={"paths": [str(box.log)]})
+    box.start_by_hand(prover)
+    r = swapctl("deploy", "lab", "--binary", str(prover_b), "--yes", "-p", str(box.playbook_path))
+    assert r.returncode == 0, r.stderr
+    journal = [json.loads(l) for l in (box.data / ".swapctl/cuzk/journal.jsonl").read_text().splitlines()]
+    offset, release = journal[-1]["log_offset"], journal[-1]["current"]
+    dest = tmp_path / "logs"
+    r = fetch(box, dest, "--since-deploy")
+    assert r.returncode == 0, r.stderr
+    [f] = json.loads(r.stdout)["hosts"]["lab"]
+    local = Path(f["local"])
+    assert local.name == f"cuzk.log.since-{release}"
+    assert local.read_bytes() == box.log.read_bytes()[offset:len(local.read_bytes()) + offset]
+    assert b"build" in local.read_bytes() and local.stat().st_size == box.log.stat().st_size - offset
+    r = fetch(box, dest)  # the whole log goes to its own local copy, never mixed with the other
+    [whole] = json.loads(r.stdout)["hosts"]["lab"]
+    assert Path(whole["local"]).name == "cuzk.log" and Path(whole["local"]).read_bytes()[:offset] == \
+        box.log.read_bytes()[:offset]

@@ -19,20 +19,35 @@ def fetch_logs(
     hosts: Annotated[list[str], typer.Argument(help="Host names, user@address:port, or @group.")],
     dest: Annotated[Path, typer.Option("--dest", help="Local directory; files go to DEST/<host>/.")] = Path("logs"),
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep fetching new lines until Ctrl-C.")] = False,
+    since_deploy: Annotated[bool, typer.Option(
+        "--since-deploy", help="Of the daemon's log, only what the current release wrote (from the journal).")] = False,
     playbook: PlaybookOpt = None,
     json: JsonOpt = False,
 ) -> None:
     """Download the files that logs.paths names: incremental, resumable, compressed on the wire."""
-    guarded(lambda: _fetch(hosts, dest, follow, playbook, json))
+    guarded(lambda: _fetch(hosts, dest, follow, playbook, json, since_deploy))
 
 
-def _fetch(targets: list[str], dest: Path, follow: bool, playbook_path: str | None, as_json: bool) -> int:
+def _since_deploy(host, book: pb.Playbook) -> dict[str, tuple[int, str]]:
+    """The daemon log's offset where the current release started, from the host's journal."""
+    from ..swap.deploy import Swap
+
+    entries = [e for e in Swap(host, book).journal_entries() if e.get("log_offset") is not None]
+    if not entries:
+        raise BadInput("no deploy in the host's journal: --since-deploy needs one", host=host.name)
+    last = entries[-1]
+    return {book.require_daemon().log: (int(last["log_offset"]), f"since-{last['current']}")}
+
+
+def _fetch(targets: list[str], dest: Path, follow: bool, playbook_path: str | None, as_json: bool,
+           since_deploy: bool = False) -> int:
     book = pb.load(playbook_path)
     patterns = list(book.log_paths) or ([book.daemon.log] if book.daemon.log else [])
     if not patterns:
         raise BadInput(f"{book.path}: logs.paths: no log paths; add `paths = [\"/data/*.log\"]` under [logs]")
     specs = select_hosts(book, targets)
-    results = on_hosts(specs, lambda host: LogFetcher(host, dest).fetch(patterns))
+    results = on_hosts(specs, lambda host: LogFetcher(
+        host, dest, since=_since_deploy(host, book) if since_deploy else None).fetch(patterns))
     codes = []
     for name, r in results.items():
         if isinstance(r, BaseException):

@@ -56,8 +56,11 @@ def _decompressor(method: str) -> Callable[[bytes], bytes]:
 class LogFetcher:
     """Brings a host's logs into `dest/<host>/`, remembering which remote file each local copy mirrors."""
 
-    def __init__(self, host: Host, dest: Path, on_bytes: Callable[[str, int], None] | None = None):
+    def __init__(self, host: Host, dest: Path, on_bytes: Callable[[str, int], None] | None = None,
+                 since: dict[str, tuple[int, str]] | None = None):
+        """`since` maps a remote path to (offset, tag): only bytes from that offset, into `<name>.<tag>`."""
         self.host, self.dir = host, dest / host.name
+        self.since = since or {}
         self.dir.mkdir(parents=True, exist_ok=True)
         self.state_path = self.dir / ".swapctl-fetch.json"
         self.state: dict[str, dict] = json.loads(self.state_path.read_text()) if self.state_path.exists() else {}
@@ -70,6 +73,8 @@ class LogFetcher:
 
     def _new_name(self, remote: str) -> str:
         base = PurePosixPath(remote).name
+        if remote in self.since:
+            base = f"{base}.{self.since[remote][1]}"
         taken = {s["local"] for s in self.state.values()} | {p.name for p in self.dir.iterdir()}
         name, n = base, 1
         while name in taken:
@@ -87,20 +92,22 @@ class LogFetcher:
         return results
 
     def _one(self, remote: str, inode: int, size: int, method: str) -> Fetched:
-        known = self.state.get(remote)
+        start, tag = self.since.get(remote, (0, ""))
+        key = f"{remote}@{tag}" if tag else remote
+        known = self.state.get(key)
         restarted = False
         if known:
             local = self.dir / known["local"]
             have = local.stat().st_size if local.exists() else 0
-            if known["inode"] != inode or size < have:
+            if known["inode"] != inode or size < start + have:
                 restarted = True  # rotated or truncated: begin a new local copy
                 known = None
         if not known:
             known = {"inode": inode, "local": self._new_name(remote)}
-            self.state[remote] = known
+            self.state[key] = known
             self._save()
         local = self.dir / known["local"]
-        offset = local.stat().st_size if local.exists() else 0
+        offset = start + (local.stat().st_size if local.exists() else 0)
         wire = 0
         if size > offset:
             decompress = _decompressor(method)
@@ -121,7 +128,7 @@ class LogFetcher:
                 from ..errors import RemoteCommandFailed
 
                 raise RemoteCommandFailed(self.host.name, f"read {remote}", code, err.decode(errors="replace"))
-        new = (local.stat().st_size if local.exists() else 0) - offset
+        new = start + (local.stat().st_size if local.exists() else 0) - offset
         return Fetched(remote=remote, local=str(local), new_bytes=new, wire_bytes=wire, method=method,
                        restarted=restarted)
 
