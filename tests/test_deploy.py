@@ -183,7 +183,7 @@ def test_second_deploy_is_refused_while_the_first_holds_the_lock(box, prover, pr
         finally:
             first.unlock()
     assert r.returncode == 3
-    assert f"another deploy holds the lock: root@" in r.stderr and f"(pid {os.getpid()})" in r.stderr
+    assert "another deploy holds the lock: root@" in r.stderr and f"(pid {os.getpid()})" in r.stderr
     assert len(box.daemons()) == 1 and exe_sha(box.daemons()[0]) == sha(prover)
 
 

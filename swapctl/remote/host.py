@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import selectors
-import shutil
 import subprocess
 import time
 from abc import ABC, abstractmethod
@@ -182,6 +181,3 @@ def connect(spec: "HostSpec") -> Host:  # noqa: F821 (import cycle avoided)
 
     return SshHost(spec)
 
-
-def which(program: str) -> str | None:
-    return shutil.which(program)
