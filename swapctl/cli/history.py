@@ -29,8 +29,7 @@ def _history(target: str, playbook_path: str | None, as_json: bool) -> int:
     [spec] = select_hosts(book, [target])
     with connect(spec) as h:
         sw = Swap(h, book)
-        releases, current = sw.releases_and_current()
-        entries = sw.journal_entries()
+        releases, current, entries = sw.catalog()
     ordered = releases_newest_first(releases)
     if as_json:
         print_json({"host": spec.name, "current": current,

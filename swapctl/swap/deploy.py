@@ -115,6 +115,12 @@ class Outcome:
     message: str = ""
 
 
+def deployed_releases(journal: list[dict]) -> list[str]:
+    """Release ids that deploys put in place, oldest first."""
+    return [e["current"] for e in journal
+            if e.get("action") == "deploy" and e.get("outcome") == "deployed" and e.get("current")]
+
+
 def _cgroup_unit(text: str) -> str | None:
     """The systemd service a process runs under, from /proc/PID/cgroup (v1 or v2)."""
     for line in text.splitlines():
@@ -192,29 +198,21 @@ class Swap:
             group_leader=facts.get("pgid", "").strip() == str(p.pid), rss_kib=p.rss_kib, elapsed_s=p.elapsed_s,
         )
 
-    def journal_entries(self) -> list[dict]:
-        r = self.host.run(Cmd("cat", "--", f"{self.state}/journal.jsonl"), check=False)
-        entries = []
-        for line in r.stdout.splitlines():
+    def catalog(self, facts: dict[str, str] | None = None) -> tuple[dict[str, Release], str | None, list[dict]]:
+        """The host's releases, the one the binary path points at, and its journal: from INSPECT's output
+        (run here without a daemon pid when `facts` is not given)."""
+        if facts is None:
+            facts = split_sections(self.run(scripts.INSPECT, "", self.daemon_spec.binary, self.state,
+                                            label="inspect").stdout)
+        kind, _, target = facts.get("binary", "missing").partition(" ")
+        current = PurePosixPath(target).parent.name if kind == "link" else None
+        journal = []
+        for line in facts.get("journal", "").splitlines():
             try:
-                entries.append(json.loads(line))
+                journal.append(json.loads(line))
             except ValueError:
                 continue  # a line cut short by a full disk or a killed swapctl
-        return entries
-
-    def releases_and_current(self) -> tuple[dict[str, Release], str | None]:
-        out = self.run(scripts.INSPECT, "", self.daemon_spec.binary, self.state, label="inspect").stdout
-        facts = split_sections(out)
-        kind, _, target = facts.get("binary", "missing").partition(" ")
-        return parse_releases(facts.get("releases", "")), PurePosixPath(target).parent.name if kind == "link" else None
-
-    def _journal_history(self) -> list[str]:
-        """Release ids that deploys put in place, oldest first, from the host's journal."""
-        ids = []
-        for entry in self.journal_entries():
-            if entry.get("action") == "deploy" and entry.get("outcome") == "deployed" and entry.get("current"):
-                ids.append(entry["current"])
-        return ids
+        return parse_releases(facts.get("releases", "")), current, journal
 
     def env_for(self, base: tuple[tuple[str, str], ...] | None) -> tuple[tuple[str, str], ...]:
         env = dict(base or (("PATH", DEFAULT_PATH), ("HOME", "/root")))
@@ -225,9 +223,8 @@ class Swap:
         """What runs on the host and what it has: the part of a plan that needs no new binary."""
         self.emit("preflight", "checking the host")
         status, facts = self.inspect()
-        releases = parse_releases(facts.get("releases", ""))
+        releases, current, journal = self.catalog(facts)
         kind, _, target = facts.get("binary", "missing").partition(" ")
-        current = PurePosixPath(target).parent.name if kind == "link" else None
         daemon = self._running(status, facts)
         name = PurePosixPath(self.daemon_spec.binary).name
 
@@ -243,7 +240,7 @@ class Swap:
         free_kib = int((facts.get("free", "").split() or ["0"] * 4)[3] or 0)
         return Plan(host=self.host.name, binary=None, status=status, daemon=daemon, releases=releases,
                     current=current, new=None, to_save=tuple(to_save), warnings=tuple(self._warnings(status, daemon)),
-                    unchanged=False, history=tuple(self._journal_history()), free_kib=free_kib)
+                    unchanged=False, history=tuple(deployed_releases(journal)), free_kib=free_kib)
 
     def _warnings(self, status: HostStatus, daemon: Daemon | None) -> list[str]:
         warnings = []
@@ -377,8 +374,7 @@ class Swap:
             self._write_manifest(new)
             return None
         tmp = f"{st}/releases/.upload-{new.id}-{uuid.uuid4().hex[:8]}"
-        started = time.monotonic()
-        self.host.run(Cmd("mkdir", "-p", "-m", "700", "--", f"{st}/releases"))
+        started = time.monotonic()  # the lock made {st}/releases
 
         def progress(done: int) -> None:
             self.emit("upload", done=done, total=new.size)
@@ -389,7 +385,7 @@ class Swap:
             with open(plan.binary.path, "rb") as f:
                 self.host.put(f, tmp, new.size, progress)
             result = self.run(scripts.INSTALL, tmp, new.dir(st), new.name, new.sha256, new.to_json(),
-                              label="install").stdout.strip()
+                              label="install").stdout
         except BaseException:
             self.host.run(Cmd("rm", "-f", "--", tmp), check=False) if self._alive() else None
             raise
@@ -397,10 +393,10 @@ class Swap:
             raise Refused(f"the upload arrived corrupted (sha256 {result.split()[1][:12]}, expected {new.id}); "
                           f"nothing was changed, try again", host=self.host.name)
         seconds = time.monotonic() - started
-        missing = self.run(scripts.LDD, new.path(st), label="ldd").stdout.strip()
-        if missing != "OK":
+        missing = [line[8:] for line in result.splitlines() if line.startswith("MISSING ")]
+        if missing:
             self.host.run(Cmd("rm", "-rf", "--", new.dir(st)), check=False)
-            lib = missing.splitlines()[0].strip()
+            lib = missing[0].strip()
             raise BadInput(f"{plan.binary.path} needs a library the host lacks: {lib} (install it on the host, "
                            f"or link it statically)", host=self.host.name)
         return new.size / 1e6 / max(seconds, 1e-6)

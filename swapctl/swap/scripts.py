@@ -18,7 +18,7 @@ now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
 # SSH connection, so a killed swapctl never leaves a stale lock.
 LOCK = r"""
 dir=$1; info=$2
-mkdir -p -m 700 -- "$dir" || exit 1
+mkdir -p -m 700 -- "$dir" "$dir/releases" || exit 1
 exec 9>>"$dir/lock"
 if flock -n 9; then
   printf '%s\n' "$info" > "$dir/lock.info"
@@ -40,6 +40,7 @@ else echo missing; fi
 sec free; df -P -k -- "$(dirname -- "$bin")" | tail -n 1
 sec releases
 for m in "$state"/releases/*/manifest.json; do [ -f "$m" ] && { tr -d '\n' < "$m"; echo; }; done
+sec journal; cat -- "$state/journal.jsonl" 2>/dev/null
 [ -n "$pid" ] || exit 0
 sec exe_sha; sha256sum < "/proc/$pid/exe" | cut -d' ' -f1
 sec exe_size; stat -L -c %s "/proc/$pid/exe"
@@ -75,12 +76,9 @@ if [ "$got" != "$sha" ]; then rm -f -- "$tmp"; echo "MISMATCH $got"; exit 0; fi
 chmod 755 "$tmp" && mkdir -p -m 700 -- "$dir" && mv -f -- "$tmp" "$dir/$name" &&
 printf '%s\n' "$manifest" > "$dir/.manifest.tmp" && mv -f -- "$dir/.manifest.tmp" "$dir/manifest.json" &&
 echo INSTALLED
-"""
-
-LDD = r"""
-out=$(ldd -- "$1" 2>&1); code=$?
-printf '%s\n' "$out" | grep 'not found' && exit 0
-echo OK
+# its shared libraries must resolve here, before anything stops
+ldd -- "$dir/$name" 2>&1 | grep 'not found' | sed 's/^[[:space:]]*/MISSING /'
+exit 0
 """
 
 WRITE_FILE = r"""
