@@ -343,3 +343,42 @@ def test_a_second_ctrl_c_rolls_back_to_the_old_daemon(box, prover, prover_b):
     assert any("a second Ctrl-C" in l for l in lines)
     [now] = box.daemons()
     assert exe_sha(now) == sha(prover) and cmdline(now) == argv
+
+
+def _session_of(marker: str) -> int:
+    """The `sshd: root@notty` process serving the connection that runs a command containing `marker`."""
+    procs = {}
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                stat = (p / "stat").read_text().rsplit(")", 1)[1].split()
+                procs[int(p.name)] = (int(stat[1]), (p / "cmdline").read_bytes().replace(b"\0", b" ").decode())
+            except (OSError, IndexError):
+                pass
+    for pid, (ppid, cmd) in procs.items():
+        if marker in cmd and "sh" in cmd.split()[0]:
+            while ppid in procs:
+                if procs[ppid][1].startswith("sshd: root@"):
+                    return ppid
+                ppid = procs[ppid][0]
+    raise AssertionError(f"no sshd session runs {marker}")
+
+
+def test_connection_dropped_during_the_memory_wait_still_ends_with_the_new_daemon(box, prover, prover_b):
+    box.start_by_hand(prover, prover_config(child_hold_mib=8, child_linger_ms=2000))
+    proc, lines, reader = _deploy_in_background(box, prover_b)
+    wait_until(lambda: any("waiting" in l or "MemAvailable" in l for l in lines), what="the memory wait")
+    os.kill(_session_of("swapctl-swap"), signal.SIGKILL)  # the connection drops, as a flaky link does
+    assert proc.wait(60) == 5
+    reader.join(5)
+    assert any("the host finishes the swap by itself" in l for l in lines)
+    def new_one_runs() -> bool:
+        try:
+            return [exe_sha(p) for p in box.daemons()] == [sha(prover_b)]
+        except OSError:  # a process ended between the listing and the read
+            return False
+
+    wait_until(new_one_runs, timeout=30, what="the new daemon, started by the host's swap script alone")
+    [new] = box.daemons()
+    sigpipe = int(Path(f"/proc/{new}/status").read_text().split("SigIgn:")[1].split()[0], 16) & (1 << 12)
+    assert not sigpipe, "the daemon must not inherit the swap script's ignored SIGPIPE"

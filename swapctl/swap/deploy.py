@@ -574,8 +574,9 @@ def swap_in(sw: Swap, plan: Plan, target: Release, action: str, fallback: Releas
     try:
         run = sw.swap(plan.daemon, target, sw.gpu_limits(plan.status, pids))
     except (Unreachable, RemoteTimeout) as exc:
-        raise UnknownState(f"{exc.message} while swapping: the host may have no daemon; check with "
-                           f"`swapctl status {sw.host.name}`", host=sw.host.name) from None
+        raise UnknownState(f"{exc.message} while swapping: the host finishes the swap by itself (stop, memory "
+                           f"wait, start); check with `swapctl status {sw.host.name}` before deploying again",
+                           host=sw.host.name) from None
     if not run.memory_ok:
         sw.journal({"action": action, "from": old_sha, "to": target.sha256, "outcome": "no-daemon",
                     "steps": sw.steps, "reason": "memory not back"})

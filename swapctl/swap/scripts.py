@@ -173,6 +173,9 @@ wait_ready() {
   return 0
 }
 
+# A dropped connection must not cut the swap between the stop and the start: writes to the closed
+# channel fail, and the script goes on. The daemon gets the default dispositions back.
+trap '' PIPE HUP
 pid=$1; grace_ms=$2; group=$3; unit=$4; timeout_ms=$5; min_kib=$6; gpu_max=$7; bin=$8; target=$9
 shift 9
 cwd=$1; log=$2; re=$3; ready_s=$4; port=$5; shift 5
@@ -186,7 +189,7 @@ if [ -n "$unit" ]; then
   new=$(systemctl show -p MainPID --value -- "$unit")
 else
   cd -- "$cwd" || { echo "FAILED cd $cwd"; exit 0; }
-  setsid env -i "$@" >> "$log" 2>&1 < /dev/null &
+  ( trap - PIPE HUP; exec setsid env -i "$@" ) >> "$log" 2>&1 < /dev/null &
   new=$!
 fi
 echo "STARTED $new $off"
