@@ -54,6 +54,7 @@ class SshServer:
     proc: subprocess.Popen | None = None
     netns: str | None = None
     wrap: list[str] = field(default_factory=list)  # a command that runs sshd inside namespaces
+    path: str | None = None  # the PATH its sessions get; this process's PATH by default
 
     @property
     def host_pub(self) -> str:
@@ -76,7 +77,7 @@ class SshServer:
             MaxSessions 100
             Subsystem sftp internal-sftp
             LogLevel ERROR
-            """) + f'SetEnv "PATH={os.environ.get("PATH", "/usr/bin:/bin")}"\n')  # nvidia-smi where we see it
+            """) + f'SetEnv "PATH={self.path or os.environ.get("PATH", "/usr/bin:/bin")}"\n')  # nvidia-smi where we see it
         return cfg
 
     def start(self, detach: bool = False) -> None:

@@ -8,7 +8,7 @@ import subprocess
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Callable, BinaryIO
+from typing import BinaryIO, Callable, Iterable
 
 from ..errors import RemoteCommandFailed, RemoteTimeout
 from .cmd import Cmd
@@ -56,8 +56,14 @@ class Host(ABC):
         """Runs `cmd`, handing its stdout to `on_data` as raw bytes; returns (exit code, stderr)."""
 
     @abstractmethod
-    def put(self, local: BinaryIO, remote_path: str, size: int, progress: Progress | None = None) -> None:
-        """Writes a local stream to `remote_path` (a temporary name: the caller renames it)."""
+    def send(self, cmd: Cmd, chunks: Iterable[bytes], *, timeout: float = 120) -> Result:
+        """Runs `cmd` with `chunks` streamed to its stdin; `timeout` bounds any stall and the wait at the end."""
+
+    @abstractmethod
+    def put(self, local: BinaryIO, remote_path: str, size: int, progress: Progress | None = None,
+            offset: int = 0) -> None:
+        """Writes a local stream to `remote_path` (a temporary name: the caller renames it). With `offset`,
+        appends to the `offset` bytes already there; `local` is positioned at `offset` by the caller."""
 
     @abstractmethod
     def hold(self, cmd: Cmd, timeout: float = 30) -> "Held":
@@ -145,9 +151,31 @@ class LocalHost(Host):
                         sel.unregister(key.fileobj)
         return proc.wait(), bytes(err)
 
-    def put(self, local: BinaryIO, remote_path: str, size: int, progress: Progress | None = None) -> None:
-        done = 0
-        with open(remote_path, "wb") as f:
+    def send(self, cmd: Cmd, chunks: Iterable[bytes], *, timeout: float = 120) -> Result:
+        proc = self._popen(cmd, stdin=True)
+        assert proc.stdin
+        try:
+            for chunk in chunks:
+                proc.stdin.write(chunk)
+        except BrokenPipeError:
+            pass  # it stopped reading: its exit code and output say why
+        finally:
+            try:
+                proc.stdin.close()
+            except BrokenPipeError:
+                pass
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+            raise RemoteTimeout(f"`{cmd}` did not finish within {timeout:.0f} s", host=self.name) from None
+        return Result(cmd, proc.returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
+
+    def put(self, local: BinaryIO, remote_path: str, size: int, progress: Progress | None = None,
+            offset: int = 0) -> None:
+        done = offset
+        with open(remote_path, "ab" if offset else "wb") as f:
             while chunk := local.read(1 << 20):
                 f.write(chunk)
                 done += len(chunk)

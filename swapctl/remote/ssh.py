@@ -14,7 +14,7 @@ import socket
 import threading
 import time
 from pathlib import Path
-from typing import BinaryIO, Callable
+from typing import BinaryIO, Callable, Iterable
 
 import fabric
 import paramiko
@@ -22,10 +22,11 @@ import paramiko
 from ..errors import HostKeyError, Refused, RemoteTimeout, Unreachable
 from ..playbook import HostSpec
 from .cmd import Cmd
-from .host import Held, Host, Progress
+from .host import Held, Host, Progress, Result
 
 CONNECT_TIMEOUT_S = 15
 WINDOW_SIZE = 64 << 20  # paramiko's 2 MiB default window starves bulk transfers
+STALL_S = 60  # a transfer that moves no byte for this long has lost its connection
 
 
 def fingerprint(key: paramiko.PKey) -> str:
@@ -173,16 +174,58 @@ class SshHost(Host):
         finally:
             chan.close()
 
-    def put(self, local: BinaryIO, remote_path: str, size: int, progress: Progress | None = None) -> None:
+    def send(self, cmd: Cmd, chunks: Iterable[bytes], *, timeout: float = 120) -> Result:
+        chan = self._open_channel(cmd)
+        chan.settimeout(STALL_S)
+        out, err = bytearray(), bytearray()
+        try:
+            try:
+                for chunk in chunks:
+                    chan.sendall(chunk)
+                    while chan.recv_ready():
+                        out += chan.recv(1 << 16)
+            except OSError:
+                if not chan.exit_status_ready():  # it did not stop reading by itself: the link went
+                    raise
+            chan.shutdown_write()
+            deadline = time.monotonic() + timeout
+            while not chan.exit_status_ready():
+                if time.monotonic() > deadline:
+                    raise RemoteTimeout(f"`{cmd}` did not finish within {timeout:.0f} s", host=self.name)
+                if not chan.get_transport().is_active():  # type: ignore[union-attr]
+                    raise self._lost(str(cmd))
+                select.select([chan], [], [], 0.5)
+                while chan.recv_ready():
+                    out += chan.recv(1 << 16)
+            while chan.recv_ready():
+                out += chan.recv(1 << 16)
+            while chan.recv_stderr_ready():
+                err += chan.recv_stderr(1 << 16)
+            return Result(cmd, chan.recv_exit_status(), out.decode("utf-8", "replace"),
+                          err.decode("utf-8", "replace"))
+        except (OSError, EOFError, paramiko.SSHException) as exc:
+            raise self._lost(f"{cmd} ({exc or type(exc).__name__})") from None
+        finally:
+            chan.close()
+
+    def put(self, local: BinaryIO, remote_path: str, size: int, progress: Progress | None = None,
+            offset: int = 0) -> None:
         try:
             if self._sftp is None:
                 self._sftp = paramiko.SFTPClient.from_transport(
                     self._transport(), window_size=WINDOW_SIZE, max_packet_size=1 << 15)
-            callback = (lambda done, _total: progress(done)) if progress else None
             assert self._sftp is not None
-            self._sftp.putfo(local, remote_path, file_size=size, callback=callback, confirm=True)
+            self._sftp.get_channel().settimeout(STALL_S)
+            done = offset
+            with self._sftp.open(remote_path, "ab" if offset else "wb") as remote:
+                remote.set_pipelined(True)  # no round trip per 32 KiB write (paramiko#1660)
+                while chunk := local.read(1 << 20):
+                    remote.write(chunk)
+                    done += len(chunk)
+                    if progress:
+                        progress(done)
         except (OSError, EOFError, paramiko.SSHException) as exc:
-            if isinstance(exc, OSError) and self._transport().is_active():
+            if isinstance(exc, OSError) and not isinstance(exc, TimeoutError) and self._transport().is_active():
                 raise Refused(f"cannot write {remote_path}: {exc}", host=self.name) from None
             raise self._lost(f"upload to {remote_path}") from None
 
