@@ -131,6 +131,8 @@ def _summary(o: Outcome) -> None:
         out.print(text(f"{o.host}: dry run, nothing changed"))
         return
     steps = ", ".join(f"{k} {v:.2f}s" for k, v in o.steps.items())
-    rate = f", upload {o.upload_mb_s:.1f} MB/s" if o.upload_mb_s else ""
+    up = o.upload or {}
+    rate = (f", upload by {up['method']}: {up['wire_bytes'] / 1e6:.2f} MB sent, {o.upload_mb_s:.1f} MB/s effective"
+            if o.upload_mb_s else f", upload: {up['method']}" if up else "")
     out.print(text(f"{o.host}: {o.outcome} {(o.new_sha or '')[:12]} as pid {o.pid} ({steps}{rate})"),
               style="bold green")

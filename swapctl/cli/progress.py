@@ -28,10 +28,12 @@ class Reporter:
         if e.step == "upload" and e.total:
             if self.progress is None:
                 self.progress = Progress(TextColumn(escape(f"{self.host} upload")), BarColumn(), DownloadColumn(),
-                                         TransferSpeedColumn(), TimeRemainingColumn(), console=err, transient=False)
+                                         TransferSpeedColumn(), TextColumn("{task.fields[wire]}"),
+                                         TimeRemainingColumn(), console=err, transient=False)
                 self.progress.start()
-                self.task = self.progress.add_task("upload", total=e.total)
-            self.progress.update(self.task, completed=e.done)
+                self.task = self.progress.add_task("upload", total=e.total, wire="")
+            wire = f"{e.wire / 1e6:.1f} MB on the wire" if e.wire is not None else ""
+            self.progress.update(self.task, completed=e.done, wire=wire)
             if e.done == e.total:
                 self.close()
             return

@@ -10,8 +10,8 @@ import base64
 import json
 import os
 import re
+import threading
 import time
-import uuid
 from dataclasses import dataclass, field, replace
 from pathlib import PurePosixPath
 from typing import Callable
@@ -21,7 +21,7 @@ from ..errors import (BadInput, LockHeld, Refused, RolledBack, SwapctlError, Unk
 from ..facts.status import HostStatus, gather, split_sections
 from ..playbook import Playbook
 from ..remote import Cmd, Host, Secret
-from . import elf, scripts
+from . import elf, scripts, upload
 from .releases import (Release, now_iso, parse_releases, previous_good, record_local, releases_newest_first, to_prune,
                        who_am_i)
 
@@ -35,6 +35,7 @@ class Event:
     message: str = ""
     done: int | None = None  # bytes, for the upload
     total: int | None = None
+    wire: int | None = None  # bytes the upload put on the wire so far
     log_line: str | None = None  # a line of the daemon's log, while waiting for it
 
 
@@ -86,6 +87,8 @@ class Plan:
     history: tuple[str, ...] = ()
     commands: tuple[str, ...] = ()
     free_kib: int = 0
+    host_zstd: bool = False  # the host can unpack zstd streams and patches
+    partials: tuple[tuple[str, int], ...] = ()  # (path, bytes) of interrupted uploads on the host
 
     @property
     def known(self) -> dict[str, Release]:
@@ -111,6 +114,7 @@ class Outcome:
     new_sha: str | None
     steps: dict[str, float] = field(default_factory=dict)  # seconds per step
     upload_mb_s: float | None = None
+    upload: dict | None = None  # how the binary got there (upload.Sent.record())
     pid: int | None = None
     message: str = ""
 
@@ -152,6 +156,7 @@ class Swap:
         self.events = events or (lambda e: None)
         self.interrupts = interrupts or Interrupts()
         self.steps: dict[str, float] = {}
+        self.sent: upload.Sent | None = None  # how this deploy's binary reached the host
         self._lock = None
 
     # -- small helpers ----------------------------------------------------------------------------
@@ -238,9 +243,12 @@ class Swap:
             to_save.append((self.daemon_spec.binary, Release(sha256=target, size=0, name=name, created=now_iso(),
                                                              by=who_am_i(), source="disk")))
         free_kib = int((facts.get("free", "").split() or ["0"] * 4)[3] or 0)
+        partials = tuple((path, int(size)) for size, _, path in
+                         (line.partition(" ") for line in facts.get("partial", "").splitlines()) if size.isdigit())
         return Plan(host=self.host.name, binary=None, status=status, daemon=daemon, releases=releases,
                     current=current, new=None, to_save=tuple(to_save), warnings=tuple(self._warnings(status, daemon)),
-                    unchanged=False, history=tuple(deployed_releases(journal)), free_kib=free_kib)
+                    unchanged=False, history=tuple(deployed_releases(journal)), free_kib=free_kib,
+                    host_zstd=bool(facts.get("tools", "").strip()), partials=partials)
 
     def _warnings(self, status: HostStatus, daemon: Daemon | None) -> list[str]:
         warnings = []
@@ -260,6 +268,8 @@ class Swap:
         return warnings
 
     def _check_configs(self, argv: tuple[str, ...]) -> None:
+        if not _config_paths(argv):
+            return
         missing = self.host.run(Cmd("sh", "-c", 'for f; do [ -e "$f" ] || echo "$f"; done', "check",
                                     *_config_paths(argv))).stdout.split()
         if missing:
@@ -325,9 +335,11 @@ class Swap:
         new, st, spec = plan.new, self.state, self.daemon_spec
         cmds = [f"flock -n {st}/lock (held for the whole deploy)"]
         if plan.binary and new.id not in plan.releases:
-            cmds += [f"sftp put {plan.binary.path} {st}/releases/.upload-{new.id}",
-                     f"sha256sum {st}/releases/.upload-{new.id}  # must be {new.sha256}",
-                     f"mv {st}/releases/.upload-{new.id} {new.path(st)}", f"ldd {new.path(st)}"]
+            tmp, base = self.upload_path(plan), self.patch_base(plan)
+            cmds.append(f"zstd -d --patch-from={base.remote_path} >> {tmp}  # a patch against release {base.id}"
+                        if base and plan.host_zstd else f"zstd -d >> {tmp}  # a zstd stream" if plan.host_zstd
+                        else f"sftp put {plan.binary.path} {tmp}")
+            cmds += [f"sha256sum {tmp}  # must be {new.sha256}", f"mv {tmp} {new.path(st)}", f"ldd {new.path(st)}"]
         for src, rel in plan.to_save:
             cmds.append(f"cp {src} {rel.path(st)}  # backup ({rel.source})")
         if plan.daemon:
@@ -366,40 +378,59 @@ class Swap:
             self._lock.close()
             self._lock = None
 
-    def upload(self, plan: Plan) -> float | None:
-        """Puts the new binary in place as a release; returns MB/s, or None when the host had it."""
+    def upload_path(self, plan: Plan) -> str:
+        """The one temporary name of the new release's upload: a later deploy resumes it."""
+        return f"{self.state}/releases/.upload-{plan.new.id}"
+
+    def patch_base(self, plan: Plan) -> upload.Base | None:
+        """The release to patch against: one the host has and this machine cached, what runs first."""
+        cache = upload.Cache()
+        order = [plan.daemon.sha256[:12] if plan.daemon else "", plan.current or "", *reversed(plan.history)]
+        order += sorted(plan.releases, key=lambda r: plan.releases[r].created, reverse=True)
+        for rid in order:
+            rel = plan.releases.get(rid)
+            if rel and (local := cache.get(rel.sha256)):
+                return upload.Base(rel.id, rel.path(self.state), local)
+        return None
+
+    def upload(self, plan: Plan) -> upload.Sent:
+        """Puts the new binary in place as a release, by the cheapest method the host allows."""
         new, st = plan.new, self.state
         if new.id in plan.releases:
             self.emit("upload", f"release {new.id} is already on the host: nothing to send")
-            self._write_manifest(new)
-            return None
-        tmp = f"{st}/releases/.upload-{new.id}-{uuid.uuid4().hex[:8]}"
-        started = time.monotonic()  # the lock made {st}/releases
+            if plan.releases[new.id] != new:  # record the command line it will run with now
+                self._write_manifest(new)
+            return upload.Sent("present", 0, 0.0)
+        tmp = self.upload_path(plan)
+        partial = dict(plan.partials).get(tmp, 0)
 
-        def progress(done: int) -> None:
-            self.emit("upload", done=done, total=new.size)
+        def progress(done: int, wire: int) -> None:
+            self.emit("upload", done=done, total=new.size, wire=wire)
             if self.interrupts.count:
                 raise KeyboardInterrupt
 
-        try:
-            with open(plan.binary.path, "rb") as f:
-                self.host.put(f, tmp, new.size, progress)
-            result = self.run(scripts.INSTALL, tmp, new.dir(st), new.name, new.sha256, new.to_json(),
-                              label="install").stdout
-        except BaseException:
-            self.host.run(Cmd("rm", "-f", "--", tmp), check=False) if self._alive() else None
-            raise
-        if result.startswith("MISMATCH"):
-            raise Refused(f"the upload arrived corrupted (sha256 {result.split()[1][:12]}, expected {new.id}); "
-                          f"nothing was changed, try again", host=self.host.name)
-        seconds = time.monotonic() - started
-        missing = [line[8:] for line in result.splitlines() if line.startswith("MISSING ")]
+        sender = upload.Uploader(self.host, plan.binary.path, new.size, tmp,
+                                 (new.dir(st), new.name, new.sha256, new.to_json()), progress, plan.host_zstd)
+        sent, report = sender.run(partial, self.patch_base(plan))
+        if report.startswith("NOSPACE"):
+            free = report.split()[1]
+            raise Refused(f"the host's disk filled up during the upload ({free} KiB free in {st}/releases); the "
+                          f"partial upload was removed and the daemon runs on: free some space and deploy again",
+                          host=self.host.name)
+        if report.startswith(("MISMATCH", "BROKEN", "SHORT")):
+            self.host.run(Cmd("rm", "-f", "--", tmp), check=False)
+            what = report.split("\n")[0]
+            raise Refused(f"the upload arrived corrupted ({what[:120]}; expected sha256 {new.id}); it was removed "
+                          f"and nothing changed: deploy again", host=self.host.name)
+        missing = [line[8:] for line in report.splitlines() if line.startswith("MISSING ")]
         if missing:
             self.host.run(Cmd("rm", "-rf", "--", new.dir(st)), check=False)
             lib = missing[0].strip()
             raise BadInput(f"{plan.binary.path} needs a library the host lacks: {lib} (install it on the host, "
                            f"or link it statically)", host=self.host.name)
-        return new.size / 1e6 / max(seconds, 1e-6)
+        if "INSTALLED" not in report:
+            raise Refused(f"the upload did not install: {report.strip()[:200] or 'no report'}", host=self.host.name)
+        return sent
 
     def _alive(self) -> bool:
         try:
@@ -510,6 +541,8 @@ class Swap:
 
     def journal(self, entry: dict) -> None:
         entry = {"time": now_iso(), "by": who_am_i(), "host": self.host.name, **entry}
+        if self.sent is not None:
+            entry["upload"] = self.sent.record()
         try:
             self.run(scripts.APPEND_LINE, f"{self.state}/journal.jsonl", json.dumps(entry, sort_keys=True),
                      label="journal")
@@ -521,10 +554,11 @@ class Swap:
         self._write_manifest(marked)
         return marked
 
-    def prune(self, releases: dict[str, Release], protect: set[str]) -> list[str]:
+    def prune(self, releases: dict[str, Release], protect: set[str], stale: tuple[str, ...] = ()) -> list[str]:
+        """Removes releases beyond keep_releases (never those in `protect`) and `stale` partial uploads."""
         gone = to_prune(releases, self.book.keep_releases, protect)
-        if gone:
-            self.run(scripts.REMOVE_RELEASE, *[r.dir(self.state) for r in gone], label="prune")
+        if gone or stale:
+            self.run(scripts.REMOVE_RELEASE, *[r.dir(self.state) for r in gone], *stale, label="prune")
         return [r.id for r in gone]
 
 
@@ -642,26 +676,33 @@ def deploy(sw: Swap, plan: Plan) -> Outcome:
                        new_sha=plan.new.sha256, pid=plan.daemon.pid if plan.daemon else None,
                        message=f"the daemon already runs {plan.new.id}; --restart restarts it anyway")
     t = time.monotonic()
+    cached = None
     sw.lock()
     try:
         sw.timed("lock", t)
         t = time.monotonic()
-        mb_s = sw.upload(plan)
+        sent = sw.sent = sw.upload(plan)
         sw.timed("upload", t)
+        cached = threading.Thread(target=upload.Cache().add, args=(plan.binary.path, plan.new.sha256))
+        cached.start()  # the old side of the next deploy's patch; off the upload's path
         t = time.monotonic()
         sw.backup(plan)
         sw.timed("backup", t)
         previous = plan.fallback()
         outcome = swap_in(sw, plan, plan.new, "deploy", previous)
-        outcome.upload_mb_s = mb_s
+        outcome.upload = sent.record()
+        if sent.wire_bytes:
+            outcome.upload_mb_s = plan.new.size / 1e6 / max(sent.seconds, 1e-6)
         protect = {plan.new.id} | ({previous.id} if previous else set())
-        sw.prune({**plan.known, plan.new.id: plan.new}, protect)
+        sw.prune({**plan.known, plan.new.id: plan.new}, protect, tuple(path for path, _ in plan.partials))
         return outcome
     except KeyboardInterrupt:
         raise Refused("interrupted before the old daemon was stopped: nothing changed on the host",
                       host=sw.host.name) from None
     finally:
         sw.unlock()
+        if cached:
+            cached.join()
 
 
 def rollback(sw: Swap, plan: Plan) -> Outcome:

@@ -9,6 +9,13 @@ from __future__ import annotations
 
 from ..remote import Cmd, Piece
 
+# sha256 of stdin: openssl uses the CPU's SHA extensions, coreutils' sha256sum does not (0.09 s against
+# 0.43 s for 75 MB on the test machine).
+SHA256 = r"""
+sha256() { if command -v openssl >/dev/null 2>&1; then openssl dgst -sha256 -r | cut -d' ' -f1
+           else sha256sum | cut -d' ' -f1; fi; }
+"""
+
 ALIVE = r"""
 alive() { s=$(sed -n 's/.*) \(.\).*/\1/p' "/proc/$1/stat" 2>/dev/null); [ -n "$s" ] && [ "$s" != Z ]; }
 now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
@@ -29,20 +36,22 @@ printf 'HELD %s\n' "$(cat -- "$dir/lock.info" 2>/dev/null)"
 """
 
 # What swapctl must know of the running daemon to save it and to start it again exactly as it ran.
-INSPECT = r"""
+INSPECT = SHA256 + r"""
 pid=$1; bin=$2; state=$3
 sec() { printf '\n==> %s\n' "$1"; }
 sec arch; uname -m
 sec binary
 if [ -L "$bin" ]; then echo "link $(readlink -- "$bin")"
-elif [ -f "$bin" ]; then echo "file $(sha256sum < "$bin" | cut -d' ' -f1)"
+elif [ -f "$bin" ]; then echo "file $(sha256 < "$bin")"
 else echo missing; fi
 sec free; df -P -k -- "$(dirname -- "$bin")" | tail -n 1
 sec releases
 for m in "$state"/releases/*/manifest.json; do [ -f "$m" ] && { tr -d '\n' < "$m"; echo; }; done
 sec journal; cat -- "$state/journal.jsonl" 2>/dev/null
+sec tools; command -v zstd
+sec partial; for f in "$state"/releases/.upload-*; do [ -f "$f" ] && stat -c '%s %n' -- "$f"; done
 [ -n "$pid" ] || exit 0
-sec exe_sha; sha256sum < "/proc/$pid/exe" | cut -d' ' -f1
+sec exe_sha; sha256 < "/proc/$pid/exe"
 sec exe_size; stat -L -c %s "/proc/$pid/exe"
 sec cmdline; base64 -w0 < "/proc/$pid/cmdline"; echo
 sec environ; base64 -w0 < "/proc/$pid/environ"; echo
@@ -69,9 +78,9 @@ mv -f -- "$dir/.manifest.tmp" "$dir/manifest.json"
 """
 
 # Turns a verified upload into a release: checks its sha256, then renames it into place.
-INSTALL = r"""
-tmp=$1; dir=$2; name=$3; sha=$4; manifest=$5
-got=$(sha256sum < "$tmp" | cut -d' ' -f1)
+INSTALL = SHA256 + r"""
+tmp=$1; dir=$2; name=$3; sha=$4; manifest=$5; got=${6:-}  # $6: its sha256, when taken on the way in
+[ -n "$got" ] || got=$(sha256 < "$tmp")
 if [ "$got" != "$sha" ]; then rm -f -- "$tmp"; echo "MISMATCH $got"; exit 0; fi
 chmod 755 "$tmp" && mkdir -p -m 700 -- "$dir" && mv -f -- "$tmp" "$dir/$name" &&
 printf '%s\n' "$manifest" > "$dir/.manifest.tmp" && mv -f -- "$dir/.manifest.tmp" "$dir/manifest.json" &&
@@ -79,6 +88,38 @@ echo INSTALLED
 # its shared libraries must resolve here, before anything stops
 ldd -- "$dir/$name" 2>&1 | grep 'not found' | sed 's/^[[:space:]]*/MISSING /'
 exit 0
+"""
+
+# Receives a zstd stream on stdin (a patch against $3 when given) and appends it to $1, which must hold
+# exactly $2 bytes (a resumed upload) and $4 when complete, then installs it as INSTALL does with the
+# arguments after $4. The sha256 is taken as the bytes arrive, the kept prefix first: no second pass
+# over a large file. A stream cut between two frames looks complete to zstd, hence the size check; the
+# partial file stays for a resume. A full disk removes it at once: the daemon's logs need that space more.
+# (bash, for pipefail)
+RECEIVE = SHA256 + r"""
+tmp=$1; off=$2; base=$3; size=$4; shift 4
+set -o pipefail
+umask 077
+have=$(stat -c %s -- "$tmp" 2>/dev/null || echo 0)
+if [ "$off" = 0 ]; then : > "$tmp"
+elif [ "$have" != "$off" ]; then cat >/dev/null; echo "OFFSET $have"; exit 0; fi
+unpack() {
+  if [ -n "$base" ]; then zstd -d -q -c --long=31 --patch-from="$base"; else zstd -d -q -c --long=31; fi
+}
+if ! got=$( { cat -- "$tmp"; unpack | tee -a -- "$tmp"; } 2>/dev/null | sha256); then
+  have=$(stat -c %s -- "$tmp" 2>/dev/null || echo 0)
+  free=$(df -P -k -- "$(dirname -- "$tmp")" | awk 'END {print $4}')
+  if [ $(( free * 1024 )) -lt $(( size - have )) ]; then rm -f -- "$tmp"; echo "NOSPACE $free"
+  else echo "BROKEN the stream ended early or was damaged ($have of $size bytes written)"; fi
+  exit 0
+fi
+have=$(stat -c %s -- "$tmp")
+if [ "$have" -lt "$size" ]; then echo "SHORT $have"; exit 0; fi
+set -- "$tmp" "$@" "$got"
+""" + INSTALL
+
+FREE_KIB = r"""
+df -P -k -- "$(dirname -- "$1")" | awk 'END {print $4}'
 """
 
 WRITE_FILE = r"""

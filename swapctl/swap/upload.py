@@ -1,0 +1,240 @@
+"""Getting a binary onto a host fast and intact.
+
+Methods, best first: nothing (the host has the release), a zstd patch against a release the host has
+(`--patch-from`: a rebuilt binary costs kilobytes), a zstd stream whose level follows the link, or
+pipelined SFTP when the host has no zstd. Every method writes to one temporary name per release, so an
+interrupted upload resumes from the bytes already there, and the host checks the sha256 before the
+file becomes a release (scripts.INSTALL).
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+import zstandard
+
+from ..errors import Refused
+from ..remote import Cmd, Host
+from . import scripts
+
+CHUNK = 4 << 20  # one zstd frame per chunk: the level can change between frames
+# The levels the stream moves along (0 would mean zstd's default, 3). Negative levels trade ratio for
+# speed: where the link outruns the compressor (a LAN, or loopback on a busy 2-core machine) they win.
+LADDER = (-7, -5, -3, -1, 1, 2, 3, 4, 6, 9, 12)
+DEPTH = 4  # compressed chunks waiting for the link
+CACHE_KEEP = 6  # binaries kept locally as the old side of future patches
+
+Progress = Callable[[int, int], None]  # (source bytes done, bytes on the wire)
+
+
+@dataclass(frozen=True)
+class Sent:
+    """How a binary reached the host."""
+
+    method: str  # present | patch | zstd | sftp
+    wire_bytes: int
+    seconds: float
+    resumed_from: int = 0
+    base: str | None = None  # the release a patch was made against
+
+    def record(self) -> dict:
+        """For the journal."""
+        d = {"method": self.method, "wire_bytes": self.wire_bytes, "seconds": round(self.seconds, 3)}
+        if self.resumed_from:
+            d["resumed_from"] = self.resumed_from
+        if self.base:
+            d["base"] = self.base
+        return d
+
+
+@dataclass(frozen=True)
+class Base:
+    """A release the host has and this machine has cached: the old side of a patch."""
+
+    id: str
+    remote_path: str
+    local_path: Path
+
+
+class Cache:
+    """Binaries this machine uploaded, by sha256 ($XDG_CACHE_HOME/swapctl/binaries): patches need the
+    old binary on both sides."""
+
+    def __init__(self, root: Path | None = None):
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+        self.root = root or Path(base) / "swapctl" / "binaries"
+
+    def get(self, sha256: str) -> Path | None:
+        path = self.root / sha256
+        return path if path.is_file() else None
+
+    def add(self, path: str, sha256: str) -> None:
+        """Keeps a copy (a hard link where it can); the oldest beyond CACHE_KEEP go."""
+        target = self.root / sha256
+        try:
+            self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+            if target.exists():
+                os.utime(target)
+            else:
+                fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".add-")
+                os.close(fd)
+                shutil.copyfile(path, tmp)
+                os.replace(tmp, target)
+            kept = sorted((p for p in self.root.iterdir() if not p.name.startswith(".")),
+                          key=lambda p: p.stat().st_mtime, reverse=True)
+            for old in kept[CACHE_KEEP:]:
+                old.unlink(missing_ok=True)
+        except OSError:
+            pass  # a cache: a full local disk costs the next upload its patch, nothing else
+
+
+def frames(f, progress: Callable[[int], None], level: int = 1) -> Iterator[bytes]:
+    """The file from its current position as zstd frames, compressed on a worker thread.
+
+    The level adapts as zstd's --adapt does: when frames pile up the link is the bottleneck, so spend
+    more CPU on a smaller stream; when the link waits for frames, compress faster."""
+    out: queue.Queue = queue.Queue(DEPTH)
+    stop = threading.Event()
+
+    def offer(item: tuple) -> None:
+        while not stop.is_set():
+            try:
+                return out.put(item, timeout=0.2)
+            except queue.Full:
+                continue
+
+    def work() -> None:
+        step = LADDER.index(level)
+        compressors: dict[int, zstandard.ZstdCompressor] = {}
+        try:
+            while not stop.is_set() and (chunk := f.read(CHUNK)):
+                waiting = out.qsize()
+                if waiting >= DEPTH - 1:
+                    step = min(step + 1, len(LADDER) - 1)
+                elif waiting == 0:
+                    step = max(step - 1, 0)
+                lvl = LADDER[step]
+                cz = compressors.setdefault(lvl, zstandard.ZstdCompressor(level=lvl))
+                offer((len(chunk), cz.compress(chunk)))
+        except BaseException as exc:  # noqa: BLE001 (handed to the consumer)
+            offer((-1, exc))
+            return
+        offer((0, b""))
+
+    worker = threading.Thread(target=work, name="zstd", daemon=True)
+    worker.start()
+    try:
+        while True:
+            n, data = out.get()
+            if n < 0:
+                raise data
+            if n == 0:
+                return
+            yield data
+            progress(n)
+    finally:
+        stop.set()
+        worker.join()
+
+
+def patch(old: Path, new: str) -> Iterator[bytes]:
+    """A zstd patch that turns `old` into `new` (`zstd --patch-from`, long-distance matching)."""
+    # level 1, one thread: the patch is as small as at level 3 (the old binary matches nearly all of it),
+    # in 0.42 s instead of 0.68 s for 75 MB, and in 160 MB of memory instead of 230 MB
+    proc = subprocess.Popen(["zstd", "-q", "-c", "-1", "--single-thread", f"--patch-from={old}", new],
+                            stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    assert proc.stdout and proc.stderr
+    try:
+        while data := proc.stdout.read(1 << 20):
+            yield data
+        err = proc.stderr.read().decode("utf-8", "replace")
+        if proc.wait() != 0:
+            raise OSError(f"zstd --patch-from failed: {err.strip()}")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+class Uploader:
+    """Sends one local binary to a temporary name on one host and installs it as a release there."""
+
+    def __init__(self, host: Host, path: str, size: int, tmp: str, install_args: tuple[str, ...],
+                 progress: Progress, host_zstd: bool):
+        self.host, self.path, self.size, self.tmp = host, path, size, tmp
+        self.install_args, self.progress, self.host_zstd = install_args, progress, host_zstd
+        self.wire = 0
+
+    def run(self, partial: int, base: Base | None) -> tuple[Sent, str]:
+        """Sends the binary (resuming after `partial` bytes when it can) and installs it; returns how it went
+        and INSTALL's report. A patch that does not reproduce the binary is retried as a full upload."""
+        started = time.monotonic()
+        offset = partial if 0 < partial < self.size else 0
+        if base and self.host_zstd and shutil.which("zstd"):
+            report = self._receive(patch(base.local_path, self.path), 0, base.remote_path)
+            if not report.startswith(("MISMATCH", "BROKEN", "SHORT")):
+                self.progress(self.size, self.wire)
+                return Sent("patch", self.wire, time.monotonic() - started, base=base.id), report
+            offset = 0  # the host's copy of the base is not what this machine has: send it all
+        with open(self.path, "rb") as f:
+            f.seek(offset)
+            if self.host_zstd:
+                done = offset
+
+                def step(n: int) -> None:
+                    nonlocal done
+                    done += n
+                    self.progress(done, self.wire)
+
+                report = self._receive(frames(f, step), offset, "")
+                method = "zstd"
+            else:
+                def sftp_step(done: int) -> None:
+                    self.wire = done - offset
+                    self.progress(done, self.wire)
+
+                try:
+                    self.host.put(f, self.tmp, self.size, sftp_step, offset=offset)
+                except Refused:
+                    if (full := self._disk_full()) is None:
+                        raise
+                    return Sent("sftp", self.wire, time.monotonic() - started, resumed_from=offset), full
+                report = self.host.run(scripts.script(scripts.INSTALL, self.tmp, *self.install_args,
+                                                      label="install")).stdout
+                method = "sftp"
+        return Sent(method, self.wire, time.monotonic() - started, resumed_from=offset), report
+
+    def _disk_full(self) -> str | None:
+        """After a failed write: "NOSPACE free_kib" (the partial file removed) when the disk is full."""
+        free = self.host.run(scripts.script(scripts.FREE_KIB, self.tmp, label="df"), check=False).stdout.strip()
+        if free.isdigit() and int(free) * 1024 < self.size:
+            self.host.run(Cmd("rm", "-f", "--", self.tmp), check=False)
+            return f"NOSPACE {free}"
+        return None
+
+    def _counted(self, chunks: Iterator[bytes]) -> Iterator[bytes]:
+        for chunk in chunks:
+            self.wire += len(chunk)
+            yield chunk
+
+    def _receive(self, chunks: Iterator[bytes], offset: int, base: str) -> str:
+        cmd = scripts.script(scripts.RECEIVE, self.tmp, str(offset), base, str(self.size), *self.install_args,
+                             label="receive", bash=True)
+        result = self.host.send(cmd, self._counted(chunks), timeout=600)
+        report = result.stdout
+        if result.exit_code != 0:
+            report = f"BROKEN exit {result.exit_code}: {result.stderr.strip()[-200:]}"
+        if report.startswith("OFFSET"):
+            raise Refused(f"the partial upload {self.tmp} changed while resuming ({report.split()[1]} bytes, "
+                          f"expected {offset}); run the deploy again", host=self.host.name)
+        return report

@@ -1,0 +1,233 @@
+"""Uploads through the real sshd: zstd stream, zstd patch, pipelined SFTP, resume, and the sha256 gate."""
+
+import os
+import random
+import shutil
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import Box
+from lab import make_server, wait_until
+from swapctl.errors import Refused, Unreachable
+from swapctl.playbook import load
+from swapctl.remote import connect
+from swapctl.swap import deploy as swap_deploy
+from swapctl.swap.deploy import Swap
+from swapctl.swap.upload import CACHE_KEEP, CHUNK, Cache
+from test_deploy import _session_of, deploy, exe_sha, journal, sha
+
+
+@pytest.fixture(autouse=True)
+def _state(swapctl_env):
+    """Local history and the binary cache go to the test's own directories."""
+
+
+@pytest.fixture(scope="module")
+def big_b(prover_b, tmp_path_factory) -> Path:
+    """Build B with 20 MiB of incompressible data appended (an ELF runs the same with trailing bytes):
+    several zstd frames, so an upload can be cut between them."""
+    path = tmp_path_factory.mktemp("big") / "prover-big"
+    path.write_bytes(prover_b.read_bytes() + random.Random(7).randbytes(20 << 20))
+    path.chmod(0o755)
+    return path
+
+
+def rebuilt(src: Path, dest: Path) -> Path:
+    """A rebuild that changed a little: a few hundred bytes flipped and 4 KiB inserted, past the code."""
+    data = bytearray(src.read_bytes())
+    rng = random.Random(11)
+    code = len(data) - (20 << 20)
+    for _ in range(300):
+        data[rng.randrange(code, len(data))] ^= 0xFF
+    at = code + (5 << 20)
+    data[at:at] = rng.randbytes(4096)
+    dest.write_bytes(bytes(data))
+    dest.chmod(0o755)
+    return dest
+
+
+def release_file(box: Box, binary: Path) -> Path:
+    return box.data / ".swapctl" / "cuzk" / "releases" / sha(binary)[:12] / "cuzk"
+
+
+def partials(box: Box) -> list[Path]:
+    return list((box.data / ".swapctl" / "cuzk" / "releases").glob(".upload-*"))
+
+
+def own_box(tmp_path: Path, path: str) -> Box:
+    """A box on its own sshd whose sessions get `path` as PATH (a host with other tools)."""
+    server = make_server(tmp_path / "host")
+    server.path = path
+    server.start()
+    server.trust()
+    data = server.data / "box"
+    data.mkdir()
+    box = Box(server, data, tmp_path)
+    box.write_playbook()
+    return box
+
+
+def test_fresh_upload_streams_zstd_and_installs_identical_bytes(box, prover, prover_b):
+    box.start_by_hand(prover)
+    r = deploy(box, prover_b)
+    assert r.returncode == 0, r.stderr
+    up = journal(box)[-1]["upload"]
+    assert up["method"] == "zstd" and 0 < up["wire_bytes"] < prover_b.stat().st_size
+    assert release_file(box, prover_b).read_bytes() == prover_b.read_bytes()
+    assert "upload by zstd" in r.stdout and not partials(box)
+
+
+def test_rebuilt_binary_goes_as_a_patch_against_the_release_the_host_has(box, prover, big_b, tmp_path):
+    box.start_by_hand(prover)
+    assert deploy(box, big_b).returncode == 0
+    new = rebuilt(big_b, tmp_path / "prover-rebuilt")
+    r = deploy(box, new)
+    assert r.returncode == 0, r.stderr
+    up = journal(box)[-1]["upload"]
+    assert up["method"] == "patch" and up["base"] == sha(big_b)[:12]
+    assert up["wire_bytes"] < new.stat().st_size // 100
+    assert release_file(box, new).read_bytes() == new.read_bytes()
+    assert [exe_sha(p) for p in box.daemons()] == [sha(new)]
+
+
+def test_patch_against_a_base_changed_on_the_host_falls_back_to_a_full_upload(box, prover, big_b, tmp_path):
+    box.start_by_hand(prover)
+    assert deploy(box, big_b).returncode == 0
+    base = release_file(box, big_b)
+    data = bytearray(base.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # someone edited the old release on the host
+    edited = base.with_name("edited")
+    edited.write_bytes(bytes(data))
+    edited.replace(base)  # it runs, so replaced, not written in place
+    new = rebuilt(big_b, tmp_path / "prover-rebuilt")
+    r = deploy(box, new)
+    assert r.returncode == 0, r.stderr
+    assert journal(box)[-1]["upload"]["method"] == "zstd"
+    assert release_file(box, new).read_bytes() == new.read_bytes()
+
+
+def test_host_without_zstd_gets_pipelined_sftp(tmp_path, prover, prover_b):
+    bin_dir = tmp_path / "no-zstd-bin"
+    bin_dir.mkdir()
+    for d in ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"):
+        for tool in Path(d).iterdir() if Path(d).is_dir() else ():
+            if tool.name != "zstd" and not (bin_dir / tool.name).exists():
+                (bin_dir / tool.name).symlink_to(tool)
+    box = own_box(tmp_path, str(bin_dir))
+    try:
+        box.start_by_hand(prover)
+        r = deploy(box, prover_b)
+        assert r.returncode == 0, r.stderr
+        up = journal(box)[-1]["upload"]
+        assert up["method"] == "sftp" and up["wire_bytes"] == prover_b.stat().st_size
+        assert release_file(box, prover_b).read_bytes() == prover_b.read_bytes()
+    finally:
+        box.kill_all()
+        box.server.stop()
+
+
+def test_upload_killed_halfway_resumes_from_the_bytes_on_the_host(box, prover, big_b):
+    pid = box.start_by_hand(prover)
+    book = load(box.playbook_path)
+    tmp = box.data / ".swapctl" / "cuzk" / "releases" / f".upload-{sha(big_b)[:12]}"
+
+    def cut(event) -> None:
+        if event.step == "upload" and event.done and event.done >= CHUNK:
+            wait_until(lambda: tmp.exists() and tmp.stat().st_size >= CHUNK // 2, what="bytes on the host")
+            os.kill(_session_of("swapctl-receive"), signal.SIGKILL)  # the link drops mid-upload
+
+    with connect(book.hosts["lab"]) as host:
+        sw = Swap(host, book, events=cut)
+        with pytest.raises(Unreachable, match="connection lost"):
+            swap_deploy.deploy(sw, sw.plan(str(big_b)))
+    assert box.daemons() == [pid] and exe_sha(pid) == sha(prover)
+    wait_until(lambda: not _receiving(), what="the host side of the cut upload to end")
+    kept = tmp.stat().st_size
+    assert CHUNK // 2 <= kept < big_b.stat().st_size
+    assert tmp.read_bytes() == big_b.read_bytes()[:kept]  # what arrived is a true prefix
+
+    r = deploy(box, big_b)
+    assert r.returncode == 0, r.stderr
+    up = journal(box)[-1]["upload"]
+    assert up["method"] == "zstd" and up["resumed_from"] == kept
+    assert up["wire_bytes"] < big_b.stat().st_size - kept + CHUNK  # only the rest went over the wire
+    assert [exe_sha(p) for p in box.daemons()] == [sha(big_b)] and not partials(box)
+
+
+def _receiving() -> bool:
+    try:
+        _session_of("swapctl-receive")
+        return True
+    except AssertionError:
+        return False
+
+
+def test_upload_corrupted_on_the_host_never_becomes_a_release(tmp_path, prover, prover_b):
+    # A host whose zstd damages one byte of what it writes: a real broken tool, caught only by the sha256.
+    bad = tmp_path / "bad-bin"
+    bad.mkdir()
+    (bad / "zstd").write_text(
+        "#!/bin/sh\n/usr/bin/zstd \"$@\" | python3 -c 'import sys; d = bytearray(sys.stdin.buffer.read()); "
+        "d[len(d) // 2] ^= 1; sys.stdout.buffer.write(d)'\n")
+    (bad / "zstd").chmod(0o755)
+    box = own_box(tmp_path, f"{bad}:{os.environ['PATH']}")
+    try:
+        pid = box.start_by_hand(prover)
+        r = deploy(box, prover_b)
+        assert r.returncode == 3, r.stderr
+        assert "the upload arrived corrupted" in r.stderr and "deploy again" in r.stderr
+        assert box.daemons() == [pid] and exe_sha(pid) == sha(prover)
+        assert not release_file(box, prover_b).exists() and not partials(box)
+        assert not box.binary.is_symlink() and sha(box.binary) == sha(prover)
+    finally:
+        box.kill_all()
+        box.server.stop()
+
+
+@pytest.fixture
+def small_disk(box):
+    """The box's data directory on a 48 MiB tmpfs: a host whose disk can really fill up."""
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", str(box.data)], check=True)
+    yield box
+    box.kill_all()
+    subprocess.run(["umount", "-l", str(box.data)], check=True)
+
+
+def test_disk_full_during_upload_removes_the_partial_and_keeps_the_daemon(small_disk, prover, big_b):
+    box = small_disk
+    pid = box.start_by_hand(prover)
+    book = load(box.playbook_path)
+    filler = box.data / "other-job.out"
+
+    def fill(event) -> None:
+        if event.step == "upload" and event.done and not filler.exists():
+            # another job writes until the disk is full, as logs do at 3 a.m.
+            subprocess.run(["dd", "if=/dev/zero", f"of={filler}", "bs=1M"], capture_output=True)
+
+    with connect(book.hosts["lab"]) as host:
+        sw = Swap(host, book, events=fill)
+        with pytest.raises(Refused, match="disk filled up during the upload.*partial upload was removed"):
+            swap_deploy.deploy(sw, sw.plan(str(big_b)))
+    assert box.daemons() == [pid] and exe_sha(pid) == sha(prover)
+    assert not partials(box) and not release_file(box, big_b).exists()
+    assert not box.binary.is_symlink() and sha(box.binary) == sha(prover)
+
+
+def test_cache_keeps_only_the_newest_binaries(tmp_path):
+    cache = Cache(tmp_path / "cache")
+    files = []
+    for i in range(CACHE_KEEP + 2):
+        f = tmp_path / f"b{i}"
+        f.write_bytes(bytes([i]) * 10)
+        os.utime(f)
+        cache.add(str(f), f"{i:064x}")
+        os.utime(cache.root / f"{i:064x}", (1000 + i, 1000 + i))  # added in this order
+        files.append(f)
+    kept = sorted(p.name for p in cache.root.iterdir())
+    assert kept == [f"{i:064x}" for i in range(2, CACHE_KEEP + 2)]
+    assert cache.get(f"{3:064x}").read_bytes() == files[3].read_bytes()
+    assert cache.get(f"{0:064x}") is None
+    shutil.rmtree(cache.root)
