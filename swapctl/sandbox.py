@@ -117,6 +117,8 @@ class SshServer:
         import json
 
         def toml(v: object) -> str:
+            if isinstance(v, dict):
+                return "{" + ", ".join(f"{json.dumps(k)} = {toml(x)}" for k, x in v.items()) + "}"
             return ("true" if v else "false") if isinstance(v, bool) else json.dumps(v)
 
         lines = [f"[hosts.{name}]", f'address = "{self.address}"', f"port = {self.port}", 'user = "root"',

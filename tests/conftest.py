@@ -117,6 +117,20 @@ class Box:
         subprocess.run(["pkill", "-9", "-f", str(self.data)], check=False)
 
 
+def own_box(tmp_path: Path, path: str) -> Box:
+    """A box on its own sshd whose sessions get `path` as PATH (a host with other tools); the caller stops
+    `box.server`."""
+    server = make_server(tmp_path / "host")
+    server.path = path
+    server.start()
+    server.trust()
+    data = server.data / "box"
+    data.mkdir()
+    box = Box(server, data, tmp_path)
+    box.write_playbook()
+    return box
+
+
 @pytest.fixture
 def box(sshd, tmp_path, request) -> Box:
     name = re.sub(r"[^A-Za-z0-9_.-]", "_", request.node.name)[:60]

@@ -4,6 +4,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import own_box
 from lab import prover_config, wait_until
 from swapctl.playbook import load
 from swapctl.remote import connect
@@ -34,6 +36,14 @@ def cmdline(pid: int) -> list[str]:
 
 def exe_sha(pid: int) -> str:
     return sha(Path(f"/proc/{pid}/exe"))
+
+
+def only_runs(box, binary) -> bool:
+    """Whether exactly one daemon runs in the box, from `binary`; False while processes come and go."""
+    try:
+        return [exe_sha(p) for p in box.daemons()] == [sha(binary)]
+    except OSError:  # a process ended between the listing and the read
+        return False
 
 
 def journal(box) -> list[dict]:
@@ -345,6 +355,17 @@ def test_a_second_ctrl_c_rolls_back_to_the_old_daemon(box, prover, prover_b):
     assert exe_sha(now) == sha(prover) and cmdline(now) == argv
 
 
+def _script_runs(marker: str) -> bool:
+    """Whether a process whose command line contains `marker` (a swapctl script's label) still runs."""
+    for p in Path("/proc").iterdir():
+        try:
+            if p.name.isdigit() and marker.encode() in (p / "cmdline").read_bytes():
+                return True
+        except OSError:
+            continue
+    return False
+
+
 def _session_of(marker: str) -> int:
     """The `sshd: root@notty` process serving the connection that runs a command containing `marker`."""
     procs = {}
@@ -372,13 +393,68 @@ def test_connection_dropped_during_the_memory_wait_still_ends_with_the_new_daemo
     assert proc.wait(60) == 5
     reader.join(5)
     assert any("the host finishes the swap by itself" in l for l in lines)
-    def new_one_runs() -> bool:
-        try:
-            return [exe_sha(p) for p in box.daemons()] == [sha(prover_b)]
-        except OSError:  # a process ended between the listing and the read
-            return False
-
-    wait_until(new_one_runs, timeout=30, what="the new daemon, started by the host's swap script alone")
+    wait_until(lambda: only_runs(box, prover_b), timeout=30, what="the new daemon, started by the host's swap script alone")
     [new] = box.daemons()
     sigpipe = int(Path(f"/proc/{new}/status").read_text().split("SigIgn:")[1].split()[0], 16) & (1 << 12)
     assert not sigpipe, "the daemon must not inherit the swap script's ignored SIGPIPE"
+
+
+def test_deploy_is_refused_while_a_swap_cut_off_from_its_deploy_still_runs(box, prover, prover_b):
+    box.start_by_hand(prover, prover_config(child_hold_mib=8, child_linger_ms=6000))
+    proc, lines, reader = _deploy_in_background(box, prover_b)
+    wait_until(lambda: any("waiting" in l or "MemAvailable" in l for l in lines), what="the memory wait")
+    os.kill(_session_of("swapctl-swap"), signal.SIGKILL)  # the first deploy loses its connection, and its lock
+    assert proc.wait(60) == 5
+    second = deploy(box, prover)  # the host's swap script is still waiting for memory
+    assert second.returncode == 3
+    assert "a swap started by an earlier deploy still runs on the host" in second.stderr
+    wait_until(lambda: only_runs(box, prover_b), timeout=30, what="the cut-off swap to start the new daemon")
+    wait_until(lambda: not _script_runs("swapctl-swap"), timeout=30, what="the cut-off swap script to end")
+    third = deploy(box, prover)  # once it has ended, deploys go ahead
+    assert third.returncode == 0, third.stderr
+    assert [exe_sha(p) for p in box.daemons()] == [sha(prover)]
+
+
+def test_without_nvidia_smi_the_deploy_warns_and_goes_on(box, prover, prover_b):
+    assert shutil.which("nvidia-smi") is None, "this test needs a host without nvidia-smi"
+    box.start_by_hand(prover)
+    r = deploy(box, prover_b)
+    assert r.returncode == 0, r.stderr
+    assert "no GPU tools (nvidia-smi not found)" in r.stderr
+    assert [exe_sha(p) for p in box.daemons()] == [sha(prover_b)]
+
+
+def test_nvml_failure_refuses_the_deploy_and_leaves_the_daemon_running(tmp_path, prover, prover_b):
+    # No GPU here, so the driver fault is a stand-in: an nvidia-smi printing what a driver/library version
+    # mismatch prints (tests/test_facts.py parses the same text) and exiting 18, as the real one does.
+    fake = tmp_path / "gpu-bin"
+    fake.mkdir()
+    (fake / "nvidia-smi").write_text("#!/bin/sh\necho 'Failed to initialize NVML: Driver/library version mismatch'\n"
+                                     "exit 18\n")
+    (fake / "nvidia-smi").chmod(0o755)
+    box = own_box(tmp_path, f"{fake}:{os.environ['PATH']}")
+    try:
+        pid = box.start_by_hand(prover)
+        r = deploy(box, prover_b)
+        assert r.returncode == 3
+        assert "nvidia-smi failed: Failed to initialize NVML: Driver/library version mismatch" in r.stderr
+        assert "the running one is left alone" in r.stderr
+        assert box.daemons() == [pid] and exe_sha(pid) == sha(prover) and not box.binary.is_symlink()
+    finally:
+        box.kill_all()
+        box.server.stop()
+
+
+def test_connection_dropped_during_readiness_still_ends_with_a_daemon(box, prover, prover_noready):
+    box.start_by_hand(prover)
+    box.write_playbook(daemon={"ready_timeout_s": 4})
+    proc, lines, reader = _deploy_in_background(box, prover_noready)
+    wait_until(lambda: any(" start: started " in l for l in lines), what="the new daemon's start")
+    os.kill(_session_of("swapctl-swap"), signal.SIGKILL)  # nobody is left to roll back but the host
+    assert proc.wait(60) == 5
+    wait_until(lambda: only_runs(box, prover), timeout=40, what="the host to go back to the old daemon by itself")
+    entry = journal(box)[-1]
+    assert entry["action"] == "auto-rollback" and "itself" in entry["by"]
+    assert entry["from"] == sha(prover_noready) and entry["to"] == sha(prover) and entry["outcome"] == "rolled-back"
+    [pid] = box.daemons()
+    assert entry["pid"] == pid and cmdline(pid) == [str(box.binary), "--config", str(box.config)]

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Box
-from lab import make_server, wait_until
+from conftest import Box, own_box
+from lab import wait_until
 from swapctl.errors import Refused, Unreachable
 from swapctl.playbook import load
 from swapctl.remote import connect
@@ -55,19 +55,6 @@ def release_file(box: Box, binary: Path) -> Path:
 
 def partials(box: Box) -> list[Path]:
     return list((box.data / ".swapctl" / "cuzk" / "releases").glob(".upload-*"))
-
-
-def own_box(tmp_path: Path, path: str) -> Box:
-    """A box on its own sshd whose sessions get `path` as PATH (a host with other tools)."""
-    server = make_server(tmp_path / "host")
-    server.path = path
-    server.start()
-    server.trust()
-    data = server.data / "box"
-    data.mkdir()
-    box = Box(server, data, tmp_path)
-    box.write_playbook()
-    return box
 
 
 def test_fresh_upload_streams_zstd_and_installs_identical_bytes(box, prover, prover_b):
@@ -131,6 +118,7 @@ def test_host_without_zstd_gets_pipelined_sftp(tmp_path, prover, prover_b):
 
 def test_upload_killed_halfway_resumes_from_the_bytes_on_the_host(box, prover, big_b):
     pid = box.start_by_hand(prover)
+    box.write_playbook(daemon={"env": {"PROVER_TOKEN": "hunter2-secret"}, "secret_env": ["PROVER_TOKEN"]})
     book = load(box.playbook_path)
     tmp = box.data / ".swapctl" / "cuzk" / "releases" / f".upload-{sha(big_b)[:12]}"
 
@@ -141,8 +129,9 @@ def test_upload_killed_halfway_resumes_from_the_bytes_on_the_host(box, prover, b
 
     with connect(book.hosts["lab"]) as host:
         sw = Swap(host, book, events=cut)
-        with pytest.raises(Unreachable, match="connection lost"):
+        with pytest.raises(Unreachable, match="connection lost during the receive step") as lost:
             swap_deploy.deploy(sw, sw.plan(str(big_b)))
+    assert "hunter2" not in str(lost.value) + lost.value.detail  # the manifest carries the environment
     assert box.daemons() == [pid] and exe_sha(pid) == sha(prover)
     wait_until(lambda: not _receiving(), what="the host side of the cut upload to end")
     kept = tmp.stat().st_size

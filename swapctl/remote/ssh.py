@@ -26,6 +26,10 @@ from .host import Held, Host, Progress, Result
 
 CONNECT_TIMEOUT_S = 15
 WINDOW_SIZE = 64 << 20  # paramiko's 2 MiB default window starves bulk transfers
+# sshd's MaxStartups (10:30:100 by default) drops new connections while 10 are unauthenticated: a fleet
+# command opens at most this many at once, across all hosts (a bastion sees them all).
+MAX_HANDSHAKES = 8
+_handshakes = threading.BoundedSemaphore(MAX_HANDSHAKES)
 STALL_S = 60  # a transfer that moves no byte for this long has lost its connection
 
 
@@ -99,7 +103,8 @@ class SshHost(Host):
             self._secure(conn)
             where = f"{conn.user}@{conn.host}:{conn.port}"
             try:
-                conn.open()
+                with _handshakes:
+                    conn.open()
             except HostKeyError:
                 raise
             except paramiko.BadHostKeyException as exc:
@@ -133,6 +138,18 @@ class SshHost(Host):
         assert transport is not None
         return transport
 
+    @staticmethod
+    def _what(cmd: Cmd) -> str:
+        """A command as an error names it: a script by its step, not its arguments."""
+        return f"the {cmd.label} step" if cmd.label else str(cmd)
+
+    @staticmethod
+    def _close(chan: paramiko.Channel) -> None:
+        try:
+            chan.close()
+        except (OSError, EOFError, paramiko.SSHException):
+            pass  # the connection is gone already: so is the channel
+
     def _lost(self, what: str) -> Unreachable:
         return Unreachable(f"connection lost during {what}", host=self.name)
 
@@ -141,7 +158,7 @@ class SshHost(Host):
             chan = self._transport().open_session(window_size=WINDOW_SIZE, timeout=CONNECT_TIMEOUT_S)
             chan.exec_command(cmd.render())
         except (paramiko.SSHException, OSError, EOFError):
-            raise self._lost(str(cmd)) from None
+            raise self._lost(self._what(cmd)) from None
         return chan
 
     # -- commands --------------------------------------------------------------------------------
@@ -163,16 +180,16 @@ class SshHost(Host):
                 if chan.eof_received and not chan.recv_ready() and not chan.recv_stderr_ready():
                     break
                 if chan.closed or not chan.get_transport().is_active():  # type: ignore[union-attr]
-                    raise self._lost(str(cmd))
+                    raise self._lost(self._what(cmd))
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise RemoteTimeout(f"`{cmd}` did not finish within {timeout:.0f} s", host=self.name)
                 select.select([chan], [], [], min(remaining, 1.0))
             return chan.recv_exit_status(), bytes(err)
         except (OSError, EOFError, paramiko.SSHException) as exc:
-            raise self._lost(f"{cmd} ({exc})") from None
+            raise self._lost(f"{self._what(cmd)} ({exc or type(exc).__name__})") from None
         finally:
-            chan.close()
+            self._close(chan)
 
     def send(self, cmd: Cmd, chunks: Iterable[bytes], *, timeout: float = 120) -> Result:
         chan = self._open_channel(cmd)
@@ -185,15 +202,15 @@ class SshHost(Host):
                     while chan.recv_ready():
                         out += chan.recv(1 << 16)
             except OSError:
-                if not chan.exit_status_ready():  # it did not stop reading by itself: the link went
-                    raise
+                if not chan.exit_status_ready() or not self._transport().is_active():
+                    raise  # it did not stop reading by itself: the link went
             chan.shutdown_write()
             deadline = time.monotonic() + timeout
             while not chan.exit_status_ready():
                 if time.monotonic() > deadline:
                     raise RemoteTimeout(f"`{cmd}` did not finish within {timeout:.0f} s", host=self.name)
                 if not chan.get_transport().is_active():  # type: ignore[union-attr]
-                    raise self._lost(str(cmd))
+                    raise self._lost(self._what(cmd))
                 select.select([chan], [], [], 0.5)
                 while chan.recv_ready():
                     out += chan.recv(1 << 16)
@@ -201,12 +218,14 @@ class SshHost(Host):
                 out += chan.recv(1 << 16)
             while chan.recv_stderr_ready():
                 err += chan.recv_stderr(1 << 16)
-            return Result(cmd, chan.recv_exit_status(), out.decode("utf-8", "replace"),
-                          err.decode("utf-8", "replace"))
+            code = chan.recv_exit_status()
+            if code == -1:  # paramiko's "closed without an exit status": the session was killed
+                raise self._lost(self._what(cmd))
+            return Result(cmd, code, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
         except (OSError, EOFError, paramiko.SSHException) as exc:
-            raise self._lost(f"{cmd} ({exc or type(exc).__name__})") from None
+            raise self._lost(f"{self._what(cmd)} ({exc or type(exc).__name__})") from None
         finally:
-            chan.close()
+            self._close(chan)
 
     def put(self, local: BinaryIO, remote_path: str, size: int, progress: Progress | None = None,
             offset: int = 0) -> None:
@@ -235,12 +254,12 @@ class SshHost(Host):
         deadline = time.monotonic() + timeout
         while b"\n" not in buf and not chan.eof_received:
             if time.monotonic() > deadline:
-                chan.close()
+                self._close(chan)
                 raise RemoteTimeout(f"`{cmd}` said nothing within {timeout:.0f} s", host=self.name)
             select.select([chan], [], [], 0.5)
             while chan.recv_ready():
                 buf += chan.recv(4096)
-        return Held(buf.split(b"\n", 1)[0].decode("utf-8", "replace"), chan.close)
+        return Held(buf.split(b"\n", 1)[0].decode("utf-8", "replace"), lambda: self._close(chan))
 
     def close(self) -> None:
         with self._lock:

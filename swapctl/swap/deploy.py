@@ -115,8 +115,15 @@ class Outcome:
     steps: dict[str, float] = field(default_factory=dict)  # seconds per step
     upload_mb_s: float | None = None
     upload: dict | None = None  # how the binary got there (upload.Sent.record())
+    log_offset: int | None = None  # where the started daemon's output begins in its log
     pid: int | None = None
     message: str = ""
+
+
+def _manifest(rel: Release) -> Secret:
+    """A release's manifest as a script argument: it carries the daemon's environment, secrets included,
+    so it reaches the host but never an error message or a terminal."""
+    return Secret(rel.to_json())
 
 
 def deployed_releases(journal: list[dict]) -> list[str]:
@@ -175,6 +182,10 @@ class Swap:
     def inspect(self) -> tuple[HostStatus, dict[str, str]]:
         status = gather(self.host, self.daemon_spec)
         if len(status.daemons) > 1:
+            lock = f"{self.state}/swap.lock"  # mid-swap, the old daemon's children may still be around
+            if not self.host.run(Cmd("sh", "-c", '[ ! -e "$1" ] || flock -n "$1" true', "swapping", lock),
+                                 check=False).ok:
+                raise self._swapping()
             pids = ", ".join(str(p.pid) for p in status.daemons)
             raise Refused(f"several processes match daemon.match {self.daemon_spec.match_regex.pattern!r} "
                           f"(pids {pids}); make `match` precise enough to find one daemon", host=self.host.name)
@@ -228,6 +239,12 @@ class Swap:
         """What runs on the host and what it has: the part of a plan that needs no new binary."""
         self.emit("preflight", "checking the host")
         status, facts = self.inspect()
+        if status.gpu_error and status.gpu_error.startswith("nvidia-smi failed"):
+            # e.g. a driver upgraded without a reboot: the running daemon still works, a new process would
+            # not, and neither would the old one started again. Stopping it would leave the GPU idle.
+            raise Refused(f"{status.gpu_error}; a daemon started now could not use the GPU, so the running "
+                          f"one is left alone: fix the driver (often a reboot after a driver upgrade) first",
+                          host=self.host.name)
         releases, current, journal = self.catalog(facts)
         kind, _, target = facts.get("binary", "missing").partition(" ")
         daemon = self._running(status, facts)
@@ -276,7 +293,7 @@ class Swap:
             raise BadInput(f"config file {missing[0]} named in the daemon's arguments is missing on the host "
                            f"(create it, or fix daemon.args)", host=self.host.name)
 
-    def plan(self, binary_path: str, restart: bool = False) -> Plan:
+    def plan(self, binary_path: str, restart: bool = False, build: dict | None = None) -> Plan:
         """Everything a deploy checks before anything changes; raises BadInput or Refused."""
         binary = elf.inspect(binary_path)
         sit = self.situation()
@@ -287,9 +304,11 @@ class Swap:
         cwd = spec.cwd or (base.cwd if base and base.cwd else str(PurePosixPath(spec.binary).parent))
         new = Release(
             sha256=binary.sha256, size=binary.size, name=PurePosixPath(spec.binary).name, created=now_iso(),
-            by=who_am_i(), argv=(spec.binary, *args), cwd=cwd, env=self.env_for(base.env if base else None))
+            by=who_am_i(), argv=(spec.binary, *args), cwd=cwd, env=self.env_for(base.env if base else None),
+            build=build)
         if new.id in releases:  # deployed before: keep its record, take the new command line
-            new = replace(releases[new.id], argv=new.argv, cwd=new.cwd, env=new.env, status="ok")
+            new = replace(releases[new.id], argv=new.argv, cwd=new.cwd, env=new.env, status="ok",
+                          build=build or releases[new.id].build)
         needed = binary.size * (1 if new.id in releases else 2) // 1024 + 1024
         if sit.free_kib < needed:
             raise Refused(f"only {sit.free_kib // 1024} MiB free beside {spec.binary}; the upload and backup need "
@@ -361,6 +380,9 @@ class Swap:
         self.emit("lock", "taking the host's deploy lock")
         info = json.dumps({"by": who_am_i(), "since": now_iso(), "pid": os.getpid()})
         held = self.host.hold(scripts.script(scripts.LOCK, self.state, info, label="lock"))
+        if held.first_line == "SWAPPING":
+            held.close()
+            raise self._swapping()
         if held.first_line != "LOCKED":
             held.close()
             detail = held.first_line.removeprefix("HELD ").strip()
@@ -372,6 +394,11 @@ class Swap:
             raise LockHeld(f"another deploy holds the lock: {detail}; wait for it, it ends with its connection",
                            host=self.host.name)
         self._lock = held
+
+    def _swapping(self) -> LockHeld:
+        return LockHeld(f"a swap started by an earlier deploy still runs on the host (that deploy lost its "
+                        f"connection); wait for it to end, then check `swapctl status {self.host.name}`",
+                        host=self.host.name)
 
     def unlock(self) -> None:
         if self._lock is not None:
@@ -410,7 +437,7 @@ class Swap:
                 raise KeyboardInterrupt
 
         sender = upload.Uploader(self.host, plan.binary.path, new.size, tmp,
-                                 (new.dir(st), new.name, new.sha256, new.to_json()), progress, plan.host_zstd)
+                                 (new.dir(st), new.name, new.sha256, _manifest(new)), progress, plan.host_zstd)
         sent, report = sender.run(partial, self.patch_base(plan))
         if report.startswith("NOSPACE"):
             free = report.split()[1]
@@ -439,14 +466,14 @@ class Swap:
             return False
 
     def _write_manifest(self, rel: Release) -> None:
-        self.run(scripts.WRITE_FILE, f"{rel.dir(self.state)}/manifest.json", rel.to_json(), label="manifest")
+        self.run(scripts.WRITE_FILE, f"{rel.dir(self.state)}/manifest.json", _manifest(rel), label="manifest")
 
     def backup(self, plan: Plan) -> None:
         for src, rel in plan.to_save:
             self.emit("backup", f"saving {rel.source} release {rel.id} from {src}")
             body = scripts.SAVE_RUNNING if src.startswith("/proc/") else scripts.SAVE_FILE
             arg = src.split("/")[2] if src.startswith("/proc/") else src
-            self.run(body, arg, rel.dir(self.state), rel.name, rel.to_json(), label="backup")
+            self.run(body, arg, rel.dir(self.state), rel.name, _manifest(rel), label="backup")
 
     def gpu_limits(self, status: HostStatus, pids: list[int]) -> str:
         """Per GPU, the most memory it may still use once the daemon's own is released."""
@@ -473,7 +500,20 @@ class Swap:
         env = [Secret(f"{k}={v}") if k in spec.secret_env else f"{k}={v}" for k, v in rel.env or ()]
         return env + command
 
-    def swap(self, old: Daemon | None, target: Release, gpu_max: str) -> "SwapRun":
+    def _fallback_args(self, target: Release, fallback: Release | None) -> list:
+        """What the swap script needs to go back to `fallback` by itself if this deploy loses its connection
+        and `target` fails: its path, cwd, command line (rendered once, as the channel would) and journal line."""
+        if fallback is None:
+            return ["", "", "", ""]
+        entry = {"action": "auto-rollback", "by": f"{self.host.name} itself (swapctl lost its connection)",
+                 "host": self.host.name, "from": target.sha256, "to": fallback.sha256, "current": fallback.id,
+                 "outcome": "rolled-back", "reason": "not ready, and no swapctl listening"}
+        command = Cmd("env", "-i", *self.command_for(fallback)).render()
+        return [fallback.path(self.state), fallback.cwd or "/", Secret(command),
+                json.dumps(entry, sort_keys=True)[:-1]]
+
+    def swap(self, old: Daemon | None, target: Release, gpu_max: str,
+             fallback: Release | None = None) -> "SwapRun":
         """Stops `old`, waits for its memory, starts `target` and waits for it to be ready: one remote
         script, so nothing waits on a round trip between the old daemon's exit and the new start."""
         spec, mem = self.daemon_spec, self.book.memory
@@ -517,11 +557,14 @@ class Swap:
                 (old.unit or "") if old else "", str(int(mem.release_timeout_s * 1000)),
                 str(int(mem.min_available_gib * (1 << 20))), gpu_max, spec.binary, target.path(self.state),
                 target.cwd or "/", spec.log, spec.ready_log, str(int(spec.ready_timeout_s)),
-                str(spec.ready_port or "")]
+                str(spec.ready_port or ""), *self._fallback_args(target, fallback)]
         self.emit("stop" if old else "memory", f"SIGTERM to {old.pid}" if old else "checking memory")
         cmd = scripts.script(scripts.SWAP, *args, *self.command_for(target), label="swap",
                              bash=bool(spec.ready_port))  # /dev/tcp is bash's
         self.host.stream(cmd, line, timeout=spec.stop_grace_s + mem.release_timeout_s + spec.ready_timeout_s + 120)
+        if run.failure.startswith("another swap"):  # it waited 30 s for swap.lock and stopped nothing
+            raise LockHeld(f"{run.failure}; this one stopped nothing: wait for it to end, then check "
+                           f"`swapctl status {self.host.name}`", host=self.host.name)
         if "ready" not in self.steps and "started" in t:
             self.steps["ready"] = round(time.monotonic() - t["started"], 3)
         return run
@@ -606,7 +649,7 @@ def swap_in(sw: Swap, plan: Plan, target: Release, action: str, fallback: Releas
     sw.interrupts.critical = True
     pids = [plan.daemon.pid] if plan.daemon else []
     try:
-        run = sw.swap(plan.daemon, target, sw.gpu_limits(plan.status, pids))
+        run = sw.swap(plan.daemon, target, sw.gpu_limits(plan.status, pids), fallback)
     except (Unreachable, RemoteTimeout) as exc:
         raise UnknownState(f"{exc.message} while swapping: the host finishes the swap by itself (stop, memory "
                            f"wait, start); check with `swapctl status {sw.host.name}` before deploying again",
@@ -623,6 +666,7 @@ def swap_in(sw: Swap, plan: Plan, target: Release, action: str, fallback: Releas
     except _GoBack as back:
         return _roll_back(sw, plan, target, fallback, back, outcome)
     outcome.outcome, outcome.pid, outcome.steps = "deployed" if action == "deploy" else "rolled-back", run.pid, sw.steps
+    outcome.log_offset = run.offset
     sw.journal({"action": action, "from": old_sha, "to": target.sha256, "current": target.id,
                 "outcome": outcome.outcome, "pid": run.pid, "log_offset": run.offset, "steps": sw.steps})
     return outcome
@@ -661,7 +705,8 @@ def _roll_back(sw: Swap, plan: Plan, failed: Release, fallback: Release | None, 
                            f"no daemon runs now; logs: {sw.daemon_spec.log}", host=sw.host.name,
                            detail=sw.log_tail(run.offset))
     pid = run.pid
-    sw.journal({**entry, "to": fallback.sha256, "current": fallback.id, "outcome": "rolled-back", "pid": pid})
+    sw.journal({**entry, "to": fallback.sha256, "current": fallback.id, "outcome": "rolled-back", "pid": pid,
+                "log_offset": run.offset})
     if outcome.action == "rollback":  # the host runs what it ran, but not what was asked for
         raise UnknownState(f"the rollback to {failed.id} failed ({back.why}); {fallback.id}, which ran before, "
                            f"runs again as pid {pid}. Failed log: {log}", host=sw.host.name, detail=tail)

@@ -28,6 +28,8 @@ dir=$1; info=$2
 mkdir -p -m 700 -- "$dir" "$dir/releases" || exit 1
 exec 9>>"$dir/lock"
 if flock -n 9; then
+  # a swap whose deploy lost its connection runs on (SWAP holds swap.lock): never start another beside it
+  if ! flock -n "$dir/swap.lock" true; then echo SWAPPING; exit 0; fi
   printf '%s\n' "$info" > "$dir/lock.info"
   echo LOCKED
   exec cat >/dev/null
@@ -143,8 +145,12 @@ for d in "$@"; do rm -rf -- "$d"; done
 #                                             wait until they are gone, GPU memory is back, MemAvailable >= min
 #   STARTED pid log_offset                    the binary path points at the release; started with env -i
 #   LOG line | READY | EXITED | ALIVE 0/1     the log after the start until ready, exit or time-out
+#   NOTREADY                                  not ready; when this line finds nobody listening any more,
+#                                             the host goes back to the fallback release by itself
 # Arguments: pid grace_ms group unit | timeout_ms min_kib gpu_max | bin target | cwd log | re ready_s port
-#            | K=V... command...   (an empty pid skips the stop)
+#            | fb_target fb_cwd fb_command fb_journal | K=V... command...   (an empty pid skips the stop;
+#            an empty fb_target: no fallback; fb_command is a rendered Cmd, fb_journal a JSON object
+#            without its closing brace)
 SWAP = ALIVE + r"""
 stop_daemon() {
   pid=$1; grace_ms=$2; group=$3; unit=$4
@@ -196,11 +202,11 @@ gpu_ok() {
 
 wait_ready() {
   pid=$1; log=$2; off=$3; re=$4; timeout_s=$5; port=$6; me=$$; use_log=1
-  ( while alive "$pid"; do sleep 0.01; done; echo EXITED; pkill -TERM -P "$me" -x timeout ) &
+  ( while alive "$pid"; do sleep 0.01; done; echo EXITED; pkill -TERM -P "$me" -x timeout ) 8>&- &
   watchers=$!
   if [ -n "$port" ]; then
     ( until (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; do sleep 0.02; done; echo READY;
-      pkill -TERM -P "$me" -x timeout ) &
+      pkill -TERM -P "$me" -x timeout ) 8>&- &
     watchers="$watchers $!"
     use_log=0
   fi
@@ -219,7 +225,11 @@ wait_ready() {
 trap '' PIPE HUP
 pid=$1; grace_ms=$2; group=$3; unit=$4; timeout_ms=$5; min_kib=$6; gpu_max=$7; bin=$8; target=$9
 shift 9
-cwd=$1; log=$2; re=$3; ready_s=$4; port=$5; shift 5
+cwd=$1; log=$2; re=$3; ready_s=$4; port=$5; fb_target=$6; fb_cwd=$7; fb_cmd=$8; fb_journal=$9; shift 9
+# The swap holds its own lock until it ends, even when the deploy that started it has lost its connection
+# (and with it the deploy lock); LOCK refuses a new deploy meanwhile. Nothing started here keeps fd 8.
+exec 8>>"${target%/releases/*}/swap.lock"
+flock -w 30 8 || { echo "FAILED another swap still runs on this host"; exit 0; }
 WATCH=""
 [ -n "$pid" ] && stop_daemon "$pid" "$grace_ms" "$group" "$unit"
 wait_memory "$timeout_ms" "$min_kib" "$gpu_max" || exit 0
@@ -230,11 +240,28 @@ if [ -n "$unit" ]; then
   new=$(systemctl show -p MainPID --value -- "$unit")
 else
   cd -- "$cwd" || { echo "FAILED cd $cwd"; exit 0; }
-  ( trap - PIPE HUP; exec setsid env -i "$@" ) >> "$log" 2>&1 < /dev/null &
+  ( trap - PIPE HUP; exec setsid env -i "$@" ) >> "$log" 2>&1 < /dev/null 8>&- &
   new=$!
 fi
 echo "STARTED $new $off"
 wait_ready "$new" "$log" "$off" "$re" "$ready_s" "$port"
+
+# When the deploy lost its connection, nobody will roll back a new daemon that failed: do it here.
+ready_now() {
+  alive "$new" || return 1
+  if [ -n "$port" ]; then (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null
+  else tail -c +"$((off + 1))" -- "$log" 2>/dev/null | grep -qE -- "$re"; fi
+}
+[ -n "$fb_target" ] && ! ready_now || exit 0
+printf 'NOTREADY\n' 2>/dev/null && exit 0  # someone still listens: the deploy decides
+stop_daemon "$new" "$grace_ms" 1 "" >/dev/null 2>&1
+wait_memory "$timeout_ms" "$min_kib" "" >/dev/null 2>&1 || exit 0
+ln -sfn -- "$fb_target" "$bin.swapctl-new" && mv -Tf -- "$bin.swapctl-new" "$bin" || exit 0
+cd -- "$fb_cwd" || exit 0
+off=$(stat -c %s -- "$log" 2>/dev/null || echo 0)
+( trap - PIPE HUP; eval "exec setsid $fb_cmd" ) >> "$log" 2>&1 < /dev/null 8>&- &
+printf '%s, "pid": %s, "log_offset": %s, "time": "%s"}\n' "$fb_journal" "$!" "$off" \
+  "$(date -u +%Y-%m-%dT%H:%M:%SZ)" >> "${target%/releases/*}/journal.jsonl"
 """
 
 # Stops a daemon and nothing more (a failed start with nothing to go back to).

@@ -23,7 +23,7 @@ from typing import Callable, Iterator
 import zstandard
 
 from ..errors import Refused
-from ..remote import Cmd, Host
+from ..remote import Cmd, Host, Piece
 from . import scripts
 
 CHUNK = 4 << 20  # one zstd frame per chunk: the level can change between frames
@@ -169,7 +169,7 @@ def patch(old: Path, new: str) -> Iterator[bytes]:
 class Uploader:
     """Sends one local binary to a temporary name on one host and installs it as a release there."""
 
-    def __init__(self, host: Host, path: str, size: int, tmp: str, install_args: tuple[str, ...],
+    def __init__(self, host: Host, path: str, size: int, tmp: str, install_args: tuple[Piece, ...],
                  progress: Progress, host_zstd: bool):
         self.host, self.path, self.size, self.tmp = host, path, size, tmp
         self.install_args, self.progress, self.host_zstd = install_args, progress, host_zstd
