@@ -191,3 +191,41 @@ def test_since_deploy_fetches_only_what_the_current_release_wrote(box, prover, p
     [whole] = json.loads(r.stdout)["hosts"]["lab"]
     assert Path(whole["local"]).name == "cuzk.log" and Path(whole["local"]).read_bytes()[:offset] == \
         box.log.read_bytes()[:offset]
+
+
+def test_timings_by_release_splits_the_fetched_log_at_each_start(box, prover, prover_b, tmp_path, swapctl_env):
+    box.write_playbook(logs={"paths": [str(box.log)]})
+    box.start_by_hand(prover)
+    wait_until(lambda: b"malloc_trim" in box.log.read_bytes(), what="build A's first proof")
+    assert swapctl("deploy", "lab", "--binary", str(prover_b), "--yes", "-p", str(box.playbook_path)).returncode == 0
+    offset = json.loads((box.data / ".swapctl/cuzk/journal.jsonl").read_text().splitlines()[-1])["log_offset"]
+    wait_until(lambda: b"malloc_trim" in box.log.read_bytes()[offset:], what="build B's first proof")
+    dest = tmp_path / "logs"
+    assert fetch(box, dest).returncode == 0
+    r = swapctl("timings", "lab", "--by-release", "--dest", str(dest), "--json", "-p", str(box.playbook_path))
+    assert r.returncode == 0, r.stderr
+    a, b = json.loads(r.stdout)["releases"]
+    size = box.log.stat().st_size
+    assert (a["release"], a["from_byte"], a["to_byte"]) == (sha(prover)[:12], 0, offset)
+    assert (b["release"], b["from_byte"], b["to_byte"]) == (sha(prover_b)[:12], offset, size)
+    for part in (a, b):  # each part holds its own proof, and only its own
+        assert part["report"]["jobs"] == 1 and part["report"]["phases"]["gpu_total_ms"]["count"] >= 1
+    table = swapctl("timings", "lab", "--by-release", "--dest", str(dest), "-p", str(box.playbook_path))
+    assert sha(prover)[:12] in table.stdout and sha(prover_b)[:12] in table.stdout and "GPU busy" in table.stdout
+
+
+def test_plot_draws_each_partitions_phases_per_worker(two_builds, tmp_path):
+    from swapctl.logs.plot import intervals
+
+    with open(two_builds["pageable"], "rb") as f:
+        lanes = intervals([f])
+    assert set(lanes) == {"synthesis", "GPU worker 0"}
+    gpu = [iv for iv in lanes["GPU worker 0"] if iv[0] == "gpu"]
+    copies = [iv for iv in lanes["GPU worker 0"] if iv[0] == "copy"]
+    assert len(gpu) == len(copies) == 8 and len([iv for iv in lanes["synthesis"]]) == 8  # 8 partitions
+    assert {c[2] for c in copies} == {g[1] for g in gpu}  # each copy ends where its GPU phase starts
+    assert all(s <= e for _, s, e in gpu + copies)
+    png = tmp_path / "timeline.png"
+    r = swapctl("timings", str(two_builds["pageable"]), "--plot", str(png))
+    assert r.returncode == 0, r.stderr
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Annotated
 
 import typer
 from rich.table import Table
 
+from .. import playbook as pb
 from ..errors import BadInput
-from ..logs.timings import compare, parse
-from .common import JsonOpt, guarded, out, print_json, text
+from ..logs.timings import by_release, compare, parse
+from ..remote import connect
+from ..swap.deploy import Swap
+from .common import JsonOpt, PlaybookOpt, err, guarded, out, print_json, select_hosts, text
 
 BAR = 30
 
@@ -20,10 +23,48 @@ def timings(
     compare_: Annotated[tuple[Path, Path] | None, typer.Option(
         "--compare", help="Two logs, BEFORE AFTER: each phase's p50 and the change.")] = None,
     all_phases: Annotated[bool, typer.Option("--all", help="Show phases that never took time too.")] = False,
+    by_release: Annotated[bool, typer.Option(
+        "--by-release", help="PATH is a HOST: split its fetched daemon log by release, from its journal.")] = False,
+    dest: Annotated[Path, typer.Option("--dest", help="Where fetch-logs put the logs (with --by-release).")] = Path(
+        "logs"),
+    plot: Annotated[Path | None, typer.Option("--plot", help="Also draw the timeline as a PNG here.")] = None,
+    playbook: PlaybookOpt = None,
     json: JsonOpt = False,
 ) -> None:
     """Phase times (count, p50, p95, max), GPU busy fraction and starvation signs from cuzk logs."""
-    guarded(lambda: _timings(paths or [], compare_, all_phases, json))
+    if by_release:
+        guarded(lambda: _by_release([str(p) for p in paths or []], dest, playbook, json))
+    guarded(lambda: _timings(paths or [], compare_, all_phases, json, plot))
+
+
+def _by_release(targets: list[str], dest: Path, playbook_path: str | None, as_json: bool) -> int:
+    if len(targets) != 1:
+        raise BadInput("--by-release takes one HOST (its log as fetch-logs saved it, and its journal)")
+    book = pb.load(playbook_path)
+    [spec] = select_hosts(book, targets)
+    log = dest / spec.name / PurePosixPath(book.require_daemon().log).name
+    if not log.is_file():
+        raise BadInput(f"{log}: no fetched log; run `swapctl fetch-logs {spec.name} --dest {dest}` first")
+    with connect(spec) as host:
+        journal = Swap(host, book).catalog()[2]
+    parts = by_release(str(log), journal)
+    if as_json:
+        print_json({"host": spec.name, "log": str(log), "releases": parts})
+        return 0
+    if not parts:
+        raise BadInput(f"{spec.name}'s journal records no start with a log offset; deploy with swapctl first")
+    t = Table(title=f"{spec.name}: {log}, p50 per release (ms)", title_justify="left")
+    t.add_column("phase")
+    for part in parts:
+        t.add_column(f"{part['release']}\nbytes {part['from_byte']:,}-{part['to_byte']:,}", justify="right")
+    names = sorted({n for part in parts for n, v in part["report"]["phases"].items() if v["p50"]})
+    for name in names:
+        t.add_row(name, *(_ms(part["report"]["phases"].get(name, {}).get("p50")) for part in parts))
+    t.add_row("GPU busy", *(_pct(part["report"]["gpu_busy_fraction"]) for part in parts), style="bold")
+    t.add_row("pageable share", *(_pct(part["report"]["pageable_share"]) for part in parts))
+    t.add_row("proofs", *(str(part["report"]["jobs"]) for part in parts))
+    out.print(t)
+    return 0
 
 
 def _read(paths: list[Path]) -> dict:
@@ -40,6 +81,25 @@ def _read(paths: list[Path]) -> dict:
             s.close()
 
 
+def _plot(paths: list[Path], png: Path) -> None:
+    from ..logs import plot as timeline
+
+    streams = [open(p, "rb") for p in paths]
+    try:
+        lanes = timeline.intervals(streams)
+    finally:
+        for st in streams:
+            st.close()
+    if not lanes:
+        raise BadInput(f"no TIMELINE lines in {', '.join(map(str, paths))}: nothing to plot (a TIMING=1 build "
+                       f"writes them)")
+    try:
+        timeline.draw(lanes, str(png), " ".join(p.name for p in paths))
+    except ImportError:
+        raise BadInput("--plot needs matplotlib: pip install 'swapctl[plot]'") from None
+    err.print(text(f"timeline: {png}"))
+
+
 def _pct(v: float | None) -> str:
     return "-" if v is None else f"{v * 100:.1f}%"
 
@@ -48,7 +108,8 @@ def _ms(v: float | None) -> str:
     return "-" if v is None else f"{v:,.0f}"
 
 
-def _timings(paths: list[Path], pair: tuple[Path, Path] | None, all_phases: bool, as_json: bool) -> int:
+def _timings(paths: list[Path], pair: tuple[Path, Path] | None, all_phases: bool, as_json: bool,
+             plot: Path | None) -> int:
     if pair:
         before, after = _read([pair[0]]), _read([pair[1]])
         result = compare(before, after)
@@ -73,6 +134,8 @@ def _timings(paths: list[Path], pair: tuple[Path, Path] | None, all_phases: bool
     if not paths:
         raise BadInput("give log files to read, or --compare BEFORE AFTER")
     report = _read(paths)
+    if plot:
+        _plot(paths, plot)
     if as_json:
         print_json(report)
         return 0

@@ -9,6 +9,7 @@ and memory stays bounded (8 bytes a value) on multi-GB logs.
 
 from __future__ import annotations
 
+import os
 import re
 from array import array
 from dataclasses import dataclass, field
@@ -275,3 +276,41 @@ def compare(before: dict, after: dict) -> dict:
             "gpu_busy_fraction": {"before": before["gpu_busy_fraction"], "after": after["gpu_busy_fraction"]},
             "timeline_busy_fraction": {"before": before["timeline_busy_fraction"],
                                        "after": after["timeline_busy_fraction"]}}
+
+
+class _Range:
+    """Bytes [start, end) of a file, read like a stream."""
+
+    def __init__(self, f: IO[bytes], start: int, end: int):
+        f.seek(start)
+        self.f, self.left = f, end - start
+
+    def read(self, n: int = -1) -> bytes:
+        n = self.left if n < 0 else min(n, self.left)
+        data = self.f.read(n) if n > 0 else b""
+        self.left -= len(data)
+        return data
+
+
+def release_segments(journal: list[dict], size: int) -> list[tuple[str, int, int]]:
+    """(release, first byte, end byte) of the daemon log that each release wrote, from the journal's log
+    offsets (each start recorded there); what came before the first is labelled by the release it replaced."""
+    marks = [(int(e["log_offset"]), e["current"], e.get("from")) for e in journal
+             if e.get("log_offset") is not None and e.get("current")]
+    segments = []
+    if marks and marks[0][0] > 0:
+        segments.append((f"{(marks[0][2] or 'before')[:12]}", 0, marks[0][0]))
+    for i, (start, release, _) in enumerate(marks):
+        end = marks[i + 1][0] if i + 1 < len(marks) else size
+        if start < end <= size:  # a log truncated since leaves offsets that no longer fit: skipped
+            segments.append((release, start, end))
+    return segments
+
+
+def by_release(path: str, journal: list[dict]) -> list[dict]:
+    """One report per release, each from the part of the log it wrote."""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        return [{"release": release, "from_byte": start, "to_byte": end,
+                 "report": parse([_Range(f, start, end)]).report()}
+                for release, start, end in release_segments(journal, size)]
