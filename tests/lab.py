@@ -7,6 +7,7 @@ loopback parts are swapctl's own sandbox (swapctl/sandbox.py); the namespace hos
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -86,3 +87,59 @@ def wait_until(predicate, timeout: float = 20, what: str = "condition") -> None:
             return
         time.sleep(0.02)
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+# -- Docker: a real engine, and a base image made without any registry ------------------------------
+
+BASE_IMAGE = "swapctl-test/gxx:bookworm"  # minimal Debian with g++ and make, from Debian's packages
+DEBIAN_MIRROR = os.environ.get("SWAPCTL_TEST_DEBIAN_MIRROR", "http://deb.debian.org/debian")
+
+
+def docker_engine(logdir: Path):
+    """A client for the engine DOCKER_HOST names; when none answers, starts `dockerd` (as CI does) and
+    returns its process too, for the caller to stop."""
+    import docker
+    import docker.errors
+
+    try:
+        client = docker.from_env()
+        client.ping()
+        return client, None
+    except docker.errors.DockerException:
+        pass
+    dockerd = shutil.which("dockerd")
+    assert dockerd, "the build tests need a Docker engine: apt-get install docker.io (scripts/quickstart does)"
+    proc = subprocess.Popen([dockerd], stdout=open(logdir / "dockerd.log", "ab"), stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL, start_new_session=True)
+
+    def answers() -> bool:
+        try:
+            docker.from_env().ping()
+            return True
+        except docker.errors.DockerException:
+            assert proc.poll() is None, f"dockerd exited {proc.returncode}; see {logdir / 'dockerd.log'}"
+            return False
+
+    wait_until(answers, timeout=60, what="dockerd to answer")
+    return docker.from_env(), proc
+
+
+def ensure_base_image(client, workdir: Path) -> str:
+    """BASE_IMAGE, made once per engine: debootstrap a minimal Debian with g++, then import it."""
+    import docker.errors
+
+    try:
+        client.images.get(BASE_IMAGE)
+        return BASE_IMAGE
+    except docker.errors.ImageNotFound:
+        pass
+    assert shutil.which("debootstrap"), "making the base image needs debootstrap: apt-get install debootstrap"
+    rootfs, tar = workdir / "rootfs", workdir / "rootfs.tar"
+    subprocess.run(["debootstrap", "--variant=minbase", "--include=g++,make", "bookworm", str(rootfs), DEBIAN_MIRROR],
+                   check=True, capture_output=True)
+    subprocess.run(["tar", "-C", str(rootfs), "-cf", str(tar), "."], check=True)
+    repo, tag = BASE_IMAGE.split(":")
+    client.api.import_image(src=str(tar), repository=repo, tag=tag)
+    shutil.rmtree(rootfs)
+    tar.unlink()
+    return BASE_IMAGE

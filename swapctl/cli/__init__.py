@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from . import deploy, fetch_logs, history, init, rollback, sandbox, status, timings
+from . import build, deploy, fetch_logs, history, init, rollback, sandbox, status, timings
 
 app = typer.Typer(
     name="swapctl",
@@ -15,6 +15,7 @@ app = typer.Typer(
 )
 app.command()(init.init)
 app.command()(status.status)
+app.command()(build.build)
 app.command()(deploy.deploy)
 app.command()(rollback.rollback)
 app.command()(history.history)

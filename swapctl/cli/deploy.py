@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import sys
+from pathlib import PurePosixPath
 from typing import Annotated
 
 import typer
@@ -12,13 +13,18 @@ from .. import playbook as pb
 from ..errors import BadInput, Refused, SwapctlError
 from ..remote import connect
 from ..swap.deploy import Interrupts, Outcome, Plan, Swap, deploy as run_deploy
+from . import build as build_cli
+from .build import BuildArgOpt, VerboseOpt
 from .common import JsonOpt, PlaybookOpt, err, fail, guarded, out, print_json, select_hosts, size, duration, text, worst
 from .progress import Reporter
 
 
 def deploy(
     hosts: Annotated[list[str], typer.Argument(help="Host names, user@address:port, or @group.")],
-    binary: Annotated[str, typer.Option("--binary", "-b", help="The new daemon binary (a local file).")],
+    binary: Annotated[str | None, typer.Option("--binary", "-b", help="The new daemon binary (a local file).")] = None,
+    build: Annotated[bool, typer.Option("--build", help="Build it first from the playbook's [build] table.")] = False,
+    build_arg: BuildArgOpt = None,
+    verbose: VerboseOpt = False,
     playbook: PlaybookOpt = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Check and show the plan; change nothing.")] = False,
@@ -26,7 +32,10 @@ def deploy(
     json: JsonOpt = False,
 ) -> None:
     """Upload a new daemon binary and swap it in, rolling back by itself if it fails."""
-    guarded(lambda: _deploy(hosts, binary, playbook, yes, dry_run, restart, json))
+    if build == bool(binary):
+        fail(BadInput("give either --binary PATH or --build (which builds it from the playbook's [build] table)"))
+    guarded(lambda: _deploy(hosts, binary, playbook, yes, dry_run, restart, json, build_arg if build else None,
+                            verbose))
 
 
 def show_plan(plan: Plan, dry_run: bool) -> None:
@@ -69,11 +78,15 @@ def _confirm(plan: Plan, yes: bool) -> None:
         raise BadInput("not confirmed; nothing changed", host=plan.host)
 
 
-def _deploy(targets: list[str], binary: str, playbook_path: str | None, yes: bool, dry_run: bool,
-            restart: bool, as_json: bool) -> int:
+def _deploy(targets: list[str], binary: str | None, playbook_path: str | None, yes: bool, dry_run: bool,
+            restart: bool, as_json: bool, build_args: list[str] | None, verbose: bool) -> int:
     book = pb.load(playbook_path)
     book.require_daemon()
     specs = select_hosts(book, targets)
+    build = None
+    if build_args is not None:  # built once, before any host is touched
+        built = build_cli.run(book, build_args, f"build/{PurePosixPath(book.daemon.binary).name}", verbose)
+        binary, build = built.path, built.record()
     results: dict[str, Outcome | SwapctlError] = {}
     for spec in specs:  # rolling, one host at a time
         interrupts = Interrupts()
@@ -82,7 +95,7 @@ def _deploy(targets: list[str], binary: str, playbook_path: str | None, yes: boo
         try:
             with connect(spec) as host:
                 sw = Swap(host, book, reporter, interrupts)
-                plan = sw.plan(binary, restart=restart)
+                plan = sw.plan(binary, restart=restart, build=build)
                 show_plan(plan, dry_run)
                 if dry_run:
                     results[spec.name] = Outcome(host=spec.name, action="deploy", outcome="dry-run",

@@ -40,10 +40,13 @@ def _history(target: str, playbook_path: str | None, as_json: bool) -> int:
     t = Table(title=f"{spec.name}: releases", title_justify="left")
     for col in ("#", "", "release", "created", "by", "source", "status"):
         t.add_column(col, no_wrap=True)  # ids are copied into `rollback --to`: never broken
+    t.add_column("build", overflow="fold")  # which instrumentation it was built with
     t.add_column("command line", overflow="fold")
     for i, r in enumerate(ordered, 1):
+        args = (r.build or {}).get("args", {})
+        built = " ".join(f"{k}={v}" for k, v in args.items()) or ("docker" if r.build else "")
         t.add_row(str(i), "*" if r.id == current else "", r.id, text(r.created[:19]), text(r.by), r.source,
-                  r.status, text(" ".join(r.argv or ())), style="red" if r.status == "bad" else None)
+                  r.status, text(built), text(" ".join(r.argv or ())), style="red" if r.status == "bad" else None)
     out.print(t)
     j = Table(title="journal", title_justify="left")
     for col in ("when", "action", "from", "to", "outcome"):

@@ -73,6 +73,7 @@ class Playbook:
     memory: MemorySpec = MemorySpec()
     log_paths: tuple[str, ...] = ()
     keep_releases: int = 5
+    build: dict = field(default_factory=dict)  # the [build] table, read by swapctl.build
 
     def require_daemon(self) -> DaemonSpec:
         """The daemon section, complete enough to change a host."""
@@ -267,7 +268,7 @@ def parse(text: str, path: str = DEFAULT_PLAYBOOK) -> Playbook:
     memory = MemorySpec(**ld.section(ld.table(doc, "memory"), "memory", "memory"))
     logs = ld.section(ld.table(doc, "logs"), "logs", "logs")
     releases = ld.section(ld.table(doc, "releases"), "releases", "releases")
-    ld.section(ld.table(doc, "build"), "build", "build")
+    build = ld.section(ld.table(doc, "build"), "build", "build")
     keep = releases.get("keep", 5)
     if keep < 2:
         raise ld.fail("must be at least 2 (the current release and one to roll back to)", "releases", "keep")
@@ -279,6 +280,7 @@ def parse(text: str, path: str = DEFAULT_PLAYBOOK) -> Playbook:
         memory=memory,
         log_paths=tuple(logs.get("paths", ())),
         keep_releases=keep,
+        build=build,
     )
 
 

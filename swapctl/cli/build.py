@@ -1,0 +1,54 @@
+"""`swapctl build`: the instrumented daemon built in Docker, its binary taken out with a manifest."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.text import Text
+
+from .. import build as builder
+from .. import playbook as pb
+from ..errors import BadInput
+from .common import PlaybookOpt, err, guarded, out, text
+
+BuildArgOpt = Annotated[list[str] | None, typer.Option(
+    "--build-arg", help="K=V passed to the Dockerfile (e.g. TIMING=1); repeat it. Overrides [build] args.")]
+VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Show the whole build log as it comes.")]
+
+
+def build(
+    playbook: PlaybookOpt = None,
+    build_arg: BuildArgOpt = None,
+    output: Annotated[str, typer.Option("--output", "-o", help="Where the binary goes.")] = "build/cuzk",
+    verbose: VerboseOpt = False,
+) -> None:
+    """Build the daemon's image from the playbook's [build] table and take the binary out."""
+    guarded(lambda: run(pb.load(playbook), build_arg or [], output, verbose) and 0)
+
+
+def parse_args(pairs: list[str]) -> dict[str, str]:
+    args = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise BadInput(f"--build-arg {pair!r} is not K=V (e.g. --build-arg TIMING=1)")
+        args[key] = value
+    return args
+
+
+def run(book: pb.Playbook, pairs: list[str], output: str, verbose: bool) -> builder.Built:
+    """Builds with a live status line (the whole log with `verbose`); prints where the binary went."""
+    spec = builder.spec_from(book, parse_args(pairs))
+    shown = " ".join(f"{k}={v}" for k, v in spec.args)
+    with err.status(text(f"building {spec.dockerfile} {shown}")) as status:
+        def line(s: str) -> None:
+            if verbose:
+                err.print(Text(s), style="dim")
+            elif s.startswith("Step "):
+                status.update(text(f"building: {s[:120]}"))
+
+        built = builder.build(spec, output, line)
+    out.print(text(f"built {built.path}: sha256 {built.sha256[:12]}, image {built.image_id[7:19]}, "
+                   f"{built.seconds:.1f} s ({shown or 'no build args'}); manifest {built.path}.build.json"))
+    return built
