@@ -16,9 +16,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
-import docker
-import docker.errors
-
 from ..errors import BadInput, Refused, SwapctlError
 from ..playbook import Playbook
 from ..swap import elf
@@ -76,8 +73,11 @@ def spec_from(book: Playbook, build_args: dict[str, str]) -> BuildSpec:
     return BuildSpec(str(dockerfile), str(context), binary, tuple(args.items()), platform)
 
 
-def engine() -> docker.DockerClient:
+def engine():
     """A client for the engine DOCKER_HOST (and the other Docker variables) point at."""
+    import docker  # here, not at the top: it costs every swapctl command 0.4 s to import
+    import docker.errors
+
     where = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
     try:
         client = docker.from_env()
@@ -110,7 +110,9 @@ def build(spec: BuildSpec, output: str, on_line: Callable[[str], None]) -> Built
     return built
 
 
-def _build_image(client: docker.DockerClient, spec: BuildSpec, on_line: Callable[[str], None]) -> str:
+def _build_image(client, spec: BuildSpec, on_line: Callable[[str], None]) -> str:
+    import docker.errors
+
     step, tail, image_id = "", deque(maxlen=20), ""
     try:
         stream = client.api.build(path=spec.context, dockerfile=os.path.relpath(spec.dockerfile, spec.context),
@@ -135,8 +137,10 @@ def _build_image(client: docker.DockerClient, spec: BuildSpec, on_line: Callable
     return image_id
 
 
-def _extract(client: docker.DockerClient, image_id: str, path: str, output: str) -> None:
+def _extract(client, image_id: str, path: str, output: str) -> None:
     """`docker cp` without the CLI: the file at `path` in the image, to `output`, whole or not at all."""
+    import docker.errors
+
     out = Path(output)
     out.parent.mkdir(parents=True, exist_ok=True)
     tar_tmp, bin_tmp = out.with_name(f".{out.name}.tar.tmp"), out.with_name(f".{out.name}.tmp")

@@ -16,8 +16,8 @@ from .common import err, text
 class Reporter:
     """Turns core events into terminal output on stderr (stdout stays for --json)."""
 
-    def __init__(self, host: str, quiet: bool = False):
-        self.host, self.quiet = host, quiet
+    def __init__(self, host: str, quiet: bool = False, bars: bool = True):
+        self.host, self.quiet, self.bars = host, quiet, bars  # no bars when hosts run side by side
         self.progress: Progress | None = None
         self.task = None
         self.last_memory = 0.0
@@ -26,6 +26,10 @@ class Reporter:
         if self.quiet:
             return
         if e.step == "upload" and e.total:
+            if not self.bars:
+                if e.done == e.total:
+                    err.print(text(f"{self.host} upload: {e.total / 1e6:.1f} MB, {(e.wire or 0) / 1e6:.2f} MB sent"))
+                return
             if self.progress is None:
                 self.progress = Progress(TextColumn(escape(f"{self.host} upload")), BarColumn(), DownloadColumn(),
                                          TransferSpeedColumn(), TextColumn("{task.fields[wire]}"),

@@ -1,0 +1,102 @@
+"""Deploying to a farm: three hosts, each in its own network, mount and PID namespace with its own sshd."""
+
+import json
+import shutil
+
+import pytest
+
+from lab import NetnsLab, free_port, prover_config, wait_until
+from test_deploy import sha, swapctl
+
+HOSTS = 3
+DAEMON = "'^(\\./|/data/)cuzk '"  # started by hand (./cuzk) or by swapctl (/data/cuzk), never this shell
+
+
+@pytest.fixture(scope="module")
+def farm(tmp_path_factory):
+    lab = NetnsLab(tmp_path_factory.mktemp("farm"), HOSTS, prefix="swf")
+    try:
+        lab.start()
+        yield lab
+    finally:
+        lab.close()
+
+
+@pytest.fixture
+def fleet(farm, prover, tmp_path, swapctl_env):
+    """Every host runs build A, started by hand, and has no swapctl state; returns the playbook path."""
+    for s in farm.servers:
+        s.exec(f"pkill -9 -f {DAEMON}; rm -rf /data/.swapctl /data/cuzk /data/cuzk.log; true", check=False)
+        shutil.copy(prover, s.data / "cuzk")
+        (s.data / "cuzk.toml").write_text(prover_config())
+        s.exec("cd /data && setsid ./cuzk --config /data/cuzk.toml >> /data/cuzk.log 2>&1 < /dev/null &")
+    for s in farm.servers:
+        wait_until(lambda s=s: "ready" in (s.data / "cuzk.log").read_text(errors="replace"), what="ready")
+    hosts = "".join(s.playbook(name=f"gpu-{i}") + "\n" for i, s in enumerate(farm.servers))
+    book = tmp_path / "farm.toml"
+    names = ", ".join(f'"gpu-{i}"' for i in range(HOSTS))
+    book.write_text(hosts + f"[groups]\nfarm = [{names}]\n\n[daemon]\nbinary = \"/data/cuzk\"\n"
+                    'args = ["--config", "/data/cuzk.toml"]\nmatch = "/data/cuzk"\nlog = "/data/cuzk.log"\n'
+                    "ready_timeout_s = 20\nstop_grace_s = 5\n\n[memory]\nrelease_timeout_s = 20\n")
+    yield book
+    for s in farm.servers:
+        s.exec(f"pkill -9 -f {DAEMON}; true", check=False)
+
+
+def running(server) -> list[str]:
+    """sha256 of each daemon running on a namespace host, seen from inside it."""
+    r = server.exec(f"for p in $(pgrep -f {DAEMON}); do sha256sum < /proc/$p/exe; done", check=False)
+    return [line.split()[0] for line in r.stdout.splitlines()]
+
+
+def journal(server) -> list[dict]:
+    path = server.data / ".swapctl" / "cuzk" / "journal.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_parallel_deploy_swaps_every_host_and_prints_one_summary(farm, fleet, prover_b):
+    r = swapctl("deploy", "@farm", "--binary", str(prover_b), "--parallel", str(HOSTS), "--yes", "-p", str(fleet))
+    assert r.returncode == 0, r.stderr
+    for s in farm.servers:
+        assert running(s) == [sha(prover_b)]
+    assert r.stdout.count("deployed") >= HOSTS and "rollout" in r.stdout
+
+
+def test_failing_canary_stops_the_rollout_and_leaves_the_other_hosts_untouched(farm, fleet, prover, prover_crash):
+    r = swapctl("deploy", "@farm", "--binary", str(prover_crash), "--canary", "1", "--yes", "-p", str(fleet))
+    assert r.returncode == 4  # the canary rolled back
+    assert "the canary failed: no other host was touched" in r.stderr
+    assert running(farm.servers[0]) == [sha(prover)] and journal(farm.servers[0])[-1]["action"] == "auto-rollback"
+    for s in farm.servers[1:]:
+        assert running(s) == [sha(prover)] and journal(s) == []
+    assert r.stdout.count("skipped") == HOSTS - 1
+
+
+def test_canary_that_stays_up_lets_the_rollout_continue(farm, fleet, prover_b):
+    r = swapctl("deploy", "@farm", "--binary", str(prover_b), "--canary", "1", "--canary-wait", "1", "--yes",
+                "-p", str(fleet))
+    assert r.returncode == 0, r.stderr
+    assert "canary gpu-0" in r.stderr
+    for s in farm.servers:
+        assert running(s) == [sha(prover_b)]
+
+
+def test_max_fail_1_with_two_bad_hosts_stops_after_the_second(farm, fleet, prover, prover_b):
+    for s in farm.servers[:2]:
+        (s.data / "cuzk.toml").unlink()  # its config is gone: the deploy there is refused
+    r = swapctl("deploy", "@farm", "--binary", str(prover_b), "--max-fail", "1", "--yes", "-p", str(fleet))
+    assert r.returncode == 2
+    assert "2 hosts failed, more than --max-fail 1" in r.stdout
+    assert running(farm.servers[2]) == [sha(prover)] and journal(farm.servers[2]) == []  # never started
+    assert r.stdout.count("skipped") == 1
+
+
+def test_unreachable_host_is_reported_and_the_others_proceed(farm, fleet, prover_b):
+    text = fleet.read_text().replace("[groups]", f'[hosts.gone]\naddress = "127.0.0.1"\nport = {free_port()}\n'
+                                                 f'user = "root"\n\n[groups]')
+    fleet.write_text(text.replace('farm = ["gpu-0"', 'farm = ["gone", "gpu-0"'))
+    r = swapctl("deploy", "@farm", "--binary", str(prover_b), "--yes", "-p", str(fleet))
+    assert r.returncode == 3
+    assert "swapctl: gone: cannot connect to root@127.0.0.1" in r.stderr and "failed (3)" in r.stdout
+    for s in farm.servers:
+        assert running(s) == [sha(prover_b)]
