@@ -6,6 +6,7 @@ import shutil
 import signal
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -117,9 +118,17 @@ class Box:
         subprocess.run(["pkill", "-9", "-f", str(self.data)], check=False)
 
 
-def own_box(tmp_path: Path, path: str) -> Box:
-    """A box on its own sshd whose sessions get `path` as PATH (a host with other tools); the caller stops
-    `box.server`."""
+@contextmanager
+def own_box(tmp_path: Path, path: str | None = None, tools: dict[str, str] | None = None):
+    """A box on its own sshd whose sessions get `path` as PATH (a host with other tools); `tools`
+    (name -> shell script) go first in it. Its daemons and sshd stop on the way out."""
+    if tools:
+        bin_dir = tmp_path / "host-bin"
+        bin_dir.mkdir()
+        for name, body in tools.items():
+            (bin_dir / name).write_text(body)
+            (bin_dir / name).chmod(0o755)
+        path = f"{bin_dir}:{path or os.environ['PATH']}"
     server = make_server(tmp_path / "host")
     server.path = path
     server.start()
@@ -128,7 +137,11 @@ def own_box(tmp_path: Path, path: str) -> Box:
     data.mkdir()
     box = Box(server, data, tmp_path)
     box.write_playbook()
-    return box
+    try:
+        yield box
+    finally:
+        box.kill_all()
+        server.stop()
 
 
 @pytest.fixture

@@ -427,22 +427,14 @@ def test_without_nvidia_smi_the_deploy_warns_and_goes_on(box, prover, prover_b):
 def test_nvml_failure_refuses_the_deploy_and_leaves_the_daemon_running(tmp_path, prover, prover_b):
     # No GPU here, so the driver fault is a stand-in: an nvidia-smi printing what a driver/library version
     # mismatch prints (tests/test_facts.py parses the same text) and exiting 18, as the real one does.
-    fake = tmp_path / "gpu-bin"
-    fake.mkdir()
-    (fake / "nvidia-smi").write_text("#!/bin/sh\necho 'Failed to initialize NVML: Driver/library version mismatch'\n"
-                                     "exit 18\n")
-    (fake / "nvidia-smi").chmod(0o755)
-    box = own_box(tmp_path, f"{fake}:{os.environ['PATH']}")
-    try:
+    nvidia_smi = "#!/bin/sh\necho 'Failed to initialize NVML: Driver/library version mismatch'\nexit 18\n"
+    with own_box(tmp_path, tools={"nvidia-smi": nvidia_smi}) as box:
         pid = box.start_by_hand(prover)
         r = deploy(box, prover_b)
         assert r.returncode == 3
         assert "nvidia-smi failed: Failed to initialize NVML: Driver/library version mismatch" in r.stderr
         assert "the running one is left alone" in r.stderr
         assert box.daemons() == [pid] and exe_sha(pid) == sha(prover) and not box.binary.is_symlink()
-    finally:
-        box.kill_all()
-        box.server.stop()
 
 
 def test_connection_dropped_during_readiness_still_ends_with_a_daemon(box, prover, prover_noready):

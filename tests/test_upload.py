@@ -103,17 +103,13 @@ def test_host_without_zstd_gets_pipelined_sftp(tmp_path, prover, prover_b):
         for tool in Path(d).iterdir() if Path(d).is_dir() else ():
             if tool.name != "zstd" and not (bin_dir / tool.name).exists():
                 (bin_dir / tool.name).symlink_to(tool)
-    box = own_box(tmp_path, str(bin_dir))
-    try:
+    with own_box(tmp_path, str(bin_dir)) as box:
         box.start_by_hand(prover)
         r = deploy(box, prover_b)
         assert r.returncode == 0, r.stderr
         up = journal(box)[-1]["upload"]
         assert up["method"] == "sftp" and up["wire_bytes"] == prover_b.stat().st_size
         assert release_file(box, prover_b).read_bytes() == prover_b.read_bytes()
-    finally:
-        box.kill_all()
-        box.server.stop()
 
 
 def test_upload_killed_halfway_resumes_from_the_bytes_on_the_host(box, prover, big_b):
@@ -156,14 +152,9 @@ def _receiving() -> bool:
 
 def test_upload_corrupted_on_the_host_never_becomes_a_release(tmp_path, prover, prover_b):
     # A host whose zstd damages one byte of what it writes: a real broken tool, caught only by the sha256.
-    bad = tmp_path / "bad-bin"
-    bad.mkdir()
-    (bad / "zstd").write_text(
-        "#!/bin/sh\n/usr/bin/zstd \"$@\" | python3 -c 'import sys; d = bytearray(sys.stdin.buffer.read()); "
-        "d[len(d) // 2] ^= 1; sys.stdout.buffer.write(d)'\n")
-    (bad / "zstd").chmod(0o755)
-    box = own_box(tmp_path, f"{bad}:{os.environ['PATH']}")
-    try:
+    zstd = ("#!/bin/sh\n/usr/bin/zstd \"$@\" | python3 -c 'import sys; d = bytearray(sys.stdin.buffer.read()); "
+            "d[len(d) // 2] ^= 1; sys.stdout.buffer.write(d)'\n")
+    with own_box(tmp_path, tools={"zstd": zstd}) as box:
         pid = box.start_by_hand(prover)
         r = deploy(box, prover_b)
         assert r.returncode == 3, r.stderr
@@ -171,9 +162,6 @@ def test_upload_corrupted_on_the_host_never_becomes_a_release(tmp_path, prover, 
         assert box.daemons() == [pid] and exe_sha(pid) == sha(prover)
         assert not release_file(box, prover_b).exists() and not partials(box)
         assert not box.binary.is_symlink() and sha(box.binary) == sha(prover)
-    finally:
-        box.kill_all()
-        box.server.stop()
 
 
 @pytest.fixture
