@@ -229,3 +229,29 @@ def test_plot_draws_each_partitions_phases_per_worker(two_builds, tmp_path):
     r = swapctl("timings", str(two_builds["pageable"]), "--plot", str(png))
     assert r.returncode == 0, r.stderr
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+
+
+def _same(a, b) -> bool:
+    """Reports equal, floats to 1e-9 relative (sums added in another order)."""
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, float) or isinstance(b, float):
+        return a == pytest.approx(b, rel=1e-9)
+    return a == b
+
+
+@pytest.mark.parametrize("parts", [2, 3, 7])
+def test_a_log_parsed_in_pieces_on_several_cores_says_what_one_pass_says(parts, tmp_path, monkeypatch):
+    from swapctl.logs import timings
+
+    data = Path(__file__).parent / "data"
+    # two daemon runs back to back (TIMELINE offsets go back to 0), from the real H200 run
+    log = tmp_path / "two-runs.log"
+    log.write_bytes((data / "h200-run" / "pageable.log").read_bytes() + (data / "h200-run" / "pinned.log").read_bytes()
+                    + (data / "logs" / "reference.log").read_bytes())
+    with open(log, "rb") as f:
+        one_pass = parse([f]).report()
+    monkeypatch.setattr(timings, "PARALLEL_MIN", 0)
+    pieces = timings.parse_files([str(log)], workers=parts).report()
+    assert one_pass["phases"]["ntt_kernels"]["count"] > 0 and one_pass["timeline_busy_fraction"]
+    assert _same(pieces, one_pass)

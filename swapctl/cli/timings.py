@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path, PurePosixPath
 from typing import Annotated
 
@@ -10,7 +11,7 @@ from rich.table import Table
 
 from .. import playbook as pb
 from ..errors import BadInput
-from ..logs.timings import by_release, compare, parse
+from ..logs.timings import by_release, compare, parse_files
 from ..remote import connect
 from ..swap.deploy import Swap
 from .common import JsonOpt, PlaybookOpt, err, guarded, out, print_json, select_hosts, text
@@ -68,17 +69,11 @@ def _by_release(targets: list[str], dest: Path, playbook_path: str | None, as_js
 
 
 def _read(paths: list[Path]) -> dict:
-    streams = []
-    try:
-        for p in paths:
-            streams.append(open(p, "rb"))
-    except OSError as exc:
-        raise BadInput(f"{exc.filename}: cannot read ({exc.strerror})") from None
-    try:
-        return parse(streams).report()
-    finally:
-        for s in streams:
-            s.close()
+    for p in paths:
+        if not os.access(p, os.R_OK) or p.is_dir():
+            reason = "a directory" if p.is_dir() else "missing" if not p.exists() else "not readable"
+            raise BadInput(f"{p}: cannot read ({reason})")
+    return parse_files([str(p) for p in paths]).report()
 
 
 def _plot(paths: list[Path], png: Path) -> None:

@@ -69,6 +69,10 @@ class Timings:
     _gaps: array = field(default_factory=lambda: array("d"), repr=False)
     _last_end: dict = field(default_factory=dict, repr=False)  # worker -> last GPU_END offset
     _runs_ms: float = 0  # the spans of earlier daemon runs in the same log
+    # what a part of a log split for parallel parsing leaves for the part before it (see merge)
+    _first_seen_ms: float | None = field(default=None, repr=False)  # its first TIMELINE offset
+    _orphan_ends: list = field(default_factory=list, repr=False)  # (key, offset) of GPU_ENDs without a start
+    _first_start: dict = field(default_factory=dict, repr=False)  # worker -> a GPU_START before any GPU_END
 
     def add(self, name: str, value: float) -> None:
         values = self.phases.get(name)
@@ -142,7 +146,7 @@ class Timings:
         for o in TL_OFFSET.findall(text):
             o = float(o)
             if first is None:
-                first = last = o
+                first = last = self._first_seen_ms = o
             elif o < last - 1000:
                 done += last - first
                 first = last = o
@@ -157,11 +161,60 @@ class Timings:
                 opened[key] = offset
                 if worker in last_end:
                     gaps.append(offset - last_end[worker])
+                else:
+                    self._first_start.setdefault(worker, offset)
             else:
                 start = opened.pop(key, None)
                 if start is not None:
                     self.timeline_busy_ms += offset - start
+                else:
+                    self._orphan_ends.append((key, offset))
                 last_end[worker] = offset
+
+    def merge(self, b: "Timings") -> None:
+        """Adds what `b`, the part of the log right after this one, says: as if one pass had read both."""
+        for name, values in b.phases.items():
+            self.phases.setdefault(name, array("d")).extend(values)
+        self.lines += b.lines
+        self.skipped_lines += b.skipped_lines
+        self.pinned += b.pinned
+        self.pageable += b.pageable
+        self.jobs += b.jobs
+        self.gpus |= b.gpus
+        self.first_ts = self.first_ts or b.first_ts
+        self.last_ts = b.last_ts or self.last_ts
+        # GPU phases cut by the split, and the gaps between a worker's last phase here and its first there
+        self.timeline_busy_ms += b.timeline_busy_ms
+        for key, end in b._orphan_ends:
+            start = self._open.pop(key, None)
+            if start is None:
+                self._orphan_ends.append((key, end))
+            else:
+                self.timeline_busy_ms += end - start
+        for worker, start in b._first_start.items():
+            if worker in self._last_end:
+                self._gaps.append(start - self._last_end[worker])
+            else:
+                self._first_start.setdefault(worker, start)
+        self._gaps.extend(b._gaps)
+        self._open.update(b._open)
+        self._last_end.update(b._last_end)
+        # wall time: b's first run goes on from this part's last run, unless the daemon restarted there
+        if b._first_seen_ms is None:
+            return
+        if self._first_seen_ms is None:
+            self.timeline_first_ms, self.timeline_last_ms = b.timeline_first_ms, b.timeline_last_ms
+            self._runs_ms, self._first_seen_ms = b._runs_ms, b._first_seen_ms
+            return
+        first, last = self.timeline_first_ms, self.timeline_last_ms
+        if b._first_seen_ms >= last - 1000:  # one run across the split
+            if b._runs_ms == 0 and b.timeline_first_ms == b._first_seen_ms:
+                self.timeline_last_ms = max(last, b.timeline_last_ms)
+                return
+            self._runs_ms += b._runs_ms + (b._first_seen_ms - first)
+        else:
+            self._runs_ms += (last - first) + b._runs_ms
+        self.timeline_first_ms, self.timeline_last_ms = b.timeline_first_ms, b.timeline_last_ms
 
     # -- results ----------------------------------------------------------------------------------
 
@@ -262,6 +315,66 @@ def parse(streams: Iterable[IO[bytes]]) -> Timings:
         if rest:
             t.feed(rest)
     return t
+
+
+PARALLEL_MIN = 64 << 20  # below this a second process costs more than it saves
+
+
+def _parse_range(path: str, start: int, end: int) -> tuple[Timings, list[tuple[str, int]], str]:
+    """Parses bytes [start, end) of `path` in a worker process. The values go back through a spill file,
+    not the result pipe: pickling them would hold them twice on each side."""
+    import tempfile
+
+    global CHUNK
+    CHUNK = 2 << 20  # two of these run at once: smaller chunks, less memory in flight
+    with open(path, "rb") as f:
+        t = parse([_Range(f, start, end)])
+    fd, spill = tempfile.mkstemp(prefix="swapctl-timings-")
+    with os.fdopen(fd, "wb") as out:
+        counts = []
+        for name, values in t.phases.items():
+            values.tofile(out)
+            counts.append((name, len(values)))
+    t.phases = {}
+    return t, counts, spill
+
+
+def _cuts(path: str, parts: int) -> list[int]:
+    """Byte offsets splitting the file into `parts` pieces at line ends."""
+    size = os.path.getsize(path)
+    cuts = [0]
+    with open(path, "rb") as f:
+        for i in range(1, parts):
+            f.seek(max(size * i // parts, cuts[-1]))
+            f.readline()
+            cuts.append(min(f.tell(), size))
+    cuts.append(size)
+    return sorted(set(cuts))
+
+
+def parse_files(paths: Iterable[str], workers: int | None = None) -> Timings:
+    """Like parse(), reading each large file in pieces on all cores and merging them in order."""
+    workers = workers or os.cpu_count() or 1
+    total = Timings()
+    for path in paths:
+        if workers < 2 or os.path.getsize(path) < PARALLEL_MIN:
+            with open(path, "rb") as f:
+                total.merge(parse([f]))
+            continue
+        from concurrent.futures import ProcessPoolExecutor
+
+        cuts = _cuts(path, workers)
+        with ProcessPoolExecutor(workers) as pool:  # the workers are gone before the values come back
+            parts = list(pool.map(_parse_range, [path] * (len(cuts) - 1), cuts[:-1], cuts[1:]))
+        for part, counts, spill in parts:
+            try:
+                with open(spill, "rb") as f:
+                    for name, n in counts:  # read straight into the arrays they extend
+                        total.phases.setdefault(name, array("d")).fromfile(f, n)
+            finally:
+                os.unlink(spill)
+            total.merge(part)
+    return total
 
 
 def compare(before: dict, after: dict) -> dict:
