@@ -76,6 +76,7 @@ def test_adopts_hand_started_daemon_and_swaps_it(box, prover, prover_b):
     assert adopted["source"] == "adopted" and adopted["argv"] == old_argv and adopted["cwd"] == str(box.data)
     assert sha(releases / sha(prover)[:12] / "cuzk") == sha(prover)  # a byte-identical backup
     assert oct((box.data / ".swapctl" / "cuzk").stat().st_mode & 0o777) == "0o700"
+    assert not [p for p in (box.data / ".swapctl").rglob("*") if p.lstat().st_mode & 0o002]  # none world-writable
     [entry] = journal(box)
     assert entry["outcome"] == "deployed" and entry["from"] == sha(prover) and entry["to"] == sha(prover_b)
     assert set(entry["steps"]) >= {"upload", "stop", "memory", "start", "ready"}
@@ -450,3 +451,40 @@ def test_connection_dropped_during_readiness_still_ends_with_a_daemon(box, prove
     assert entry["from"] == sha(prover_noready) and entry["to"] == sha(prover) and entry["outcome"] == "rolled-back"
     [pid] = box.daemons()
     assert entry["pid"] == pid and cmdline(pid) == [str(box.binary), "--config", str(box.config)]
+
+
+def test_new_daemon_exiting_soon_after_its_ready_line_is_rolled_back(box, prover, prover_b):
+    pid = box.start_by_hand(prover)
+    argv = cmdline(pid)
+    soon = box.data / "exits-soon.toml"  # the new build's config makes it exit 1 s after ready
+    soon.write_text(prover_config() + "exit_after_ms = 1000\n")
+    box.write_playbook(daemon={"args": ["--config", str(soon)], "ready_stable_s": 4})
+    r = deploy(box, prover_b)
+    assert r.returncode == 4, r.stderr
+    assert "it must stay up 4 s" in r.stderr and "it printed its ready line, then exited" in r.stderr
+    wait_until(lambda: only_runs(box, prover), timeout=30, what="the old daemon back")
+    [now] = box.daemons()
+    assert cmdline(now) == argv and journal(box)[-1]["action"] == "auto-rollback"
+
+
+def test_a_stable_new_daemon_is_watched_then_kept(box, prover, prover_b):
+    box.start_by_hand(prover)
+    box.write_playbook(daemon={"ready_stable_s": 1})
+    r = deploy(box, prover_b)
+    assert r.returncode == 0, r.stderr
+    assert "it must stay up 1 s" in r.stderr and only_runs(box, prover_b)
+
+
+def test_binary_for_another_architecture_or_not_executable_is_refused(box, prover, tmp_path):
+    pid = box.start_by_hand(prover)
+    arm = bytearray(prover.read_bytes())
+    arm[18:20] = (183).to_bytes(2, "little")  # e_machine = EM_AARCH64: the same file, built "for arm64"
+    (tmp_path / "cuzk-arm64").write_bytes(bytes(arm))
+    (tmp_path / "cuzk-arm64").chmod(0o755)
+    r = deploy(box, tmp_path / "cuzk-arm64")
+    assert r.returncode == 2 and "is an aarch64 binary, the host is x86_64 (rebuild for linux/amd64)" in r.stderr
+    (tmp_path / "cuzk-noexec").write_bytes(prover.read_bytes())
+    (tmp_path / "cuzk-noexec").chmod(0o644)
+    r = deploy(box, tmp_path / "cuzk-noexec")
+    assert r.returncode == 2 and "is not executable; `chmod +x" in r.stderr
+    assert box.daemons() == [pid] and not box.binary.is_symlink()

@@ -30,6 +30,7 @@ match = "cuzk"                         # regex on the command line: finds a daem
 log = "/data/cuzk.log"                 # the daemon's stdout and stderr
 ready_log = "cuzk-daemon ready"        # extended regex: this line after the start means ready
 ready_timeout_s = 600                  # SRS loading takes 30-90 s on a real box
+ready_stable_s = 30                   # after the ready line it must stay up this long (a crash at the first proof)
 stop_grace_s = 30                      # SIGTERM, then SIGKILL after this
 
 [memory]

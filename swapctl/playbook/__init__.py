@@ -40,6 +40,7 @@ class DaemonSpec:
     ready_log: str = "cuzk-daemon ready"
     ready_port: int | None = None
     ready_timeout_s: float = 600
+    ready_stable_s: float = 0  # once ready, it must stay up this long, or the deploy rolls back
     stop_grace_s: float = 30
     cwd: str | None = None
     env: tuple[tuple[str, str], ...] = ()
@@ -102,6 +103,7 @@ _SCHEMA: dict[str, dict[str, tuple[str, bool]]] = {
         "ready_log": ("str", False),
         "ready_port": ("int", False),
         "ready_timeout_s": ("num", False),
+        "ready_stable_s": ("num", False),
         "stop_grace_s": ("num", False),
         "cwd": ("str", False),
         "env": ("strtable", False),

@@ -548,6 +548,8 @@ class Swap:
                 run.ready_seen = True
                 self.steps["ready"] = round(now - t["started"], 3)
                 self.emit("ready", f"{target.id} is ready")
+            elif word == "WATCH":
+                self.emit("ready", f"ready; it must stay up {int(rest) / 1000:g} s (daemon.ready_stable_s)")
             elif word == "ALIVE":
                 run.alive = rest == "1"
             elif word == "FAILED":
@@ -557,11 +559,13 @@ class Swap:
                 (old.unit or "") if old else "", str(int(mem.release_timeout_s * 1000)),
                 str(int(mem.min_available_gib * (1 << 20))), gpu_max, spec.binary, target.path(self.state),
                 target.cwd or "/", spec.log, spec.ready_log, str(int(spec.ready_timeout_s)),
-                str(spec.ready_port or ""), *self._fallback_args(target, fallback)]
+                str(spec.ready_port or ""), *self._fallback_args(target, fallback),
+                str(int(spec.ready_stable_s * 1000))]
         self.emit("stop" if old else "memory", f"SIGTERM to {old.pid}" if old else "checking memory")
         cmd = scripts.script(scripts.SWAP, *args, *self.command_for(target), label="swap",
                              bash=bool(spec.ready_port))  # /dev/tcp is bash's
-        self.host.stream(cmd, line, timeout=spec.stop_grace_s + mem.release_timeout_s + spec.ready_timeout_s + 120)
+        self.host.stream(cmd, line, timeout=spec.stop_grace_s + mem.release_timeout_s + spec.ready_timeout_s +
+                         spec.ready_stable_s + 120)
         if run.failure.startswith("another swap"):  # it waited 30 s for swap.lock and stopped nothing
             raise LockHeld(f"{run.failure}; this one stopped nothing: wait for it to end, then check "
                            f"`swapctl status {self.host.name}`", host=self.host.name)

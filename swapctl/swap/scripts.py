@@ -145,10 +145,11 @@ for d in "$@"; do rm -rf -- "$d"; done
 #                                             wait until they are gone, GPU memory is back, MemAvailable >= min
 #   STARTED pid log_offset                    the binary path points at the release; started with env -i
 #   LOG line | READY | EXITED | ALIVE 0/1     the log after the start until ready, exit or time-out
+#   WATCH ms                                  ready: watched for ms more, as it must stay up that long
 #   NOTREADY                                  not ready; when this line finds nobody listening any more,
 #                                             the host goes back to the fallback release by itself
 # Arguments: pid grace_ms group unit | timeout_ms min_kib gpu_max | bin target | cwd log | re ready_s port
-#            | fb_target fb_cwd fb_command fb_journal | K=V... command...   (an empty pid skips the stop;
+#            | fb_target fb_cwd fb_command fb_journal | stable_ms | K=V... command...   (an empty pid skips the stop;
 #            an empty fb_target: no fallback; fb_command is a rendered Cmd, fb_journal a JSON object
 #            without its closing brace)
 SWAP = ALIVE + r"""
@@ -200,6 +201,13 @@ gpu_ok() {
     ($1 in max) && $2 + 0 > max[$1] + 0 { bad = 1 } END { exit bad }'
 }
 
+# whether the started daemon ($new, output from byte $off of $log) is alive and ready now
+ready_now() {
+  alive "$new" || return 1
+  if [ -n "$port" ]; then (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null
+  else tail -c +"$((off + 1))" -- "$log" 2>/dev/null | grep -qE -- "$re"; fi
+}
+
 wait_ready() {
   pid=$1; log=$2; off=$3; re=$4; timeout_s=$5; port=$6; me=$$; use_log=1
   ( while alive "$pid"; do sleep 0.01; done; echo EXITED; pkill -TERM -P "$me" -x timeout ) 8>&- &
@@ -215,8 +223,12 @@ wait_ready() {
   timeout "$timeout_s" tail -c +"$((off + 1))" -F -s 0.02 -- "$log" 2>/dev/null |
     awk $line_input -v re="$re" -v me="$me" -v use="$use_log" '{ print "LOG " $0; fflush() }
       use && $0 ~ re { print "READY"; fflush(); system("pkill -TERM -P " me " -x timeout"); exit }'
-  alive "$pid" && echo "ALIVE 1" || echo "ALIVE 0"
   kill $watchers 2>/dev/null  # only the watchers: the daemon is this shell's child too
+  if [ "$stable_ms" -gt 0 ] && ready_now; then  # ready is not enough: it must stay up a while
+    echo "WATCH $stable_ms"; until_ms=$(( $(now_ms) + stable_ms ))
+    while alive "$pid" && [ "$(now_ms)" -lt "$until_ms" ]; do sleep 0.05; done
+  fi
+  alive "$pid" && echo "ALIVE 1" || echo "ALIVE 0"
   return 0
 }
 
@@ -226,6 +238,7 @@ trap '' PIPE HUP
 pid=$1; grace_ms=$2; group=$3; unit=$4; timeout_ms=$5; min_kib=$6; gpu_max=$7; bin=$8; target=$9
 shift 9
 cwd=$1; log=$2; re=$3; ready_s=$4; port=$5; fb_target=$6; fb_cwd=$7; fb_cmd=$8; fb_journal=$9; shift 9
+stable_ms=$1; shift
 # The swap holds its own lock until it ends, even when the deploy that started it has lost its connection
 # (and with it the deploy lock); LOCK refuses a new deploy meanwhile. Nothing started here keeps fd 8.
 exec 8>>"${target%/releases/*}/swap.lock"
@@ -247,11 +260,6 @@ echo "STARTED $new $off"
 wait_ready "$new" "$log" "$off" "$re" "$ready_s" "$port"
 
 # When the deploy lost its connection, nobody will roll back a new daemon that failed: do it here.
-ready_now() {
-  alive "$new" || return 1
-  if [ -n "$port" ]; then (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null
-  else tail -c +"$((off + 1))" -- "$log" 2>/dev/null | grep -qE -- "$re"; fi
-}
 [ -n "$fb_target" ] && ! ready_now || exit 0
 printf 'NOTREADY\n' 2>/dev/null && exit 0  # someone still listens: the deploy decides
 stop_daemon "$new" "$grace_ms" 1 "" >/dev/null 2>&1
