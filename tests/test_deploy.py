@@ -395,7 +395,7 @@ def test_connection_dropped_during_the_memory_wait_still_ends_with_the_new_daemo
     reader.join(5)
     assert any("the host finishes the swap by itself" in l for l in lines)
     wait_until(lambda: only_runs(box, prover_b), timeout=30, what="the new daemon, started by the host's swap script alone")
-    [new] = box.daemons()
+    new = min(box.daemons())  # the daemon; a listing taken while it forks its memory holder may show both
     sigpipe = int(Path(f"/proc/{new}/status").read_text().split("SigIgn:")[1].split()[0], 16) & (1 << 12)
     assert not sigpipe, "the daemon must not inherit the swap script's ignored SIGPIPE"
 
@@ -412,7 +412,8 @@ def test_deploy_is_refused_while_a_swap_cut_off_from_its_deploy_still_runs(box, 
     wait_until(lambda: only_runs(box, prover_b), timeout=30, what="the cut-off swap to start the new daemon")
     wait_until(lambda: not _script_runs("swapctl-swap"), timeout=30, what="the cut-off swap script to end")
     third = deploy(box, prover)  # once it has ended, deploys go ahead
-    assert third.returncode == 0, third.stderr
+    ps = subprocess.run(["ps", "-eo", "pid,ppid,pgid,stat,args"], capture_output=True, text=True).stdout
+    assert third.returncode == 0, third.stderr + "\n".join(l for l in ps.splitlines() if str(box.data) in l)
     assert [exe_sha(p) for p in box.daemons()] == [sha(prover)]
 
 
@@ -488,3 +489,15 @@ def test_binary_for_another_architecture_or_not_executable_is_refused(box, prove
     r = deploy(box, tmp_path / "cuzk-noexec")
     assert r.returncode == 2 and "is not executable; `chmod +x" in r.stderr
     assert box.daemons() == [pid] and not box.binary.is_symlink()
+
+
+def test_an_engineer_tailing_the_log_is_not_taken_for_a_daemon(box, prover, prover_b):
+    box.start_by_hand(prover)
+    tail = subprocess.Popen(["tail", "-F", str(box.log)], stdout=subprocess.DEVNULL)  # its args name .../cuzk.log
+    try:
+        r = deploy(box, prover_b)
+        assert r.returncode == 0, r.stderr
+        assert only_runs(box, prover_b) and tail.poll() is None  # the tail is left alone
+    finally:
+        tail.kill()
+        tail.wait()

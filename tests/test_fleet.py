@@ -100,3 +100,11 @@ def test_unreachable_host_is_reported_and_the_others_proceed(farm, fleet, prover
     assert "swapctl: gone: cannot connect to root@127.0.0.1" in r.stderr and "failed (3)" in r.stdout
     for s in farm.servers:
         assert running(s) == [sha(prover_b)]
+
+
+def test_limit_deploys_only_the_matching_hosts_of_the_group(farm, fleet, prover, prover_b):
+    r = swapctl("deploy", "@farm", "--limit", "gpu-2", "--binary", str(prover_b), "--yes", "-p", str(fleet))
+    assert r.returncode == 0, r.stderr
+    assert running(farm.servers[2]) == [sha(prover_b)]
+    for s in farm.servers[:2]:
+        assert running(s) == [sha(prover)] and journal(s) == []

@@ -120,3 +120,15 @@ def test_init_writes_a_playbook_that_loads(tmp_path):
     assert "# swapctl playbook" in target.read_text()
     again = subprocess.run([sys.executable, "-m", "swapctl", "init", str(target)], capture_output=True, text=True)
     assert again.returncode == 2 and "--force" in again.stderr
+
+
+def test_limit_keeps_the_selected_hosts_whose_name_matches(tmp_path):
+    from swapctl.cli.common import select_hosts
+    from swapctl.errors import BadInput
+
+    book = pb.parse('[hosts.gpu-a1]\naddress = "10.0.0.1"\n[hosts.gpu-a2]\naddress = "10.0.0.2"\n'
+                 '[hosts.gpu-b1]\naddress = "10.0.0.3"\n[groups]\nfarm = ["gpu-a1", "gpu-a2", "gpu-b1"]\n')
+    assert [s.name for s in select_hosts(book, ["@farm"], "gpu-a*")] == ["gpu-a1", "gpu-a2"]
+    assert [s.name for s in select_hosts(book, ["@farm"])] == ["gpu-a1", "gpu-a2", "gpu-b1"]
+    with pytest.raises(BadInput, match="--limit 'gpu-c\\*' matches none of the hosts @farm names"):
+        select_hosts(book, ["@farm"], "gpu-c*")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import sys
 from dataclasses import asdict, is_dataclass
@@ -12,7 +13,7 @@ from rich.console import Console
 from rich.text import Text
 
 from .. import playbook as pb
-from ..errors import ExitCode, SwapctlError
+from ..errors import BadInput, ExitCode, SwapctlError
 
 PlaybookOpt = Annotated[
     str | None,
@@ -49,8 +50,12 @@ def guarded(fn: Callable[[], int | None]) -> NoReturn:
     raise typer.Exit(int(code))
 
 
-def select_hosts(playbook: pb.Playbook, targets: list[str]) -> list[pb.HostSpec]:
-    """HOST arguments: names, user@address:port, or @group."""
+LimitOpt = Annotated[str | None, typer.Option(
+    "--limit", help="Only the selected hosts whose name matches this glob (e.g. 'gpu-a*').")]
+
+
+def select_hosts(playbook: pb.Playbook, targets: list[str], limit: str | None = None) -> list[pb.HostSpec]:
+    """HOST arguments: names, user@address:port, or @group; with `limit`, those whose name matches it."""
     specs: dict[str, pb.HostSpec] = {}
     for target in targets:
         if target.startswith("@"):
@@ -63,6 +68,10 @@ def select_hosts(playbook: pb.Playbook, targets: list[str]) -> list[pb.HostSpec]
         else:
             spec = pb.resolve_host(playbook, target)
             specs[spec.name] = spec
+    if limit is not None:
+        specs = {name: spec for name, spec in specs.items() if fnmatch.fnmatchcase(name, limit)}
+        if not specs:
+            raise BadInput(f"--limit {limit!r} matches none of the hosts {', '.join(targets)} names")
     return list(specs.values())
 
 

@@ -20,7 +20,7 @@ from ..logs.timings import parse
 from . import build as build_cli
 from .fleet import SKIPPED, Rollout, fail_budget, summary
 from .build import BuildArgOpt, VerboseOpt
-from .common import JsonOpt, PlaybookOpt, err, fail, guarded, out, print_json, select_hosts, size, duration, text, worst
+from .common import JsonOpt, LimitOpt, PlaybookOpt, err, fail, guarded, out, print_json, select_hosts, size, duration, text, worst
 from .progress import Reporter
 
 
@@ -41,12 +41,13 @@ def deploy(
         "--canary-wait", help="Seconds the canaries run before the rollout goes on by itself.")] = None,
     max_fail: Annotated[str | None, typer.Option(
         "--max-fail", help="Start no new host once more than N (or P%) hosts failed.")] = None,
+    limit: LimitOpt = None,
     json: JsonOpt = False,
 ) -> None:
     """Upload a new daemon binary and swap it in, rolling back by itself if it fails."""
     if build == bool(binary):
         fail(BadInput("give either --binary PATH or --build (which builds it from the playbook's [build] table)"))
-    fleet = Fleet(parallel, canary, canary_wait, max_fail)
+    fleet = Fleet(parallel, canary, canary_wait, max_fail, limit)
     guarded(lambda: _deploy(hosts, binary, playbook, yes, dry_run, restart, json, build_arg if build else None,
                             verbose, fleet))
 
@@ -57,6 +58,7 @@ class Fleet:
     canary: int = 0
     canary_wait: float | None = None
     max_fail: str | None = None
+    limit: str | None = None
 
 
 def show_plan(plan: Plan, dry_run: bool) -> None:
@@ -103,7 +105,7 @@ def _deploy(targets: list[str], binary: str | None, playbook_path: str | None, y
             restart: bool, as_json: bool, build_args: list[str] | None, verbose: bool, fleet: Fleet) -> int:
     book = pb.load(playbook_path)
     book.require_daemon()
-    specs = select_hosts(book, targets)
+    specs = select_hosts(book, targets, fleet.limit)
     budget = fail_budget(fleet.max_fail, len(specs))
     many = len(specs) > 1
     if many and not (yes or dry_run):

@@ -11,21 +11,22 @@ from .. import playbook as pb
 from ..errors import ExitCode, SwapctlError
 from ..facts.status import HostStatus, gather
 from ..remote.group import on_hosts
-from .common import JsonOpt, PlaybookOpt, duration, err, gib, guarded, out, print_json, select_hosts, size, text, worst
+from .common import JsonOpt, LimitOpt, PlaybookOpt, duration, err, gib, guarded, out, print_json, select_hosts, size, text, worst
 
 
 def status(
     hosts: Annotated[list[str], typer.Argument(help="Host names, user@address:port, or @group.")],
     playbook: PlaybookOpt = None,
+    limit: LimitOpt = None,
     json: JsonOpt = False,
 ) -> None:
     """Show the daemon, memory, GPUs, other sessions, disk and releases of each host."""
-    guarded(lambda: _status(hosts, playbook, json))
+    guarded(lambda: _status(hosts, playbook, json, limit))
 
 
-def _status(targets: list[str], playbook_path: str | None, as_json: bool) -> int:
+def _status(targets: list[str], playbook_path: str | None, as_json: bool, limit: str | None = None) -> int:
     book = pb.load(playbook_path, required=False)
-    specs = select_hosts(book, targets)
+    specs = select_hosts(book, targets, limit)
     results = on_hosts(specs, lambda host: gather(host, book.daemon))
     codes = []
     for name, result in results.items():
@@ -58,6 +59,8 @@ def render(st: HostStatus) -> None:
         f"memory: {gib(mem.available_kib)} available of {gib(mem.total_kib)}   "
         f"load: {st.load[0]:.2f} {st.load[1]:.2f} {st.load[2]:.2f}"))
 
+    if st.swapping:
+        out.print(text("a swap is in progress on this host (swapctl's swap script holds its lock)"), style="bold yellow")
     if not st.daemons:
         out.print(text("daemon: not running"), style="yellow")
     for p in st.daemons:

@@ -29,6 +29,7 @@ else
   echo missing
 fi
 sec current; [ -n "$bin" ] && readlink -- "$bin"
+sec swapping; [ -e "$state/swap.lock" ] && ! flock -n "$state/swap.lock" true 2>/dev/null && echo yes
 sec releases
 for m in "$state"/releases/*/manifest.json; do [ -f "$m" ] && { tr -d '\n' < "$m"; echo; }; done
 exit 0
@@ -52,6 +53,7 @@ class HostStatus:
     current_release: str | None  # the binary path's symlink target, when swapctl manages it
     releases: tuple[dict, ...] = field(default=())
     processes: tuple[system.Process, ...] = field(default=(), repr=False)
+    swapping: bool = False  # a swap script runs on the host now (it holds swap.lock)
 
     @property
     def other_sessions(self) -> tuple[system.Session, ...]:
@@ -108,6 +110,10 @@ def parse_status(host: str, text: str, daemon: DaemonSpec, df_paths: list[str]) 
         return False
 
     daemons = tuple(p for p in matches.values() if not under_a_match(p.pid))
+    if len(daemons) > 1:  # `tail -f /data/cuzk.log` matches "cuzk" too: prefer what runs the program itself
+        running_it = tuple(p for p in daemons if regex.search(p.args.split(" ", 1)[0]) or
+                           (p.exe and regex.search(p.exe)))
+        daemons = running_it or daemons
     others = sorted((p for p in procs if p not in daemons and p.pid not in mine), key=lambda p: -p.rss_kib)[:5]
 
     gpus: list[nvidia.Gpu] = []
@@ -153,6 +159,7 @@ def parse_status(host: str, text: str, daemon: DaemonSpec, df_paths: list[str]) 
         current_release=s.get("current", "").strip() or None,
         releases=tuple(sorted(releases, key=lambda r: r.get("created", ""))),
         processes=tuple(procs),
+        swapping=s.get("swapping", "").strip() == "yes",
     )
 
 

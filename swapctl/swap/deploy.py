@@ -181,11 +181,9 @@ class Swap:
 
     def inspect(self) -> tuple[HostStatus, dict[str, str]]:
         status = gather(self.host, self.daemon_spec)
+        if status.swapping:  # mid-swap, what runs (or lingers) is not what a plan can be made from
+            raise self._swapping()
         if len(status.daemons) > 1:
-            lock = f"{self.state}/swap.lock"  # mid-swap, the old daemon's children may still be around
-            if not self.host.run(Cmd("sh", "-c", '[ ! -e "$1" ] || flock -n "$1" true', "swapping", lock),
-                                 check=False).ok:
-                raise self._swapping()
             pids = ", ".join(str(p.pid) for p in status.daemons)
             raise Refused(f"several processes match daemon.match {self.daemon_spec.match_regex.pattern!r} "
                           f"(pids {pids}); make `match` precise enough to find one daemon", host=self.host.name)

@@ -257,11 +257,17 @@ else
   new=$!
 fi
 echo "STARTED $new $off"
+started_ms=$(now_ms)
 wait_ready "$new" "$log" "$off" "$re" "$ready_s" "$port"
 
 # When the deploy lost its connection, nobody will roll back a new daemon that failed: do it here.
 [ -n "$fb_target" ] && ! ready_now || exit 0
 printf 'NOTREADY\n' 2>/dev/null && exit 0  # someone still listens: the deploy decides
+# Nobody listens: the log reader above stopped at its first write, maybe before the ready line, so
+# wait for it here, to the same deadline, before calling the start a failure.
+until_ms=$(( started_ms + ready_s * 1000 ))
+while alive "$new" && ! ready_now && [ "$(now_ms)" -lt "$until_ms" ]; do sleep 0.05; done
+ready_now && exit 0
 stop_daemon "$new" "$grace_ms" 1 "" >/dev/null 2>&1
 wait_memory "$timeout_ms" "$min_kib" "" >/dev/null 2>&1 || exit 0
 ln -sfn -- "$fb_target" "$bin.swapctl-new" && mv -Tf -- "$bin.swapctl-new" "$bin" || exit 0
