@@ -7,8 +7,6 @@ or roll back.
 
 from __future__ import annotations
 
-import threading
-import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Callable
@@ -48,7 +46,6 @@ class Rollout:
         self.results: dict[str, Result | str] = {}
         self.failures = 0
         self.stopped = ""
-        self._lock = threading.Lock()
 
     def run(self, specs: list[HostSpec]) -> None:
         queue = list(specs)
@@ -80,9 +77,6 @@ class Rollout:
             if self.budget is not None and self.failures > self.budget and not self.stopped:
                 self.stopped = f"{self.failures} hosts failed, more than --max-fail {self.budget}"
 
-    @property
-    def ok(self) -> bool:
-        return not self.failures and not self.stopped
 
 
 def summary(results: dict[str, Result | str], why_skipped: str) -> None:
@@ -104,11 +98,3 @@ def summary(results: dict[str, Result | str], why_skipped: str) -> None:
                       "" if ready is None else f"{ready:.2f} s", text(r.message),
                       style="green" if r.outcome in ("deployed", "rolled-back") else None)
     out.print(t)
-
-
-def wait_canary(seconds: float, check: Callable[[], str | None]) -> str | None:
-    """Waits `seconds` (the canary proves meanwhile), then `check` says what is wrong, or None."""
-    deadline = time.monotonic() + seconds
-    while (left := deadline - time.monotonic()) > 0:
-        time.sleep(min(left, 1.0))
-    return check()
