@@ -1,7 +1,15 @@
 """Deploying to a farm: three hosts, each in its own network, mount and PID namespace with its own sshd."""
 
+import fcntl
 import json
+import os
+import pty
+import re
 import shutil
+import struct
+import subprocess
+import sys
+import termios
 
 import pytest
 
@@ -108,3 +116,69 @@ def test_limit_deploys_only_the_matching_hosts_of_the_group(farm, fleet, prover,
     assert running(farm.servers[2]) == [sha(prover_b)]
     for s in farm.servers[:2]:
         assert running(s) == [sha(prover)] and journal(s) == []
+
+
+def deployed_everywhere(farm, fleet, binary) -> None:
+    r = swapctl("deploy", "@farm", "--binary", str(binary), "--parallel", str(HOSTS), "--yes", "-p", str(fleet))
+    assert r.returncode == 0, r.stderr
+    for s in farm.servers:
+        assert running(s) == [sha(binary)]
+
+
+def test_rollback_of_a_farm_in_parallel_with_a_canary_restores_every_host(farm, fleet, prover, prover_b):
+    deployed_everywhere(farm, fleet, prover_b)
+    r = swapctl("rollback", "@farm", "--canary", "1", "--canary-wait", "0.5", "--parallel", "2", "--yes",
+                "-p", str(fleet))
+    assert r.returncode == 0, r.stderr
+    assert "canary gpu-0: up" in r.stderr and r.stdout.count("rolled-back") == HOSTS
+    for s in farm.servers:
+        assert running(s) == [sha(prover)] and journal(s)[-1]["action"] == "rollback"
+
+
+def test_rollback_canary_that_fails_leaves_the_other_hosts_on_the_new_build(farm, fleet, prover_b):
+    deployed_everywhere(farm, fleet, prover_b)
+    (farm.servers[0].data / "cuzk.toml").unlink()  # the canary's rollback is refused: its config is gone
+    r = swapctl("rollback", "@farm", "--canary", "1", "--yes", "-p", str(fleet))
+    assert r.returncode == 2
+    assert "the canary failed: no other host was touched" in r.stderr and r.stdout.count("skipped") == HOSTS - 1
+    for s in farm.servers:
+        assert running(s) == [sha(prover_b)] and journal(s)[-1]["action"] == "deploy"
+
+
+def test_rollback_max_fail_0_stops_starting_hosts_after_the_first_failure(farm, fleet, prover_b):
+    deployed_everywhere(farm, fleet, prover_b)
+    (farm.servers[0].data / "cuzk.toml").unlink()
+    r = swapctl("rollback", "@farm", "--max-fail", "0", "--yes", "-p", str(fleet))
+    assert r.returncode == 2
+    assert "1 hosts failed, more than --max-fail 0" in r.stdout and r.stdout.count("skipped") == HOSTS - 1
+    for s in farm.servers[1:]:
+        assert running(s) == [sha(prover_b)] and journal(s)[-1]["action"] == "deploy"
+
+
+def test_a_terminal_gets_one_live_view_of_every_host(farm, fleet, prover_b):
+    """Run under a real pseudo-terminal, as a person would: the view's rows replace per-host lines."""
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 160, 0, 0))
+    proc = subprocess.Popen([sys.executable, "-m", "swapctl", "deploy", "@farm", "--binary", str(prover_b),
+                             "--parallel", str(HOSTS), "--yes", "-p", str(fleet)],
+                            stdin=slave, stdout=slave, stderr=slave, env={**os.environ, "TERM": "xterm"})
+    os.close(slave)
+    seen = bytearray()
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO: the terminal's other side is closed
+            break
+        if not chunk:
+            break
+        seen += chunk
+    assert proc.wait(timeout=60) == 0, seen.decode(errors="replace")
+    os.close(master)
+    screen = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", seen.decode(errors="replace"))
+    assert re.search(r"host\s+step", screen)  # the live table's header, drawn while hosts swap
+    assert "gpu-0 upload:" not in screen  # and no per-host lines beside it
+    for i in range(HOSTS):
+        assert re.search(rf"gpu-{i}\s+(upload|backup|stop|memory|start|ready|deployed)", screen)
+    assert "rollout" in screen  # the summary table at the end
+    for s in farm.servers:
+        assert running(s) == [sha(prover_b)]

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import threading
 import time
+from typing import Callable
 
+from rich.console import Console
+from rich.live import Live
 from rich.markup import escape
 from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn,
                            TransferSpeedColumn)
+from rich.progress_bar import ProgressBar
+from rich.table import Table
 from rich.text import Text
 
 from ..swap.deploy import Event
@@ -57,3 +63,62 @@ class Reporter:
         if self.progress is not None:
             self.progress.stop()
             self.progress = None
+
+
+class FleetView:
+    """One live table while hosts swap side by side: each host's step, what it does now, its upload.
+
+    Transient: the rollout's summary table replaces it at the end. A rollback is also printed above it,
+    so it stays on the screen."""
+
+    def __init__(self, hosts: list[str], console: Console):
+        self.console = console
+        self.rows: dict[str, list] = {h: ["waiting", "", None] for h in hosts}  # step, detail, (done, total, wire)
+        self.lock = threading.Lock()
+        self.live = Live(self, console=console, refresh_per_second=4, transient=True, redirect_stderr=False)
+
+    def __enter__(self) -> "FleetView":
+        self.live.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.live.stop()
+
+    def sink(self, host: str) -> Callable[[Event], None]:
+        return lambda e: self.update(host, e)
+
+    def update(self, host: str, e: Event) -> None:
+        with self.lock:
+            row = self.rows.setdefault(host, ["waiting", "", None])
+            row[0] = e.step
+            if e.step == "upload" and e.total:
+                row[1], row[2] = "", (e.done or 0, e.total, e.wire)
+            elif e.log_line is not None:
+                row[1] = Text.from_ansi(e.log_line).plain
+            else:
+                row[1] = e.message
+        if e.step == "rollback":
+            self.console.print(text(f"{host} rollback: {e.message}"), style="bold red")
+
+    def finish(self, host: str, outcome: str) -> None:
+        with self.lock:
+            self.rows[host][:2] = [outcome, ""]
+
+    def __rich__(self) -> Table:
+        t = Table(box=None, pad_edge=False, show_header=True, header_style="bold")
+        for col, kw in (("host", {}), ("step", {}), ("", {"width": 24}), ("", {"overflow": "ellipsis",
+                                                                             "no_wrap": True})):
+            t.add_column(col, **kw)
+        with self.lock:
+            rows = [(h, *r) for h, r in self.rows.items()]
+        for host, step, detail, up in rows:
+            bar: object = ""
+            if up:
+                done, total, wire = up
+                bar = ProgressBar(total=total, completed=done, width=24)
+                detail = detail or (f"{done / 1e6:.1f}/{total / 1e6:.1f} MB"
+                                    + (f", {wire / 1e6:.1f} MB sent" if wire is not None else ""))
+            style = ("red" if step.startswith(("failed", "rollback")) else
+                     "green" if step in ("deployed", "rolled-back", "unchanged") else None)
+            t.add_row(text(host), Text(step, style=style or ""), bar, text(detail))
+        return t

@@ -1,19 +1,17 @@
-"""`swapctl rollback HOST [--to RELEASE]`: back to a known-good daemon in one command."""
+"""`swapctl rollback HOST... [--to RELEASE]`: back to a known-good daemon in one command."""
 
 from __future__ import annotations
 
-import signal
 from typing import Annotated
 
 import typer
 
 from .. import playbook as pb
-from ..errors import Refused, SwapctlError
 from ..remote import connect
-from ..swap.deploy import Interrupts, Swap, rollback as run_rollback
-from .common import PlaybookOpt, err, fail, guarded, out, select_hosts, text, worst
-from .deploy import _confirm, _press, show_plan
-from .progress import Reporter
+from ..swap.deploy import EventSink, Interrupts, Outcome, Swap, rollback as run_rollback
+from .common import JsonOpt, LimitOpt, PlaybookOpt, guarded, select_hosts
+from .deploy import _confirm, report, show_plan
+from .fleet import CanaryOpt, CanaryWaitOpt, Fleet, MaxFailOpt, ParallelOpt, confirm_fleet, fail_budget, roll_out
 
 
 def rollback(
@@ -22,44 +20,38 @@ def rollback(
     playbook: PlaybookOpt = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show the plan; change nothing.")] = False,
+    parallel: ParallelOpt = 1,
+    canary: CanaryOpt = 0,
+    canary_wait: CanaryWaitOpt = None,
+    max_fail: MaxFailOpt = None,
+    limit: LimitOpt = None,
+    json: JsonOpt = False,
 ) -> None:
     """Go back to the previous known-good release (or --to one), started exactly as it ran."""
-    guarded(lambda: _rollback(hosts, to, playbook, yes, dry_run))
+    fleet = Fleet(parallel, canary, canary_wait, max_fail, limit)
+    guarded(lambda: _rollback(hosts, to, playbook, yes, dry_run, fleet, json))
 
 
-def _rollback(targets: list[str], to: str | None, playbook_path: str | None, yes: bool, dry_run: bool) -> int:
+def _rollback(targets: list[str], to: str | None, playbook_path: str | None, yes: bool, dry_run: bool,
+              fleet: Fleet, as_json: bool) -> int:
     book = pb.load(playbook_path)
     book.require_daemon()
-    codes: list[int] = []
-    specs = select_hosts(book, targets)
-    for spec in specs:
-        interrupts = Interrupts()
-        reporter = Reporter(spec.name)
-        previous = signal.signal(signal.SIGINT, lambda *_: _press(interrupts))
-        try:
-            with connect(spec) as host:
-                sw = Swap(host, book, reporter, interrupts)
-                plan = sw.plan_rollback(to)
-                show_plan(plan, dry_run)
-                if dry_run:
-                    out.print(text(f"{spec.name}: dry run, nothing changed"))
-                    codes.append(0)
-                    continue
-                _confirm(plan, yes)
-                o = run_rollback(sw, plan)
-                out.print(text(f"{spec.name}: rolled back to {plan.new.id} as pid {o.pid}"), style="bold green")
-                codes.append(0)
-        except SwapctlError as exc:
-            if len(specs) == 1:
-                fail(exc)
-            err.print(text(f"swapctl: {exc}"), style="bold red")
-            codes.append(int(exc.exit_code))
-        except KeyboardInterrupt:
-            exc = Refused("interrupted before any change", host=spec.name)
-            if len(specs) == 1:
-                fail(exc)
-            codes.append(int(exc.exit_code))
-        finally:
-            reporter.close()
-            signal.signal(signal.SIGINT, previous)
-    return worst(codes)
+    specs = select_hosts(book, targets, fleet.limit)
+    fail_budget(fleet.max_fail, len(specs))
+    many = len(specs) > 1
+    if many and not (yes or dry_run):
+        confirm_fleet("roll back", len(specs))
+
+    def one(spec: pb.HostSpec, interrupts: Interrupts, events: EventSink) -> Outcome:
+        with connect(spec) as host:
+            sw = Swap(host, book, events, interrupts)
+            plan = sw.plan_rollback(to)
+            show_plan(plan, dry_run)
+            if dry_run:
+                return Outcome(host=spec.name, action="rollback", outcome="dry-run",
+                               old_sha=plan.daemon.sha256 if plan.daemon else None, new_sha=plan.new.sha256)
+            _confirm(plan, yes or many)
+            return run_rollback(sw, plan)
+
+    results, why = roll_out(book, specs, one, fleet, yes, dry_run)
+    return report(results, why, as_json)
