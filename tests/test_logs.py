@@ -1,6 +1,7 @@
 """Timing logs: the parser on the reference lines and on real stand-in logs; fetch-logs over real sshd."""
 
 import hashlib
+import io
 import json
 import os
 import subprocess
@@ -8,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, strategies as st
 
 from lab import build_prover, prover_config, wait_until
 from swapctl.logs.timings import parse, summarize
@@ -43,6 +45,19 @@ def test_reference_lines_parse_with_ansi_fields():
 def test_percentiles(values, p50, p95):
     s = summarize(values)
     assert (s["count"], s["p50"], s["p95"], s["max"]) == (len(values), p50, p95, max(values))
+
+
+@given(st.lists(st.decimals(min_value=0, max_value=9_999_999, places=3).filter(lambda d: len(d.normalize().as_tuple()
+                                                                                       .digits) <= 7),
+                min_size=1, max_size=60))
+def test_logged_values_come_back_exactly_as_printed(values):
+    """Phase values are stored as float32; what a log prints (up to 7 significant digits) is what comes back."""
+    log = "".join(f"CUZK_TIMING: synth_ms={v} gpu_tid=0\n" for v in values).encode()
+    s = parse([io.BytesIO(log)]).report()["phases"]["synth_ms"]
+    printed = sorted(float(v) for v in values)
+    n = len(printed)
+    assert s["max"] == printed[-1] and s["p95"] == printed[min(n - 1, -(-95 * n // 100) - 1)]
+    assert s["p50"] == (printed[(n - 1) // 2] + printed[n // 2]) / 2
 
 
 @pytest.fixture(scope="module")

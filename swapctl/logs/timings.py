@@ -3,8 +3,8 @@
 stdout: tracing lines with ANSI colour and `key=value` fields (`partition=Some(3)`): GPU_TIMING,
 FIN_TIMING, `partition synthesis complete`, `partition GPU prove complete`, `Phase 7`. stderr, no
 timestamp: `CUZK_TIMING: k=v ...`, `CUZK_NTT_H: k=Xms ...`, `TIMELINE,offset_ms,EVENT,job,detail`.
-Unknown lines are counted, never fatal. Values are kept as compact arrays, so percentiles are exact
-and memory stays bounded (8 bytes a value) on multi-GB logs.
+Unknown lines are counted, never fatal. Phase values are kept as float32 arrays (4 bytes a value, the
+7 significant digits the logs print), so percentiles are exact and a multi-GB log fits in little memory.
 """
 
 from __future__ import annotations
@@ -49,6 +49,9 @@ MESSAGE_PATTERNS = [
 MESSAGE_PREFIXES = (b"GPU_TIMING ", b"FIN_TIMING ", b"partition ", b"Phase 7: ")
 
 
+VALUE = "f"  # float32: logs print ms with at most 7 significant digits, which it holds exactly
+
+
 @dataclass
 class Timings:
     """What one or more logs say; `phases` maps a phase name to its values in ms."""
@@ -71,13 +74,15 @@ class Timings:
     _runs_ms: float = 0  # the spans of earlier daemon runs in the same log
     # what a part of a log split for parallel parsing leaves for the part before it (see merge)
     _first_seen_ms: float | None = field(default=None, repr=False)  # its first TIMELINE offset
-    _orphan_ends: list = field(default_factory=list, repr=False)  # (key, offset) of GPU_ENDs without a start
+    # key -> offset of the first GPU_END without a start: only a first one can close a phase the part
+    # before left open, so the others are not kept (a dict, not a list that grows with the log)
+    _orphan_ends: dict = field(default_factory=dict, repr=False)
     _first_start: dict = field(default_factory=dict, repr=False)  # worker -> a GPU_START before any GPU_END
 
     def add(self, name: str, value: float) -> None:
         values = self.phases.get(name)
         if values is None:
-            values = self.phases[name] = array("d")
+            values = self.phases[name] = array(VALUE)
         values.append(value)
 
     def add_pairs(self, pairs: list[tuple[bytes, bytes]], prefix: str = "", rename: dict | None = None) -> None:
@@ -87,7 +92,7 @@ class Timings:
             values = arrays.get(k)
             if values is None:
                 name = (rename or {}).get(k) or prefix + k.decode()
-                values = arrays[k] = self.phases.setdefault(name, array("d"))
+                values = arrays[k] = self.phases.setdefault(name, array(VALUE))
             values.append(float(v))
 
     # -- a chunk of whole lines -------------------------------------------------------------------
@@ -168,13 +173,13 @@ class Timings:
                 if start is not None:
                     self.timeline_busy_ms += offset - start
                 else:
-                    self._orphan_ends.append((key, offset))
+                    self._orphan_ends.setdefault(key, offset)
                 last_end[worker] = offset
 
     def merge(self, b: "Timings") -> None:
         """Adds what `b`, the part of the log right after this one, says: as if one pass had read both."""
         for name, values in b.phases.items():
-            self.phases.setdefault(name, array("d")).extend(values)
+            self.phases.setdefault(name, array(VALUE)).extend(values)
         self.lines += b.lines
         self.skipped_lines += b.skipped_lines
         self.pinned += b.pinned
@@ -185,10 +190,10 @@ class Timings:
         self.last_ts = b.last_ts or self.last_ts
         # GPU phases cut by the split, and the gaps between a worker's last phase here and its first there
         self.timeline_busy_ms += b.timeline_busy_ms
-        for key, end in b._orphan_ends:
+        for key, end in b._orphan_ends.items():
             start = self._open.pop(key, None)
             if start is None:
-                self._orphan_ends.append((key, end))
+                self._orphan_ends.setdefault(key, end)
             else:
                 self.timeline_busy_ms += end - start
         for worker, start in b._first_start.items():
@@ -290,10 +295,12 @@ def summarize(values: Iterable[float]) -> dict:
     n = len(ordered)
     if not n:
         return {"count": 0, "p50": None, "p95": None, "max": None}
-    mid = n // 2
-    p50 = ordered[mid] if n % 2 else (ordered[mid - 1] + ordered[mid]) / 2  # the median
-    p95 = ordered[min(n - 1, max(0, -(-95 * n // 100) - 1))]  # nearest rank
-    return {"count": n, "p50": p50, "p95": p95, "max": ordered[-1]}
+    # the two middle values (one when n is odd), the nearest-rank p95, the max
+    picked = [ordered[(n - 1) // 2], ordered[n // 2], ordered[min(n - 1, max(0, -(-95 * n // 100) - 1))], ordered[-1]]
+    if isinstance(values, array) and values.typecode == VALUE:  # 12.3 comes back from float32 as 12.30000019
+        picked = [float(f"{v:.7g}") for v in picked]
+    low, high, p95, top = picked
+    return {"count": n, "p50": (low + high) / 2, "p95": p95, "max": top}  # p50: the median
 
 
 CHUNK = 8 << 20
@@ -370,7 +377,7 @@ def parse_files(paths: Iterable[str], workers: int | None = None) -> Timings:
             try:
                 with open(spill, "rb") as f:
                     for name, n in counts:  # read straight into the arrays they extend
-                        total.phases.setdefault(name, array("d")).fromfile(f, n)
+                        total.phases.setdefault(name, array(VALUE)).fromfile(f, n)
             finally:
                 os.unlink(spill)
             total.merge(part)
