@@ -101,13 +101,16 @@ def _deploy(targets: list[str], binary: str | None, playbook_path: str | None, y
     def one(spec: pb.HostSpec, interrupts: Interrupts, events: EventSink) -> Outcome:
         with connect(spec) as host:
             sw = Swap(host, book, events, interrupts)
-            plan = sw.plan(binary, restart=restart, build=build)
-            show_plan(plan, dry_run)
-            if dry_run:
-                return Outcome(host=spec.name, action="deploy", outcome="dry-run",
-                               old_sha=plan.daemon.sha256 if plan.daemon else None, new_sha=plan.new.sha256)
-            _confirm(plan, yes or many)
-            return run_deploy(sw, plan)
+            try:
+                plan = sw.plan(binary, restart=restart, build=build)
+                show_plan(plan, dry_run)
+                if dry_run:
+                    return Outcome(host=spec.name, action="deploy", outcome="dry-run",
+                                   old_sha=plan.daemon.sha256 if plan.daemon else None, new_sha=plan.new.sha256)
+                _confirm(plan, yes or many)
+                return run_deploy(sw, plan)
+            finally:
+                sw.discard_patch()  # made during the preflight for an upload that did not happen
 
     results, why = roll_out(book, specs, one, fleet, yes, dry_run)
     return report(results, why, as_json)

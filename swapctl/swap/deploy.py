@@ -165,6 +165,7 @@ class Swap:
         self.steps: dict[str, float] = {}
         self.sent: upload.Sent | None = None  # how this deploy's binary reached the host
         self._lock = None
+        self._patch: upload.Patch | None = None  # made during the preflight, for the upload
 
     # -- small helpers ----------------------------------------------------------------------------
 
@@ -297,6 +298,8 @@ class Swap:
         sit = self.situation()
         elf.check_arch(binary, sit.status.arch, self.host.name)
         spec, releases, daemon = self.daemon_spec, sit.releases, sit.daemon
+        if binary.sha256[:12] not in releases and sit.host_zstd and not (daemon and daemon.sha256 == binary.sha256):
+            self.early_patch(sit, binary.path)
         base = daemon or releases.get(sit.current or "")
         args = spec.args if spec.args is not None else (tuple(base.argv[1:]) if base and base.argv else ())
         cwd = spec.cwd or (base.cwd if base and base.cwd else str(PurePosixPath(spec.binary).parent))
@@ -418,6 +421,19 @@ class Swap:
                 return upload.Base(rel.id, rel.path(self.state), local)
         return None
 
+    def early_patch(self, plan: Plan, binary_path: str) -> None:
+        """Starts making the patch now, while the rest of the preflight, the confirmation and the lock go on:
+        indexing the old binary is most of a patch's time (0.4 s for 75 MB)."""
+        base = self.patch_base(plan)
+        if base and upload.Patch.possible():
+            self.discard_patch()
+            self._patch = upload.Patch(base, binary_path)
+
+    def discard_patch(self) -> None:
+        if self._patch is not None:
+            self._patch.close()
+            self._patch = None
+
     def upload(self, plan: Plan) -> upload.Sent:
         """Puts the new binary in place as a release, by the cheapest method the host allows."""
         new, st = plan.new, self.state
@@ -436,7 +452,16 @@ class Swap:
 
         sender = upload.Uploader(self.host, plan.binary.path, new.size, tmp,
                                  (new.dir(st), new.name, new.sha256, _manifest(new)), progress, plan.host_zstd)
-        sent, report = sender.run(partial, self.patch_base(plan))
+        base = self.patch_base(plan)
+        made, self._patch = self._patch, None
+        if made and (base is None or made.base != base or made.new != plan.binary.path):
+            made.close()
+            made = None
+        try:
+            sent, report = sender.run(partial, base, made)
+        finally:
+            if made:
+                made.close()
         if report.startswith("NOSPACE"):
             free = report.split()[1]
             raise Refused(f"the host's disk filled up during the upload ({free} KiB free in {st}/releases); the "
@@ -748,6 +773,7 @@ def deploy(sw: Swap, plan: Plan) -> Outcome:
                       host=sw.host.name) from None
     finally:
         sw.unlock()
+        sw.discard_patch()
         if cached:
             cached.join()
 

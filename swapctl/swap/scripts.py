@@ -105,13 +105,18 @@ umask 077
 have=$(stat -c %s -- "$tmp" 2>/dev/null || echo 0)
 if [ "$off" = 0 ]; then : > "$tmp"
 elif [ "$have" != "$off" ]; then cat >/dev/null; echo "OFFSET $have"; exit 0; fi
-unpack() {
-  if [ -n "$base" ]; then zstd -d -q -c --long=31 --patch-from="$base"; else zstd -d -q -c --long=31; fi
+receive() {  # a patch (never resumed) goes straight to the file, then one sha256 pass: no pipes for 2 copies
+  if [ -n "$base" ]; then
+    zstd -d -q -c --long=31 --patch-from="$base" 2>/dev/null > "$tmp" && got=$(sha256 < "$tmp")
+  else
+    got=$( { cat -- "$tmp"; zstd -d -q -c --long=31 | tee -a -- "$tmp"; } 2>/dev/null | sha256)
+  fi
 }
-if ! got=$( { cat -- "$tmp"; unpack | tee -a -- "$tmp"; } 2>/dev/null | sha256); then
+if ! receive; then
   have=$(stat -c %s -- "$tmp" 2>/dev/null || echo 0)
   free=$(df -P -k -- "$(dirname -- "$tmp")" | awk 'END {print $4}')
-  if [ $(( free * 1024 )) -lt $(( size - have )) ]; then rm -f -- "$tmp"; echo "NOSPACE $free"
+  case $free in ''|*[!0-9]*) free= ;; esac  # df failed: say the stream broke, never guess the disk is full
+  if [ -n "$free" ] && [ $(( free * 1024 )) -lt $(( size - have )) ]; then rm -f -- "$tmp"; echo "NOSPACE $free"
   else echo "BROKEN the stream ended early or was damaged ($have of $size bytes written)"; fi
   exit 0
 fi
