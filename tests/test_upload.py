@@ -16,7 +16,7 @@ from swapctl.playbook import load
 from swapctl.remote import connect
 from swapctl.swap import deploy as swap_deploy
 from swapctl.swap.deploy import Swap
-from swapctl.swap.upload import CACHE_KEEP, CHUNK, Cache
+from swapctl.swap.upload import CACHE_KEEP, CHUNK, Base, Cache, Patch
 from test_deploy import _session_of, deploy, exe_sha, journal, sha
 
 
@@ -208,3 +208,23 @@ def test_cache_keeps_only_the_newest_binaries(tmp_path):
     assert cache.get(f"{3:064x}").read_bytes() == files[3].read_bytes()
     assert cache.get(f"{0:064x}") is None
     shutil.rmtree(cache.root)
+
+
+def test_hosts_on_the_same_base_read_one_patch_made_once(big_b, tmp_path):
+    """A fleet's hosts that run the same release share one zstd --patch-from, also a host that comes later."""
+    new = rebuilt(big_b, tmp_path / "rebuilt")
+    base = Base("b", "/remote/path", big_b)
+    first, second = Patch.of(base, str(new)), Patch.of(base, str(new))
+    assert first is second
+    pids = {first.proc.pid}
+    a, b = b"".join(first.chunks()), b"".join(second.chunks())
+    first.release()
+    second.release()
+    assert a == b and len(a) < 100_000
+    out = subprocess.run(["zstd", "-d", "-q", "-c", "--long=31", f"--patch-from={big_b}"], input=a,
+                         capture_output=True, check=True).stdout
+    assert out == new.read_bytes()
+    later = Patch.of(base, str(new))  # a rolling deploy's next host: the made patch, no new process
+    pids.add(later.proc.pid)
+    assert b"".join(later.chunks()) == a and len(pids) == 1
+    later.release()
