@@ -4,7 +4,12 @@
 Eight hosts, each its own sshd in its own network, mount and PID namespace (tests/lab.py), behind a
 veth shaped to 100 Mbit/s (`tc ... tbf`), each running the stand-in prover started by hand. Each
 figure is the wall time of the swapctl command, median of --runs runs.
-Usage: python3 benchmarks/fleet.py [--hosts 8] [--runs 3]   (root; needs sshd, g++, tc)
+
+All hosts share this machine's cores with the controller, and by default each runs this machine's
+~/.bashrc for every remote command (160 ms of CPU here: pyenv init). --plain-bashrc gives each host an
+empty one of its own (a bind mount in its mount namespace), as a GPU box without pyenv has: the hosts'
+CPU then weighs less on the cores the controller needs.
+Usage: python3 benchmarks/fleet.py [--hosts 8] [--runs 3] [--plain-bashrc]   (root; needs sshd, g++, tc)
 """
 
 from __future__ import annotations
@@ -53,10 +58,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--hosts", type=int, default=8)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--plain-bashrc", action="store_true", help="each host gets an empty ~/.bashrc")
     args = ap.parse_args()
     base = Path(tempfile.mkdtemp(prefix="swapctl-fleet-"))
     builds = {t: build_prover(base / f"prover-{t}", TIMING="1", TAG=t) for t in ("a", "b", "c")}
-    lab = NetnsLab(base, args.hosts, prefix="swb")
+    rc = None
+    if args.plain_bashrc:
+        rc = base / "bashrc"
+        rc.write_text("# a GPU box's root shell: nothing to start\n")
+    lab = NetnsLab(base, args.hosts, prefix="swb", bashrc=rc)
     env = {**os.environ, "XDG_STATE_HOME": str(base / "state"), "XDG_CACHE_HOME": str(base / "cache")}
     try:
         lab.start()
@@ -84,7 +94,9 @@ def main() -> None:
 
     med = statistics.median
     n = args.hosts
-    print(f"{n} hosts, each behind 100 Mbit/s; median of {args.runs}; wall time of the swapctl command, and the")
+    shell = "an empty ~/.bashrc" if args.plain_bashrc else "this machine's ~/.bashrc"
+    print(f"{n} hosts, each behind 100 Mbit/s, with {shell}; median of {args.runs}; wall time of the swapctl "
+          "command, and the")
     print("CPU time of the controller (swapctl itself: SSH crypto, Python) beside it\n")
     print(f"  {'':24} {'1 host':>8} {f'{n} hosts':>8} {'ratio':>7}  {'goal':<16} {'controller CPU 1 / ' + str(n)}")
     for what, one, many in (("status", one_status, all_status), (f"deploy --parallel {n}", one_deploy, all_deploy)):

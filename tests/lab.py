@@ -24,7 +24,9 @@ __all__ = ["SshServer", "build_prover", "free_port", "keygen", "make_server", "p
 REAPER = textwrap.dedent("""
     import os, subprocess, sys
     subprocess.run(["mount", "--bind", sys.argv[1], "/data"], check=True)
-    child = subprocess.Popen(sys.argv[2:])
+    if sys.argv[2]:  # the host's own shell start-up file instead of this machine's
+        subprocess.run(["mount", "--bind", sys.argv[2], os.path.expanduser("~/.bashrc")], check=True)
+    child = subprocess.Popen(sys.argv[3:])
     while True:
         pid, _ = os.wait()
         if pid == child.pid:
@@ -35,7 +37,8 @@ REAPER = textwrap.dedent("""
 class NetnsLab:
     """Several hosts, each in its own network, mount and PID namespace, reached over veth links."""
 
-    def __init__(self, base: Path, count: int, prefix: str = "swt"):
+    def __init__(self, base: Path, count: int, prefix: str = "swt", bashrc: Path | None = None):
+        """`bashrc`: a file each host's root sees as ~/.bashrc (default: this machine's own)."""
         self.base, self.prefix = base, f"{prefix}{os.getpid() % 10000}"
         self.servers: list[SshServer] = []
         client_key = base / "client_key"
@@ -50,7 +53,7 @@ class NetnsLab:
                                  client_key=client_key, known_hosts=known)
             server.netns = ns
             server.wrap = ["ip", "netns", "exec", ns, "unshare", "--mount", "--pid", "--fork", "--kill-child", "--mount-proc",
-                           sys.executable, "-c", REAPER, str(server.data)]
+                           sys.executable, "-c", REAPER, str(server.data), str(bashrc or "")]
             self.servers.append(server)
 
     def _link(self, ns: str, i: int) -> None:
