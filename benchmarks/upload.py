@@ -7,7 +7,8 @@ loopback, and a network namespace behind a veth shaped to 100 Mbit/s with `tc ..
 swapctl's times are its upload step as a deploy runs it (on the connection its preflight opened, under
 the host's lock): sending, the host's sha256 check and the install. scp's and rsync's include their own
 connection. "again *" is the whole decision: connection, preflight and the finding that the host has it;
-"rebuilt *" is connection, preflight (during which the patch is being made), lock and upload.
+"fresh *" and "rebuilt *" are connection, preflight (during which the first frames or the patch are
+being made), lock and upload.
 Each figure is the median of --runs runs.
 Usage: python3 benchmarks/upload.py [--elf PATH] [--runs N]   (root; needs sshd, scp, rsync, zstd, tc)
 """
@@ -130,6 +131,7 @@ def measure(server, base: Path, elf: Path, new: Path, runs: int) -> dict:
     r["scp fresh"] = median_of(runs, lambda: by_scp(server, elf, remote), clean)
     r["rsync -z fresh"] = median_of(runs, lambda: by_rsync(server, elf, remote, "-z"), clean)
     r["swapctl fresh"] = median_of(runs, lambda: sw(elf), clean)
+    r["swapctl fresh *"] = median_of(runs, lambda: sw(elf, whole=True), clean)
     r["swapctl again *"] = median_of(runs, lambda: sw(elf, whole=True))
     r["swapctl rebuilt"] = median_of(runs, lambda: sw(new), lambda: (clean(), sw(elf)))
     r["swapctl rebuilt *"] = median_of(runs, lambda: sw(new, whole=True), lambda: (clean(), sw(elf)))

@@ -16,7 +16,7 @@ from swapctl.playbook import load
 from swapctl.remote import connect
 from swapctl.swap import deploy as swap_deploy
 from swapctl.swap.deploy import Swap
-from swapctl.swap.upload import CACHE_KEEP, CHUNK, Base, Cache, Patch
+from swapctl.swap.upload import CACHE_KEEP, CHUNK, Base, Cache, Frames, Patch
 from test_deploy import _session_of, deploy, exe_sha, journal, sha
 
 
@@ -228,3 +228,15 @@ def test_hosts_on_the_same_base_read_one_patch_made_once(big_b, tmp_path):
     pids.add(later.proc.pid)
     assert b"".join(later.chunks()) == a and len(pids) == 1
     later.release()
+
+
+def test_frames_made_before_the_upload_and_during_it_unpack_to_the_file(big_b):
+    """The first frames are compressed during the preflight, the rest as the link takes them; a resumed
+    upload starts at its offset. Checked by unpacking with the zstd CLI, as the host does."""
+    offset = CHUNK + 12345
+    early = Frames(str(big_b), offset)
+    wait_until(lambda: early.out.qsize() >= 3, what="frames made before the upload")
+    done = []
+    stream = b"".join(early.send(done.append))
+    out = subprocess.run(["zstd", "-d", "-q", "-c"], input=stream, capture_output=True, check=True).stdout
+    assert out == big_b.read_bytes()[offset:] and sum(done) == len(out)

@@ -110,7 +110,7 @@ def _deploy(targets: list[str], binary: str | None, playbook_path: str | None, y
                 _confirm(plan, yes or many)
                 return run_deploy(sw, plan)
             finally:
-                sw.discard_patch()  # made during the preflight for an upload that did not happen
+                sw.discard_upload()  # started during the preflight for an upload that did not happen
 
     results, why = roll_out(book, specs, one, fleet, yes, dry_run)
     return report(results, why, as_json)

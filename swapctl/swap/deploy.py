@@ -165,7 +165,9 @@ class Swap:
         self.steps: dict[str, float] = {}
         self.sent: upload.Sent | None = None  # how this deploy's binary reached the host
         self._lock = None
-        self._patch: upload.Patch | None = None  # made during the preflight, for the upload
+        # what the upload sends, started during the preflight: a patch, or the first zstd frames
+        self._patch: upload.Patch | None = None
+        self._frames: upload.Frames | None = None
 
     # -- small helpers ----------------------------------------------------------------------------
 
@@ -299,7 +301,7 @@ class Swap:
         elf.check_arch(binary, sit.status.arch, self.host.name)
         spec, releases, daemon = self.daemon_spec, sit.releases, sit.daemon
         if binary.sha256[:12] not in releases and sit.host_zstd and not (daemon and daemon.sha256 == binary.sha256):
-            self.early_patch(sit, binary.path)
+            self.start_upload(sit, binary.path, self.upload_path(binary.sha256[:12]))
         base = daemon or releases.get(sit.current or "")
         args = spec.args if spec.args is not None else (tuple(base.argv[1:]) if base and base.argv else ())
         cwd = spec.cwd or (base.cwd if base and base.cwd else str(PurePosixPath(spec.binary).parent))
@@ -355,7 +357,7 @@ class Swap:
         new, st, spec = plan.new, self.state, self.daemon_spec
         cmds = [f"flock -n {st}/lock (held for the whole deploy)"]
         if plan.binary and new.id not in plan.releases:
-            tmp, base = self.upload_path(plan), self.patch_base(plan)
+            tmp, base = self.upload_path(plan.new.id), self.patch_base(plan)
             cmds.append(f"zstd -d --patch-from={base.remote_path} >> {tmp}  # a patch against release {base.id}"
                         if base and plan.host_zstd else f"zstd -d >> {tmp}  # a zstd stream" if plan.host_zstd
                         else f"sftp put {plan.binary.path} {tmp}")
@@ -406,9 +408,9 @@ class Swap:
             self._lock.close()
             self._lock = None
 
-    def upload_path(self, plan: Plan) -> str:
-        """The one temporary name of the new release's upload: a later deploy resumes it."""
-        return f"{self.state}/releases/.upload-{plan.new.id}"
+    def upload_path(self, release_id: str) -> str:
+        """The one temporary name of a release's upload: a later deploy resumes it."""
+        return f"{self.state}/releases/.upload-{release_id}"
 
     def patch_base(self, plan: Plan) -> upload.Base | None:
         """The release to patch against: one the host has and this machine cached, what runs first."""
@@ -421,18 +423,24 @@ class Swap:
                 return upload.Base(rel.id, rel.path(self.state), local)
         return None
 
-    def early_patch(self, plan: Plan, binary_path: str) -> None:
-        """Starts making the patch now, while the rest of the preflight, the confirmation and the lock go on:
-        indexing the old binary is most of a patch's time (0.4 s for 75 MB). Hosts on the same base share it."""
+    def start_upload(self, plan: Plan, binary_path: str, tmp: str) -> None:
+        """Starts making what the upload will send now, while the rest of the preflight, the confirmation and
+        the lock go on: a patch (indexing the old binary is most of its time, 0.4 s for 75 MB; hosts on
+        the same base share it), or else the first zstd frames of a fresh upload."""
+        self.discard_upload()
         base = self.patch_base(plan)
         if base and upload.Patch.possible():
-            self.discard_patch()
             self._patch = upload.Patch.of(base, binary_path)
+        elif not base and tmp not in dict(plan.partials):  # a resumed upload starts where the host's bytes end
+            self._frames = upload.Frames(binary_path)
 
-    def discard_patch(self) -> None:
+    def discard_upload(self) -> None:
         if self._patch is not None:
             self._patch.release()
             self._patch = None
+        if self._frames is not None:
+            self._frames.close()
+            self._frames = None
 
     def upload(self, plan: Plan) -> upload.Sent:
         """Puts the new binary in place as a release, by the cheapest method the host allows."""
@@ -442,7 +450,7 @@ class Swap:
             if plan.releases[new.id] != new:  # record the command line it will run with now
                 self._write_manifest(new)
             return upload.Sent("present", 0, 0.0)
-        tmp = self.upload_path(plan)
+        tmp = self.upload_path(plan.new.id)
         partial = dict(plan.partials).get(tmp, 0)
 
         def progress(done: int, wire: int) -> None:
@@ -457,7 +465,8 @@ class Swap:
         if made and (base is None or made.old != base.local_path or made.new != plan.binary.path):
             made.release()
             made = None
-        sent, report = sender.run(partial, base, made)
+        early, self._frames = self._frames, None
+        sent, report = sender.run(partial, base, made, early)
         if report.startswith("NOSPACE"):
             free = report.split()[1]
             raise Refused(f"the host's disk filled up during the upload ({free} KiB free in {st}/releases); the "
@@ -769,7 +778,7 @@ def deploy(sw: Swap, plan: Plan) -> Outcome:
                       host=sw.host.name) from None
     finally:
         sw.unlock()
-        sw.discard_patch()
+        sw.discard_upload()
         if cached:
             cached.join()
 

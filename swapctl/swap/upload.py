@@ -31,6 +31,7 @@ CHUNK = 4 << 20  # one zstd frame per chunk: the level can change between frames
 # speed: where the link outruns the compressor (a LAN, or loopback on a busy 2-core machine) they win.
 LADDER = (-7, -5, -3, -1, 1, 2, 3, 4, 6, 9, 12)
 DEPTH = 4  # compressed chunks waiting for the link
+EARLY_FRAMES = 32  # made before the upload begins: at most 128 MiB of the binary, compressed, in memory
 CACHE_KEEP = 6  # binaries kept locally as the old side of future patches
 
 Progress = Callable[[int, int], None]  # (source bytes done, bytes on the wire)
@@ -97,53 +98,81 @@ class Cache:
             pass  # a cache: a full local disk costs the next upload its patch, nothing else
 
 
-def frames(f, progress: Callable[[int], None], level: int = 1) -> Iterator[bytes]:
-    """The file from its current position as zstd frames, compressed on a worker thread.
+class Frames:
+    """A binary from `offset` on as independent zstd frames, compressed by a worker thread.
 
-    The level adapts as zstd's --adapt does: when frames pile up the link is the bottleneck, so spend
-    more CPU on a smaller stream; when the link waits for frames, compress faster."""
-    out: queue.Queue = queue.Queue(DEPTH)
-    stop = threading.Event()
+    The worker can start before the upload (during the preflight, on a CPU that mostly waits for the
+    host then): until the upload begins it compresses at `level` and keeps up to EARLY_FRAMES frames.
+    From then on the level adapts as zstd's --adapt does: when frames made during the upload pile up
+    the link is the bottleneck, so spend more CPU on a smaller stream; when the link waits for frames,
+    compress faster."""
 
-    def offer(item: tuple) -> None:
-        while not stop.is_set():
+    def __init__(self, path: str, offset: int = 0, level: int = 1):
+        self.path, self.offset, self.level = path, offset, level
+        self.out: queue.Queue = queue.Queue(EARLY_FRAMES)
+        self.sending = threading.Event()
+        self.stop = threading.Event()
+        self.early = 0  # frames made before the upload began and not sent yet
+        self.worker = threading.Thread(target=self._work, name="zstd", daemon=True)
+        self.worker.start()
+
+    def _offer(self, item: tuple) -> None:
+        while not self.stop.is_set():
             try:
-                return out.put(item, timeout=0.2)
+                return self.out.put(item, timeout=0.2)
             except queue.Full:
                 continue
 
-    def work() -> None:
-        step = LADDER.index(level)
+    def _work(self) -> None:
+        step = LADDER.index(self.level)
         compressors: dict[int, zstandard.ZstdCompressor] = {}
         try:
-            while not stop.is_set() and (chunk := f.read(CHUNK)):
-                waiting = out.qsize()
-                if waiting >= DEPTH - 1:
-                    step = min(step + 1, len(LADDER) - 1)
-                elif waiting == 0:
-                    step = max(step - 1, 0)
-                lvl = LADDER[step]
-                cz = compressors.setdefault(lvl, zstandard.ZstdCompressor(level=lvl))
-                offer((len(chunk), cz.compress(chunk)))
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                while not self.stop.is_set() and (chunk := f.read(CHUNK)):
+                    if self.sending.is_set():
+                        waiting = self.out.qsize() - self.early
+                        if waiting >= DEPTH - 1:
+                            step = min(step + 1, len(LADDER) - 1)
+                        elif waiting <= 0:
+                            step = max(step - 1, 0)
+                    else:
+                        self.early += 1
+                    lvl = LADDER[step]
+                    cz = compressors.setdefault(lvl, zstandard.ZstdCompressor(level=lvl))
+                    self._offer((len(chunk), cz.compress(chunk)))
+                    if self.sending.is_set():
+                        self._wait_below(DEPTH)
         except BaseException as exc:  # noqa: BLE001 (handed to the consumer)
-            offer((-1, exc))
+            self._offer((-1, exc))
             return
-        offer((0, b""))
+        self._offer((0, b""))
 
-    worker = threading.Thread(target=work, name="zstd", daemon=True)
-    worker.start()
-    try:
-        while True:
-            n, data = out.get()
-            if n < 0:
-                raise data
-            if n == 0:
-                return
-            yield data
-            progress(n)
-    finally:
-        stop.set()
-        worker.join()
+    def _wait_below(self, depth: int) -> None:
+        """Backpressure once sending: no more than `depth` frames made during the upload wait."""
+        while not self.stop.is_set() and self.out.qsize() - self.early >= depth:
+            time.sleep(0.002)
+
+    def send(self, progress: Callable[[int], None]) -> Iterator[bytes]:
+        """The frames, in order, for the wire; `progress` gets each frame's source bytes once it is sent."""
+        self.sending.set()
+        try:
+            while True:
+                n, data = self.out.get()
+                if self.early:
+                    self.early -= 1
+                if n < 0:
+                    raise data
+                if n == 0:
+                    return
+                yield data
+                progress(n)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        self.stop.set()
+        self.worker.join()
 
 
 class Patch:
@@ -229,51 +258,65 @@ class Uploader:
         self.install_args, self.progress, self.host_zstd = install_args, progress, host_zstd
         self.wire = 0
 
-    def run(self, partial: int, base: Base | None, made: Patch | None = None) -> tuple[Sent, str]:
+    def run(self, partial: int, base: Base | None, made: Patch | None = None,
+            early: Frames | None = None) -> tuple[Sent, str]:
         """Sends the binary (resuming after `partial` bytes when it can) and installs it; returns how it went
-        and INSTALL's report. A patch (`made`, which it releases, or made now against `base`) that does
-        not reproduce the binary is retried as a full upload."""
+        and INSTALL's report. A patch (`made`, or made now against `base`) that does not reproduce the
+        binary is retried as a full upload. `made` and `early` (frames compressed during the preflight)
+        are released here, used or not."""
+        try:
+            return self._run(partial, base, made, early)
+        finally:
+            if made:
+                made.release()
+            if early:
+                early.close()
+
+    def _run(self, partial: int, base: Base | None, made: Patch | None,
+             early: Frames | None) -> tuple[Sent, str]:
         started = time.monotonic()
         offset = partial if 0 < partial < self.size else 0
         if base and self.host_zstd and (made or Patch.possible()):
-            made = made or Patch.of(base, self.path)
+            patch = made or Patch.of(base, self.path)
             try:
-                report = self._receive(made.chunks(), 0, base.remote_path)
+                report = self._receive(patch.chunks(), 0, base.remote_path)
             finally:
-                made.release()
+                if patch is not made:
+                    patch.release()
             if not report.startswith(("MISMATCH", "BROKEN", "SHORT")):
                 self.progress(self.size, self.wire)
                 return Sent("patch", self.wire, time.monotonic() - started, base=base.id), report
             offset = 0  # the host's copy of the base is not what this machine has: send it all
-        elif made:
-            made.release()
+        if self.host_zstd:
+            done = offset
+
+            def step(n: int) -> None:
+                nonlocal done
+                done += n
+                self.progress(done, self.wire)
+
+            if early is None or early.offset != offset or early.path != self.path:
+                early = Frames(self.path, offset)
+            try:
+                report = self._receive(early.send(step), offset, "")
+            finally:
+                early.close()
+            return Sent("zstd", self.wire, time.monotonic() - started, resumed_from=offset), report
+
+        def sftp_step(done: int) -> None:
+            self.wire = done - offset
+            self.progress(done, self.wire)
+
         with open(self.path, "rb") as f:
             f.seek(offset)
-            if self.host_zstd:
-                done = offset
-
-                def step(n: int) -> None:
-                    nonlocal done
-                    done += n
-                    self.progress(done, self.wire)
-
-                report = self._receive(frames(f, step), offset, "")
-                method = "zstd"
-            else:
-                def sftp_step(done: int) -> None:
-                    self.wire = done - offset
-                    self.progress(done, self.wire)
-
-                try:
-                    self.host.put(f, self.tmp, self.size, sftp_step, offset=offset)
-                except Refused:
-                    if (full := self._disk_full()) is None:
-                        raise
-                    return Sent("sftp", self.wire, time.monotonic() - started, resumed_from=offset), full
-                report = self.host.run(scripts.script(scripts.INSTALL, self.tmp, *self.install_args,
-                                                      label="install")).stdout
-                method = "sftp"
-        return Sent(method, self.wire, time.monotonic() - started, resumed_from=offset), report
+            try:
+                self.host.put(f, self.tmp, self.size, sftp_step, offset=offset)
+            except Refused:
+                if (full := self._disk_full()) is None:
+                    raise
+                return Sent("sftp", self.wire, time.monotonic() - started, resumed_from=offset), full
+        report = self.host.run(scripts.script(scripts.INSTALL, self.tmp, *self.install_args, label="install")).stdout
+        return Sent("sftp", self.wire, time.monotonic() - started, resumed_from=offset), report
 
     def _disk_full(self) -> str | None:
         """After a failed write: "NOSPACE free_kib" (the partial file removed) when the disk is full."""
