@@ -271,6 +271,17 @@ def test_missing_config_file_is_refused(box, prover, prover_b):
     assert box.daemons() == [pid]
 
 
+def test_missing_config_file_of_the_running_daemon_is_refused(box, prover, prover_b):
+    """No args in the playbook: the command line comes from the running daemon, and so does its config."""
+    pid = box.start_by_hand(prover)
+    text = box.write_playbook().read_text()
+    box.playbook_path.write_text("\n".join(line for line in text.splitlines() if not line.startswith("args")) + "\n")
+    box.config.unlink()  # the daemon read it at start; a new one could not
+    r = deploy(box, prover_b)
+    assert r.returncode == 2 and f"config file {box.config}" in r.stderr
+    assert box.daemons() == [pid]
+
+
 def test_deploy_with_no_daemon_running_starts_it(box, prover):
     box.config.write_text(prover_config())
     r = deploy(box, prover)

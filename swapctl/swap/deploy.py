@@ -168,6 +168,7 @@ class Swap:
         # what the upload sends, started during the preflight: a patch, or the first zstd frames
         self._patch: upload.Patch | None = None
         self._frames: upload.Frames | None = None
+        self._configs_missing: tuple[tuple[str, ...], list[str]] = ((), [])  # checked by INSPECT, and missing
 
     # -- small helpers ----------------------------------------------------------------------------
 
@@ -191,8 +192,12 @@ class Swap:
             raise Refused(f"several processes match daemon.match {self.daemon_spec.match_regex.pattern!r} "
                           f"(pids {pids}); make `match` precise enough to find one daemon", host=self.host.name)
         pid = str(status.daemons[0].pid) if status.daemons else ""
-        out = self.run(scripts.INSPECT, pid, self.daemon_spec.binary, self.state, label="inspect").stdout
-        return status, split_sections(out)
+        # with args in the playbook the config files are known now: checked here, not in a command of their own
+        configs = _config_paths(self.daemon_spec.args) if self.daemon_spec.args is not None else []
+        out = self.run(scripts.INSPECT, pid, self.daemon_spec.binary, self.state, *configs, label="inspect").stdout
+        facts = split_sections(out)
+        self._configs_missing = (tuple(configs), facts.get("missing", "").splitlines())
+        return status, facts
 
     def _running(self, status: HostStatus, facts: dict[str, str]) -> Daemon | None:
         if not status.daemons:
@@ -286,10 +291,13 @@ class Swap:
         return warnings
 
     def _check_configs(self, argv: tuple[str, ...]) -> None:
-        if not _config_paths(argv):
+        paths = _config_paths(argv)
+        if not paths:
             return
-        missing = self.host.run(Cmd("sh", "-c", 'for f; do [ -e "$f" ] || echo "$f"; done', "check",
-                                    *_config_paths(argv))).stdout.split()
+        checked, missing = self._configs_missing
+        if tuple(paths) != checked:  # the arguments came from the running daemon: check its files now
+            missing = self.host.run(Cmd("sh", "-c", 'for f; do [ -e "$f" ] || printf "%s\\n" "$f"; done', "check",
+                                        *paths)).stdout.splitlines()
         if missing:
             raise BadInput(f"config file {missing[0]} named in the daemon's arguments is missing on the host "
                            f"(create it, or fix daemon.args)", host=self.host.name)

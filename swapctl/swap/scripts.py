@@ -39,7 +39,7 @@ printf 'HELD %s\n' "$(cat -- "$dir/lock.info" 2>/dev/null)"
 
 # What swapctl must know of the running daemon to save it and to start it again exactly as it ran.
 INSPECT = SHA256 + r"""
-pid=$1; bin=$2; state=$3
+pid=$1; bin=$2; state=$3; shift 3  # then config files the daemon's arguments name
 sec() { printf '\n==> %s\n' "$1"; }
 sec arch; uname -m
 sec binary
@@ -52,6 +52,7 @@ for m in "$state"/releases/*/manifest.json; do [ -f "$m" ] && { tr -d '\n' < "$m
 sec journal; cat -- "$state/journal.jsonl" 2>/dev/null
 sec tools; command -v zstd
 sec partial; for f in "$state"/releases/.upload-*; do [ -f "$f" ] && stat -c '%s %n' -- "$f"; done
+sec missing; for f; do [ -e "$f" ] || printf '%s\n' "$f"; done
 [ -n "$pid" ] || exit 0
 sec exe_sha; sha256 < "/proc/$pid/exe"
 sec exe_size; stat -L -c %s "/proc/$pid/exe"
