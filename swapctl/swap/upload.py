@@ -113,6 +113,7 @@ class Frames:
         self.sending = threading.Event()
         self.stop = threading.Event()
         self.early = 0  # frames made before the upload began and not sent yet
+        self.counting = threading.Lock()  # `early` changes on both threads
         self.worker = threading.Thread(target=self._work, name="zstd", daemon=True)
         self.worker.start()
 
@@ -137,7 +138,8 @@ class Frames:
                         elif waiting <= 0:
                             step = max(step - 1, 0)
                     else:
-                        self.early += 1
+                        with self.counting:
+                            self.early += 1
                     lvl = LADDER[step]
                     cz = compressors.setdefault(lvl, zstandard.ZstdCompressor(level=lvl))
                     self._offer((len(chunk), cz.compress(chunk)))
@@ -159,8 +161,8 @@ class Frames:
         try:
             while True:
                 n, data = self.out.get()
-                if self.early:
-                    self.early -= 1
+                with self.counting:
+                    self.early = max(0, self.early - 1)
                 if n < 0:
                     raise data
                 if n == 0:
