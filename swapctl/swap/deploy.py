@@ -296,8 +296,7 @@ class Swap:
             return
         checked, missing = self._configs_missing
         if tuple(paths) != checked:  # the arguments came from the running daemon: check its files now
-            missing = self.host.run(Cmd("sh", "-c", 'for f; do [ -e "$f" ] || printf "%s\\n" "$f"; done', "check",
-                                        *paths)).stdout.splitlines()
+            missing = self.run(scripts.CHECK_FILES, *paths, label="configs").stdout.splitlines()
         if missing:
             raise BadInput(f"config file {missing[0]} named in the daemon's arguments is missing on the host "
                            f"(create it, or fix daemon.args)", host=self.host.name)

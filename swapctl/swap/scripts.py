@@ -16,6 +16,14 @@ sha256() { if command -v openssl >/dev/null 2>&1; then openssl dgst -sha256 -r |
            else sha256sum | cut -d' ' -f1; fi; }
 """
 
+# Prints each of its arguments that names no file: the config files a daemon's command line names.
+MISSING = r"""
+missing() { for f; do [ -e "$f" ] || printf '%s\n' "$f"; done; }
+"""
+CHECK_FILES = MISSING + r"""
+missing "$@"
+"""
+
 ALIVE = r"""
 alive() { s=$(sed -n 's/.*) \(.\).*/\1/p' "/proc/$1/stat" 2>/dev/null); [ -n "$s" ] && [ "$s" != Z ]; }
 now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
@@ -38,7 +46,7 @@ printf 'HELD %s\n' "$(cat -- "$dir/lock.info" 2>/dev/null)"
 """
 
 # What swapctl must know of the running daemon to save it and to start it again exactly as it ran.
-INSPECT = SHA256 + r"""
+INSPECT = SHA256 + MISSING + r"""
 pid=$1; bin=$2; state=$3; shift 3  # then config files the daemon's arguments name
 sec() { printf '\n==> %s\n' "$1"; }
 sec arch; uname -m
@@ -52,7 +60,7 @@ for m in "$state"/releases/*/manifest.json; do [ -f "$m" ] && { tr -d '\n' < "$m
 sec journal; cat -- "$state/journal.jsonl" 2>/dev/null
 sec tools; command -v zstd
 sec partial; for f in "$state"/releases/.upload-*; do [ -f "$f" ] && stat -c '%s %n' -- "$f"; done
-sec missing; for f; do [ -e "$f" ] || printf '%s\n' "$f"; done
+sec missing; missing "$@"
 [ -n "$pid" ] || exit 0
 sec exe_sha; sha256 < "/proc/$pid/exe"
 sec exe_size; stat -L -c %s "/proc/$pid/exe"
