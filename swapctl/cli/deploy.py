@@ -13,10 +13,10 @@ from ..errors import BadInput, Refused, SwapctlError
 from ..remote import connect
 from ..swap.deploy import EventSink, Interrupts, Outcome, Plan, Swap, deploy as run_deploy
 from . import build as build_cli
-from .fleet import (CanaryOpt, CanaryWaitOpt, Fleet, MaxFailOpt, ParallelOpt, confirm_fleet, fail_budget, roll_out,
-                    summary)
+from .fleet import (CanaryOpt, CanaryWaitOpt, Fleet, MaxFailOpt, ParallelOpt, dry_run_outcome, roll_out,
+                    select_fleet, summary)
 from .build import BuildArgOpt, VerboseOpt
-from .common import JsonOpt, LimitOpt, PlaybookOpt, err, fail, guarded, out, print_json, select_hosts, size, duration, text, worst
+from .common import JsonOpt, LimitOpt, PlaybookOpt, err, fail, guarded, out, print_json, size, duration, text, worst
 
 
 def deploy(
@@ -88,11 +88,8 @@ def _deploy(targets: list[str], binary: str | None, playbook_path: str | None, y
             restart: bool, as_json: bool, build_args: list[str] | None, verbose: bool, fleet: Fleet) -> int:
     book = pb.load(playbook_path)
     book.require_daemon()
-    specs = select_hosts(book, targets, fleet.limit)
-    fail_budget(fleet.max_fail, len(specs))  # a bad --max-fail is refused before anything happens
+    specs = select_fleet(book, targets, fleet, yes, dry_run, "swap the daemon on")
     many = len(specs) > 1
-    if many and not (yes or dry_run):
-        confirm_fleet("swap the daemon on", len(specs))
     build = None
     if build_args is not None:  # built once, before any host is touched
         built = build_cli.run(book, build_args, f"build/{PurePosixPath(book.daemon.binary).name}", verbose)
@@ -105,8 +102,7 @@ def _deploy(targets: list[str], binary: str | None, playbook_path: str | None, y
                 plan = sw.plan(binary, restart=restart, build=build)
                 show_plan(plan, dry_run)
                 if dry_run:
-                    return Outcome(host=spec.name, action="deploy", outcome="dry-run",
-                                   old_sha=plan.daemon.sha256 if plan.daemon else None, new_sha=plan.new.sha256)
+                    return dry_run_outcome(plan, "deploy")
                 _confirm(plan, yes or many)
                 return run_deploy(sw, plan)
             finally:

@@ -23,8 +23,8 @@ from ..errors import BadInput, Refused, SwapctlError
 from ..logs.timings import parse
 from ..playbook import HostSpec
 from ..remote import connect
-from ..swap.deploy import EventSink, Interrupts, Outcome, Swap
-from .common import err, out, text
+from ..swap.deploy import EventSink, Interrupts, Outcome, Plan, Swap
+from .common import err, out, select_hosts, text
 from .progress import FleetView, Reporter
 
 Result = Outcome | SwapctlError
@@ -122,6 +122,21 @@ def confirm_fleet(verb: str, count: int) -> None:
             raise BadInput("not confirmed; nothing changed")
     except typer.Abort:
         raise Refused("interrupted at the confirmation; nothing changed") from None
+
+
+def select_fleet(book: pb.Playbook, targets: list[str], fleet: Fleet, yes: bool, dry_run: bool,
+                 verb: str) -> list[HostSpec]:
+    """The hosts a fleet verb acts on; a bad --max-fail or an unconfirmed fleet stops it before any host."""
+    specs = select_hosts(book, targets, fleet.limit)
+    fail_budget(fleet.max_fail, len(specs))
+    if len(specs) > 1 and not (yes or dry_run):
+        confirm_fleet(verb, len(specs))
+    return specs
+
+
+def dry_run_outcome(plan: Plan, action: str) -> Outcome:
+    return Outcome(host=plan.host, action=action, outcome="dry-run",
+                   old_sha=plan.daemon.sha256 if plan.daemon else None, new_sha=plan.new.sha256)
 
 
 def roll_out(book: pb.Playbook, specs: list[HostSpec], one: One, fleet: Fleet, yes: bool,

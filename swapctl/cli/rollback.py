@@ -9,9 +9,9 @@ import typer
 from .. import playbook as pb
 from ..remote import connect
 from ..swap.deploy import EventSink, Interrupts, Outcome, Swap, rollback as run_rollback
-from .common import JsonOpt, LimitOpt, PlaybookOpt, guarded, select_hosts
+from .common import JsonOpt, LimitOpt, PlaybookOpt, guarded
 from .deploy import _confirm, report, show_plan
-from .fleet import CanaryOpt, CanaryWaitOpt, Fleet, MaxFailOpt, ParallelOpt, confirm_fleet, fail_budget, roll_out
+from .fleet import CanaryOpt, CanaryWaitOpt, Fleet, MaxFailOpt, ParallelOpt, dry_run_outcome, roll_out, select_fleet
 
 
 def rollback(
@@ -36,11 +36,8 @@ def _rollback(targets: list[str], to: str | None, playbook_path: str | None, yes
               fleet: Fleet, as_json: bool) -> int:
     book = pb.load(playbook_path)
     book.require_daemon()
-    specs = select_hosts(book, targets, fleet.limit)
-    fail_budget(fleet.max_fail, len(specs))
+    specs = select_fleet(book, targets, fleet, yes, dry_run, "roll back")
     many = len(specs) > 1
-    if many and not (yes or dry_run):
-        confirm_fleet("roll back", len(specs))
 
     def one(spec: pb.HostSpec, interrupts: Interrupts, events: EventSink) -> Outcome:
         with connect(spec) as host:
@@ -48,8 +45,7 @@ def _rollback(targets: list[str], to: str | None, playbook_path: str | None, yes
             plan = sw.plan_rollback(to)
             show_plan(plan, dry_run)
             if dry_run:
-                return Outcome(host=spec.name, action="rollback", outcome="dry-run",
-                               old_sha=plan.daemon.sha256 if plan.daemon else None, new_sha=plan.new.sha256)
+                return dry_run_outcome(plan, "rollback")
             _confirm(plan, yes or many)
             return run_rollback(sw, plan)
 
