@@ -7,10 +7,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lab import keygen
+from lab import NetnsLab, keygen
 from swapctl.errors import ExitCode, HostKeyError, Refused, Unreachable
 from swapctl.playbook import HostSpec
 from swapctl.remote import Cmd, Secret, SshHost
+from swapctl.swap import scripts
 
 
 def spec(server, **over) -> HostSpec:
@@ -141,3 +142,21 @@ def test_arbitrary_file_names_survive_scripts(shared_host, tmp_path_factory, nam
     target = base / name
     shared_host.run(Cmd.script('printf x > "$1"; cat -- "$1"', str(target), label="touch"))
     assert target.read_text() == "x"
+
+
+def test_a_bash_script_runs_the_hosts_bashrc_once(tmp_path):
+    # sshd runs every command through the login shell, which reads ~/.bashrc; the bash a script asks
+    # for would read it a second time (0.1-1 s with `pyenv init` or `conda init` in it).
+    rc = tmp_path / "bashrc"
+    rc.write_text("echo sourced >> /data/bashrc-count\n")
+    (tmp_path / "lab").mkdir()
+    lab = NetnsLab(tmp_path / "lab", 1, prefix="swr", bashrc=rc)
+    try:
+        lab.start()
+        server = lab.servers[0]
+        with SshHost(spec(server)) as host:
+            out = host.run(scripts.script('echo "bash $BASH_VERSION"', label="probe", bash=True)).stdout
+        assert out.startswith("bash 5")  # the script did run under bash
+        assert (server.data / "bashrc-count").read_text().splitlines() == ["sourced"]
+    finally:
+        lab.close()

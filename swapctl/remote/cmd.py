@@ -41,8 +41,12 @@ class Cmd:
 
     @classmethod
     def script(cls, body: str, *args: Piece, label: str, shell: str = "sh") -> "Cmd":
-        """A fixed shell script; values reach it as positional parameters ($1...), never pasted in."""
-        return cls(shell, "-c", body, f"swapctl-{label}", *args, label=label)
+        """A fixed shell script; values reach it as positional parameters ($1...), never pasted in.
+
+        bash gets --norc: started under sshd's session it would read ~/.bashrc a second time (the
+        login shell already did), and a .bashrc running `pyenv init` or `conda init` costs 0.1-1 s."""
+        shell_argv = ("bash", "--norc") if shell == "bash" else (shell,)
+        return cls(*shell_argv, "-c", body, f"swapctl-{label}", *args, label=label)
 
     def render(self) -> str:
         """The exact string sent to the host's shell."""
@@ -52,7 +56,7 @@ class Cmd:
 
     def __str__(self) -> str:
         """What a person sees: secrets masked, a script shown by its label."""
-        if len(self.argv) >= 4 and self.argv[1] == "-c" and self.label:
-            rest = " ".join(shlex.quote(str(p)) for p in self.argv[4:])
+        if self.label and "-c" in self.argv[1:3] and len(self.argv) >= (at := self.argv.index("-c")) + 3:
+            rest = " ".join(shlex.quote(str(p)) for p in self.argv[at + 3:])
             return f"<{self.label} script> {rest}".rstrip()
         return " ".join(shlex.quote(str(p)) if not isinstance(p, Secret) else "***" for p in self.argv)
