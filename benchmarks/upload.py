@@ -5,10 +5,10 @@ The payload is a real ELF from an installed package (/usr/sbin/dockerd from dock
 and a "rebuilt" copy of it: a few hundred bytes changed and a 4 KiB insertion. Two links to a real sshd:
 loopback, and a network namespace behind a veth shaped to 100 Mbit/s with `tc ... tbf`.
 swapctl's times are its upload step as a deploy runs it (on the connection its preflight opened, under
-the host's lock): sending, the host's sha256 check and the install. scp's and rsync's include their own
-connection. "again *" is the whole decision: connection, preflight and the finding that the host has it;
-"fresh *" and "rebuilt *" are connection, preflight (during which the first frames or the patch are
-being made), lock and upload.
+the host's lock; its host side was started beside the lock): sending, the host's sha256 check and the
+install. scp's and rsync's include their own connection. "again *" is the whole decision: connection,
+preflight and the finding that the host has it; "fresh *" and "rebuilt *" are connection, preflight
+(during which the first frames or the patch are being made), lock and upload.
 Each figure is the median of --runs runs.
 Usage: python3 benchmarks/upload.py [--elf PATH] [--runs N]   (root; needs sshd, scp, rsync, zstd, tc)
 """
@@ -96,6 +96,7 @@ class Swapctl:
         with connect(self.book.hosts["lab"]) as host:
             sw = Swap(host, self.book)
             plan = sw.plan(str(src))
+            sw.prepare_upload(plan)  # as deploy does: the host side's shell starts beside the lock's
             sw.lock()
             try:
                 if not whole:

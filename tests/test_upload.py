@@ -142,6 +142,30 @@ def test_upload_killed_halfway_resumes_from_the_bytes_on_the_host(box, prover, b
     assert [exe_sha(p) for p in box.daemons()] == [sha(big_b)] and not partials(box)
 
 
+def test_upload_started_before_the_lock_touches_nothing_when_the_lock_is_held(box, prover, big_b, tmp_path):
+    # The host side of the upload starts before the lock, so that its shell start-up runs beside the
+    # lock's; until the upload says GO it must not act. Here it would be a patch, which begins by
+    # emptying the upload file: another deploy's upload of the same build, under way, must survive.
+    box.start_by_hand(prover)
+    assert deploy(box, big_b).returncode == 0  # the host and this machine's cache have big_b: a patch next
+    new = rebuilt(big_b, tmp_path / "prover-rebuilt")
+    tmp = box.data / ".swapctl" / "cuzk" / "releases" / f".upload-{sha(new)[:12]}"
+    part = new.read_bytes()[: 1 << 20]
+    tmp.write_bytes(part)
+    book = load(box.playbook_path)
+    with connect(book.hosts["lab"]) as host:
+        first = Swap(host, book)
+        first.lock()
+        try:
+            r = deploy(box, new)
+        finally:
+            first.unlock()
+    assert r.returncode == 3 and "another deploy holds the lock" in r.stderr
+    wait_until(lambda: not _receiving(), what="the receive step started ahead to end")
+    assert tmp.read_bytes() == part
+    assert not release_file(box, new).exists()
+
+
 def _receiving() -> bool:
     try:
         _session_of("swapctl-receive")

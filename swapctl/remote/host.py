@@ -55,9 +55,14 @@ class Host(ABC):
                      timeout: float = 120) -> tuple[int, bytes]:
         """Runs `cmd`, handing its stdout to `on_data` as raw bytes; returns (exit code, stderr)."""
 
-    @abstractmethod
     def send(self, cmd: Cmd, chunks: Iterable[bytes], *, timeout: float = 120) -> Result:
         """Runs `cmd` with `chunks` streamed to its stdin; `timeout` bounds any stall and the wait at the end."""
+        return self.prepare(cmd).send(chunks, timeout=timeout)
+
+    @abstractmethod
+    def prepare(self, cmd: Cmd) -> "Prepared":
+        """Starts `cmd` now, its stdin waiting for Prepared.send: the host's shell start-up (a .bashrc) is
+        paid while other work goes on. A prepared command must not act before its input says so."""
 
     @abstractmethod
     def put(self, local: BinaryIO, remote_path: str, size: int, progress: Progress | None = None,
@@ -88,6 +93,24 @@ class Held:
 
     def close(self) -> None:
         self.closer()
+
+
+class Prepared:
+    """A started command waiting for its stdin; used once by send(), or ended unused by close()."""
+
+    def __init__(self, cmd: Cmd, send: Callable[[Iterable[bytes], float], Result], close: Callable[[], None]):
+        self.cmd, self._send, self._close, self.used = cmd, send, close, False
+
+    def send(self, chunks: Iterable[bytes], *, timeout: float = 120) -> Result:
+        """Streams `chunks` to its stdin, then waits for it to end; as Host.send."""
+        self.used = True
+        return self._send(chunks, timeout)
+
+    def close(self) -> None:
+        """Ends it unused: EOF on its stdin."""
+        if not self.used:
+            self.used = True
+            self._close()
 
 
 class _Lines:
@@ -151,26 +174,34 @@ class LocalHost(Host):
                         sel.unregister(key.fileobj)
         return proc.wait(), bytes(err)
 
-    def send(self, cmd: Cmd, chunks: Iterable[bytes], *, timeout: float = 120) -> Result:
+    def prepare(self, cmd: Cmd) -> Prepared:
         proc = self._popen(cmd, stdin=True)
         assert proc.stdin
-        try:
-            for chunk in chunks:
-                proc.stdin.write(chunk)
-        except BrokenPipeError:
-            pass  # it stopped reading: its exit code and output say why
-        finally:
+
+        def send(chunks: Iterable[bytes], timeout: float) -> Result:
+            assert proc.stdin
             try:
-                proc.stdin.close()
+                for chunk in chunks:
+                    proc.stdin.write(chunk)
+            except BrokenPipeError:
+                pass  # it stopped reading: its exit code and output say why
+            finally:
+                close()
+            try:
+                out, err = proc.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, 9)
+                proc.wait()
+                raise RemoteTimeout(f"`{cmd}` did not finish within {timeout:.0f} s", host=self.name) from None
+            return Result(cmd, proc.returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
+
+        def close() -> None:
+            try:
+                proc.stdin.close()  # type: ignore[union-attr]
             except BrokenPipeError:
                 pass
-        try:
-            out, err = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, 9)
-            proc.wait()
-            raise RemoteTimeout(f"`{cmd}` did not finish within {timeout:.0f} s", host=self.name) from None
-        return Result(cmd, proc.returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
+
+        return Prepared(cmd, send, close)
 
     def put(self, local: BinaryIO, remote_path: str, size: int, progress: Progress | None = None,
             offset: int = 0) -> None:

@@ -22,7 +22,7 @@ import paramiko
 from ..errors import HostKeyError, Refused, RemoteTimeout, Unreachable
 from ..playbook import HostSpec
 from .cmd import Cmd
-from .host import Held, Host, Progress, Result
+from .host import Held, Host, Prepared, Progress, Result
 
 CONNECT_TIMEOUT_S = 15
 WINDOW_SIZE = 64 << 20  # paramiko's 2 MiB default window starves bulk transfers
@@ -191,8 +191,11 @@ class SshHost(Host):
         finally:
             self._close(chan)
 
-    def send(self, cmd: Cmd, chunks: Iterable[bytes], *, timeout: float = 120) -> Result:
+    def prepare(self, cmd: Cmd) -> Prepared:
         chan = self._open_channel(cmd)
+        return Prepared(cmd, lambda chunks, timeout: self._send(chan, cmd, chunks, timeout), lambda: self._close(chan))
+
+    def _send(self, chan: paramiko.Channel, cmd: Cmd, chunks: Iterable[bytes], timeout: float) -> Result:
         chan.settimeout(STALL_S)
         out, err = bytearray(), bytearray()
         try:

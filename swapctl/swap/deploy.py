@@ -20,7 +20,7 @@ from ..errors import (BadInput, LockHeld, Refused, RolledBack, SwapctlError, Unk
                       RemoteTimeout)
 from ..facts.status import HostStatus, gather, split_sections
 from ..playbook import Playbook
-from ..remote import Cmd, Host, Secret
+from ..remote import Cmd, Host, Prepared, Secret
 from . import elf, scripts, upload
 from .releases import (Release, now_iso, parse_releases, previous_good, record_local, releases_newest_first, to_prune,
                        who_am_i)
@@ -168,6 +168,7 @@ class Swap:
         # what the upload sends, started during the preflight: a patch, or the first zstd frames
         self._patch: upload.Patch | None = None
         self._frames: upload.Frames | None = None
+        self._ready: Prepared | None = None  # the upload's host side, started before the lock
         self._configs_missing: tuple[tuple[str, ...], list[str]] = ((), [])  # checked by INSPECT, and missing
 
     # -- small helpers ----------------------------------------------------------------------------
@@ -441,7 +442,35 @@ class Swap:
         elif not base and tmp not in dict(plan.partials):  # a resumed upload starts where the host's bytes end
             self._frames = upload.Frames(binary_path)
 
+    def prepare_upload(self, plan: Plan) -> None:
+        """Starts the host side of the upload now, before the lock: its shell start-up (.bashrc) then runs
+        beside the lock's instead of after it. It acts only when the upload begins (scripts.RECEIVE)."""
+        if plan.new is None or plan.new.id in plan.releases or plan.unchanged:
+            return
+        sender, partial = self._uploader(plan)
+        try:
+            self._ready = sender.prepare(partial, self.patch_base(plan))
+        except Unreachable:
+            pass  # the lock and the upload meet it again and say so
+
+    def _uploader(self, plan: Plan) -> tuple[upload.Uploader, int]:
+        """The uploader for plan.new, and the bytes of it the host has from an interrupted upload."""
+        new, st = plan.new, self.state
+        tmp = self.upload_path(new.id)
+
+        def progress(done: int, wire: int) -> None:
+            self.emit("upload", done=done, total=new.size, wire=wire)
+            if self.interrupts.count:
+                raise KeyboardInterrupt
+
+        sender = upload.Uploader(self.host, plan.binary.path, new.size, tmp,
+                                 (new.dir(st), new.name, new.sha256, _manifest(new)), progress, plan.host_zstd)
+        return sender, dict(plan.partials).get(tmp, 0)
+
     def discard_upload(self) -> None:
+        if self._ready is not None:
+            self._ready.close()
+            self._ready = None
         if self._patch is not None:
             self._patch.release()
             self._patch = None
@@ -457,30 +486,22 @@ class Swap:
             if plan.releases[new.id] != new:  # record the command line it will run with now
                 self._write_manifest(new)
             return upload.Sent("present", 0, 0.0)
-        tmp = self.upload_path(plan.new.id)
-        partial = dict(plan.partials).get(tmp, 0)
-
-        def progress(done: int, wire: int) -> None:
-            self.emit("upload", done=done, total=new.size, wire=wire)
-            if self.interrupts.count:
-                raise KeyboardInterrupt
-
-        sender = upload.Uploader(self.host, plan.binary.path, new.size, tmp,
-                                 (new.dir(st), new.name, new.sha256, _manifest(new)), progress, plan.host_zstd)
+        sender, partial = self._uploader(plan)
         base = self.patch_base(plan)
         made, self._patch = self._patch, None
         if made and (base is None or made.old != base.local_path or made.new != plan.binary.path):
             made.release()
             made = None
         early, self._frames = self._frames, None
-        sent, report = sender.run(partial, base, made, early)
+        ready, self._ready = self._ready, None
+        sent, report = sender.run(partial, base, made, early, ready)
         if report.startswith("NOSPACE"):
             free = report.split()[1]
             raise Refused(f"the host's disk filled up during the upload ({free} KiB free in {st}/releases); the "
                           f"partial upload was removed and the daemon runs on: free some space and deploy again",
                           host=self.host.name)
         if report.startswith(("MISMATCH", "BROKEN", "SHORT")):
-            self.host.run(Cmd("rm", "-f", "--", tmp), check=False)
+            self.host.run(Cmd("rm", "-f", "--", sender.tmp), check=False)
             what = report.split("\n")[0]
             raise Refused(f"the upload arrived corrupted ({what[:120]}; expected sha256 {new.id}); it was removed "
                           f"and nothing changed: deploy again", host=self.host.name)
@@ -761,6 +782,7 @@ def deploy(sw: Swap, plan: Plan) -> Outcome:
                        message=f"the daemon already runs {plan.new.id}; --restart restarts it anyway")
     t = time.monotonic()
     cached = None
+    sw.prepare_upload(plan)
     sw.lock()
     try:
         sw.timed("lock", t)

@@ -106,8 +106,11 @@ exit 0
 # arguments after $4. The sha256 is taken as the bytes arrive, the kept prefix first: no second pass
 # over a large file. A stream cut between two frames looks complete to zstd, hence the size check; the
 # partial file stays for a resume. A full disk removes it at once: the daemon's logs need that space more.
-# (bash, for pipefail)
+# It is started before the deploy holds the host's lock (Host.prepare), so it touches nothing until its
+# first line says GO; EOF instead (the deploy stopped before its upload) ends it. (bash, for pipefail
+# and a `read` that takes no byte past its line)
 RECEIVE = SHA256 + r"""
+IFS= read -r go && [ "$go" = GO ] || exit 0
 tmp=$1; off=$2; base=$3; size=$4; shift 4
 set -o pipefail
 umask 077

@@ -9,6 +9,7 @@ file becomes a release (scripts.INSTALL).
 
 from __future__ import annotations
 
+import itertools
 import os
 import queue
 import shutil
@@ -23,7 +24,7 @@ from typing import Callable, Iterator
 import zstandard
 
 from ..errors import Refused
-from ..remote import Cmd, Host, Piece
+from ..remote import Cmd, Host, Piece, Prepared
 from . import scripts
 
 CHUNK = 4 << 20  # one zstd frame per chunk: the level can change between frames
@@ -259,13 +260,24 @@ class Uploader:
         self.host, self.path, self.size, self.tmp = host, path, size, tmp
         self.install_args, self.progress, self.host_zstd = install_args, progress, host_zstd
         self.wire = 0
+        self.ready: Prepared | None = None  # the first receive, started ahead
 
-    def run(self, partial: int, base: Base | None, made: Patch | None = None,
-            early: Frames | None = None) -> tuple[Sent, str]:
+    def prepare(self, partial: int, base: Base | None) -> Prepared | None:
+        """Starts, now, the host side of the receive that run(partial, base) begins with: its shell starts
+        while the deploy takes the lock. It waits for GO, so it acts only once the upload does."""
+        if not self.host_zstd:
+            return None
+        if base and Patch.possible():
+            return self.host.prepare(self._receive_cmd(0, base.remote_path))
+        return self.host.prepare(self._receive_cmd(partial if 0 < partial < self.size else 0, ""))
+
+    def run(self, partial: int, base: Base | None, made: Patch | None = None, early: Frames | None = None,
+            ready: Prepared | None = None) -> tuple[Sent, str]:
         """Sends the binary (resuming after `partial` bytes when it can) and installs it; returns how it went
         and INSTALL's report. A patch (`made`, or made now against `base`) that does not reproduce the
         binary is retried as a full upload. `made` and `early` (frames compressed during the preflight)
-        are released here, used or not."""
+        and `ready` (from prepare()) are released here, used or not."""
+        self.ready = ready
         try:
             return self._run(partial, base, made, early)
         finally:
@@ -273,6 +285,8 @@ class Uploader:
                 made.release()
             if early:
                 early.close()
+            if self.ready:
+                self.ready.close()
 
     def _run(self, partial: int, base: Base | None, made: Patch | None,
              early: Frames | None) -> tuple[Sent, str]:
@@ -333,10 +347,18 @@ class Uploader:
             self.wire += len(chunk)
             yield chunk
 
+    def _receive_cmd(self, offset: int, base: str) -> Cmd:
+        return scripts.script(scripts.RECEIVE, self.tmp, str(offset), base, str(self.size), *self.install_args,
+                              label="receive", bash=True)
+
     def _receive(self, chunks: Iterator[bytes], offset: int, base: str) -> str:
-        cmd = scripts.script(scripts.RECEIVE, self.tmp, str(offset), base, str(self.size), *self.install_args,
-                             label="receive", bash=True)
-        result = self.host.send(cmd, self._counted(chunks), timeout=600)
+        cmd = self._receive_cmd(offset, base)
+        ready, self.ready = self.ready, None
+        if ready is None or ready.cmd != cmd:
+            if ready:
+                ready.close()
+            ready = self.host.prepare(cmd)
+        result = ready.send(itertools.chain([b"GO\n"], self._counted(chunks)), timeout=600)
         report = result.stdout
         if result.exit_code != 0:
             report = f"BROKEN exit {result.exit_code}: {result.stderr.strip()[-200:]}"
