@@ -1,5 +1,6 @@
 """The SSH layer against a real OpenSSH sshd: host keys, authentication, quoting, held commands."""
 
+import socket
 import subprocess
 from pathlib import Path
 
@@ -74,6 +75,14 @@ def test_unreachable_port(sshd):
     with pytest.raises(Unreachable, match=f"cannot connect to root@127.0.0.1:{port}"), \
             SshHost(spec(sshd, port=port)) as host:
         host.run(Cmd("true"))
+
+
+def test_the_connection_sends_small_packets_at_once(sshd):
+    # With Nagle's algorithm on (paramiko's default), each command's small requests waited for the
+    # host's delayed ACK: 40 ms a command. swapctl makes the socket itself, with TCP_NODELAY.
+    with SshHost(spec(sshd)) as host:
+        host.run(Cmd("true"))
+        assert host._transport().sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
 
 
 def test_one_connection_serves_every_command(sshd):

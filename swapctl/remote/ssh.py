@@ -33,6 +33,15 @@ _handshakes = threading.BoundedSemaphore(MAX_HANDSHAKES)
 STALL_S = 60  # a transfer that moves no byte for this long has lost its connection
 
 
+def _tcp(host: str, port: int) -> socket.socket:
+    """A TCP connection with Nagle's algorithm off, as OpenSSH's ssh sets it. paramiko leaves it on: then
+    each small request (open a channel, EOF) waits for the host's delayed ACK, 40 ms, so a trivial command
+    took 48 ms on a zero-latency link instead of 5 ms, and the handshake 80 ms instead of 37."""
+    sock = socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
+
+
 def fingerprint(key: paramiko.PKey) -> str:
     """OpenSSH's SHA256 fingerprint, as `ssh-keygen -lf` prints it."""
     digest = hashlib.sha256(key.asbytes()).digest()
@@ -104,6 +113,8 @@ class SshHost(Host):
             where = f"{conn.user}@{conn.host}:{conn.port}"
             try:
                 with _handshakes:
+                    if conn.gateway is None:  # direct: the socket is made here, to turn Nagle off first
+                        conn.connect_kwargs["sock"] = _tcp(conn.host, conn.port)
                     conn.open()
             except HostKeyError:
                 raise
