@@ -22,8 +22,16 @@ from swapctl.swap.deploy import Swap
 
 
 def swapctl(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "swapctl", *args], capture_output=True, text=True,
-                          timeout=timeout, stdin=subprocess.DEVNULL)
+    """Runs the CLI; one that hangs fails the test with every thread's stack (faulthandler on SIGABRT)."""
+    proc = subprocess.Popen([sys.executable, "-m", "swapctl", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL, text=True, env={**os.environ, "PYTHONFAULTHANDLER": "1"})
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGABRT)
+        out, err = proc.communicate()
+        pytest.fail(f"swapctl {' '.join(args)} did not end within {timeout:.0f} s; its stderr:\n{err[-8000:]}")
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 def sha(path: Path) -> str:
