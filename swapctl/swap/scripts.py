@@ -24,9 +24,11 @@ CHECK_FILES = MISSING + r"""
 missing "$@"
 """
 
+# Both run in polling loops, so they start no process (a fork and exec cost more CPU than the check).
+# now: NOW becomes milliseconds on a monotonic clock (/proc/uptime, in 10 ms steps).
 ALIVE = r"""
-alive() { s=$(sed -n 's/.*) \(.\).*/\1/p' "/proc/$1/stat" 2>/dev/null); [ -n "$s" ] && [ "$s" != Z ]; }
-now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
+alive() { s=; { read -r s < "/proc/$1/stat"; } 2>/dev/null; s=${s##*) }; [ -n "$s" ] && [ "${s%% *}" != Z ]; }
+now() { read -r NOW _ < /proc/uptime; NOW=$(( ${NOW%.*} * 1000 + 1${NOW#*.} * 10 - 1000 )); }
 """
 
 # Holds the host's deploy lock for as long as this command's stdin stays open: the lock dies with the
@@ -172,14 +174,15 @@ for d in "$@"; do rm -rf -- "$d"; done
 SWAP = ALIVE + r"""
 stop_daemon() {
   pid=$1; grace_ms=$2; group=$3; unit=$4
-  kids=$(ps -eo pid=,ppid= | awk -v root="$pid" '{p[$1]=$2} END {for (x in p) {y=p[x]; while (y in p && y != root && y > 1) y=p[y]; if (y == root) print x}}' | tr '\n' ' ')
+  kids=$(ps -eo pid=,ppid= | awk -v root="$pid" '{p[$1]=$2} END {for (x in p) {y=p[x]; while (y in p && y != root && y > 1) y=p[y]; if (y == root) printf "%s ", x}}')
   echo "KIDS $kids"
-  start=$(now_ms)
+  now; start=$NOW
   if [ -n "$unit" ]; then systemctl stop -- "$unit" 2>&1 | sed 's/^/LOG /'; fi
   kill -TERM "$pid" 2>/dev/null
   [ "$group" = 1 ] && kill -TERM -- "-$pid" 2>/dev/null
   while alive "$pid"; do
-    if [ $(( $(now_ms) - start )) -ge "$grace_ms" ]; then
+    now
+    if [ $(( NOW - start )) -ge "$grace_ms" ]; then
       echo SIGKILL
       kill -KILL "$pid" 2>/dev/null
       [ "$group" = 1 ] && kill -KILL -- "-$pid" 2>/dev/null
@@ -188,20 +191,20 @@ stop_daemon() {
     sleep 0.01
   done
   while alive "$pid"; do sleep 0.01; done
-  echo "STOPPED $(( $(now_ms) - start ))"
+  now; echo "STOPPED $(( NOW - start ))"
   WATCH="$pid $kids"
 }
 
 wait_memory() {
   timeout_ms=$1; min_kib=$2; gpu_max=$3
-  start=$(now_ms); n=0; used=""
+  now; start=$NOW; n=0; used=""
   while :; do
     left=""; for p in $WATCH; do alive "$p" && left="$left,$p"; done
-    avail=$(awk '/^MemAvailable:/ {print $2}' /proc/meminfo)
+    avail=; while read -r key kib _; do [ "$key" = MemAvailable: ] && avail=$kib && break; done < /proc/meminfo
     if [ -n "$gpu_max" ] && [ $((n % 10)) -eq 0 ]; then
       used=$(nvidia-smi --query-gpu=index,memory.used --format=csv,noheader,nounits 2>/dev/null | tr -d ' ' | paste -sd';')
     fi
-    ms=$(( $(now_ms) - start ))
+    now; ms=$(( NOW - start ))
     if [ -z "$left" ] && [ "$avail" -ge "$min_kib" ] && gpu_ok "$gpu_max" "$used"; then
       echo "R $ms $avail - $used"; echo "DONE $ms"; return 0
     fi
@@ -242,8 +245,8 @@ wait_ready() {
       use && $0 ~ re { print "READY"; fflush(); system("pkill -TERM -P " me " -x timeout"); exit }'
   kill $watchers 2>/dev/null  # only the watchers: the daemon is this shell's child too
   if [ "$stable_ms" -gt 0 ] && ready_now; then  # ready is not enough: it must stay up a while
-    echo "WATCH $stable_ms"; until_ms=$(( $(now_ms) + stable_ms ))
-    while alive "$pid" && [ "$(now_ms)" -lt "$until_ms" ]; do sleep 0.05; done
+    now; echo "WATCH $stable_ms"; until_ms=$(( NOW + stable_ms ))
+    while alive "$pid" && now && [ "$NOW" -lt "$until_ms" ]; do sleep 0.05; done
   fi
   alive "$pid" && echo "ALIVE 1" || echo "ALIVE 0"
   return 0
@@ -274,7 +277,7 @@ else
   new=$!
 fi
 echo "STARTED $new $off"
-started_ms=$(now_ms)
+now; started_ms=$NOW
 wait_ready "$new" "$log" "$off" "$re" "$ready_s" "$port"
 
 # When the deploy lost its connection, nobody will roll back a new daemon that failed: do it here.
@@ -283,7 +286,7 @@ printf 'NOTREADY\n' 2>/dev/null && exit 0  # someone still listens: the deploy d
 # Nobody listens: the log reader above stopped at its first write, maybe before the ready line, so
 # wait for it here, to the same deadline, before calling the start a failure.
 until_ms=$(( started_ms + ready_s * 1000 ))
-while alive "$new" && ! ready_now && [ "$(now_ms)" -lt "$until_ms" ]; do sleep 0.05; done
+while alive "$new" && ! ready_now && now && [ "$NOW" -lt "$until_ms" ]; do sleep 0.05; done
 ready_now && exit 0
 stop_daemon "$new" "$grace_ms" 1 "" >/dev/null 2>&1
 wait_memory "$timeout_ms" "$min_kib" "" >/dev/null 2>&1 || exit 0
