@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -191,16 +192,23 @@ def test_memory_that_never_comes_back_leaves_no_daemon_and_says_so(box, prover, 
     assert "no daemon runs now" in r.stderr
 
 
-def test_second_deploy_is_refused_while_the_first_holds_the_lock(box, prover, prover_b):
-    box.start_by_hand(prover)
+@contextmanager
+def lock_held(box):
+    """The host's deploy lock, held by another deploy (this test) meanwhile."""
     book = load(box.playbook_path)
     with connect(book.hosts["lab"]) as host:
         first = Swap(host, book)
         first.lock()
         try:
-            r = deploy(box, prover_b)
+            yield
         finally:
             first.unlock()
+
+
+def test_second_deploy_is_refused_while_the_first_holds_the_lock(box, prover, prover_b):
+    box.start_by_hand(prover)
+    with lock_held(box):
+        r = deploy(box, prover_b)
     assert r.returncode == 3
     assert "another deploy holds the lock: root@" in r.stderr and f"(pid {os.getpid()})" in r.stderr
     assert len(box.daemons()) == 1 and exe_sha(box.daemons()[0]) == sha(prover)

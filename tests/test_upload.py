@@ -17,7 +17,7 @@ from swapctl.remote import connect
 from swapctl.swap import deploy as swap_deploy
 from swapctl.swap.deploy import Swap
 from swapctl.swap.upload import CACHE_KEEP, CHUNK, Base, Cache, Frames, Patch
-from test_deploy import _session_of, deploy, exe_sha, journal, sha
+from test_deploy import _session_of, deploy, exe_sha, journal, lock_held, sha
 
 
 @pytest.fixture(autouse=True)
@@ -152,14 +152,8 @@ def test_upload_started_before_the_lock_touches_nothing_when_the_lock_is_held(bo
     tmp = box.data / ".swapctl" / "cuzk" / "releases" / f".upload-{sha(new)[:12]}"
     part = new.read_bytes()[: 1 << 20]
     tmp.write_bytes(part)
-    book = load(box.playbook_path)
-    with connect(book.hosts["lab"]) as host:
-        first = Swap(host, book)
-        first.lock()
-        try:
-            r = deploy(box, new)
-        finally:
-            first.unlock()
+    with lock_held(box):
+        r = deploy(box, new)
     assert r.returncode == 3 and "another deploy holds the lock" in r.stderr
     wait_until(lambda: not _receiving(), what="the receive step started ahead to end")
     assert tmp.read_bytes() == part

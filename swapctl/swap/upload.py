@@ -269,7 +269,11 @@ class Uploader:
             return None
         if base and Patch.possible():
             return self.host.prepare(self._receive_cmd(0, base.remote_path))
-        return self.host.prepare(self._receive_cmd(partial if 0 < partial < self.size else 0, ""))
+        return self.host.prepare(self._receive_cmd(self._resumable(partial), ""))
+
+    def _resumable(self, partial: int) -> int:
+        """Where an upload starts when `partial` bytes of it are on the host already."""
+        return partial if 0 < partial < self.size else 0
 
     def run(self, partial: int, base: Base | None, made: Patch | None = None, early: Frames | None = None,
             ready: Prepared | None = None) -> tuple[Sent, str]:
@@ -291,7 +295,7 @@ class Uploader:
     def _run(self, partial: int, base: Base | None, made: Patch | None,
              early: Frames | None) -> tuple[Sent, str]:
         started = time.monotonic()
-        offset = partial if 0 < partial < self.size else 0
+        offset = self._resumable(partial)
         if base and self.host_zstd and (made or Patch.possible()):
             patch = made or Patch.of(base, self.path)
             try:
