@@ -11,7 +11,7 @@ import pytest
 
 from conftest import Box, own_box
 from lab import wait_until
-from swapctl.errors import Refused, Unreachable
+from swapctl.errors import LockHeld, Refused, Unreachable
 from swapctl.playbook import load
 from swapctl.remote import connect
 from swapctl.swap import deploy as swap_deploy
@@ -158,6 +158,18 @@ def test_upload_started_before_the_lock_touches_nothing_when_the_lock_is_held(bo
     wait_until(lambda: not _receiving(), what="the receive step started ahead to end")
     assert tmp.read_bytes() == part
     assert not release_file(box, new).exists()
+
+
+def test_a_deploy_refused_at_the_lock_ends_the_receive_it_started(box, prover, prover_b):
+    # Through the library, not the CLI: the receive started before the lock must end with the refusal,
+    # not wait on the open connection for a GO that never comes.
+    box.start_by_hand(prover)
+    book = load(box.playbook_path)
+    with lock_held(box), connect(book.hosts["lab"]) as host:
+        sw = Swap(host, book)
+        with pytest.raises(LockHeld):
+            swap_deploy.deploy(sw, sw.plan(str(prover_b)))
+        wait_until(lambda: not _receiving(), what="the receive started ahead to end", timeout=10)
 
 
 def _receiving() -> bool:

@@ -62,7 +62,8 @@ class Host(ABC):
     @abstractmethod
     def prepare(self, cmd: Cmd) -> "Prepared":
         """Starts `cmd` now, its stdin waiting for Prepared.send: the host's shell start-up (a .bashrc) is
-        paid while other work goes on. A prepared command must not act before its input says so."""
+        paid while other work goes on. A command started before it may act must wait for its input to
+        say so, as RECEIVE waits for GO."""
 
     @abstractmethod
     def put(self, local: BinaryIO, remote_path: str, size: int, progress: Progress | None = None,

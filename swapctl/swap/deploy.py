@@ -445,7 +445,7 @@ class Swap:
     def prepare_upload(self, plan: Plan) -> None:
         """Starts the host side of the upload now, before the lock: its shell start-up (.bashrc) then runs
         beside the lock's instead of after it. It acts only when the upload begins (scripts.RECEIVE)."""
-        if plan.new is None or plan.new.id in plan.releases or plan.unchanged:
+        if plan.new.id in plan.releases:  # nothing to send
             return
         sender, partial = self._uploader(plan)
         try:
@@ -783,8 +783,8 @@ def deploy(sw: Swap, plan: Plan) -> Outcome:
     t = time.monotonic()
     cached = None
     sw.prepare_upload(plan)
-    sw.lock()
     try:
+        sw.lock()  # inside: a refused lock still ends the receive started for it
         sw.timed("lock", t)
         t = time.monotonic()
         sent = sw.sent = sw.upload(plan)
