@@ -8,16 +8,41 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
 from swapctl.sandbox import SshServer, build_prover, free_port, keygen, make_server, prover_config
 
 __all__ = ["SshServer", "build_prover", "free_port", "keygen", "make_server", "prover_config", "NetnsLab",
-           "wait_until"]
+           "swapctl", "wait_until"]
+
+
+class Ran(subprocess.CompletedProcess):
+    """A CLI run whose repr, as a failed assertion prints it, names the exit code and the error line."""
+
+    def __repr__(self) -> str:
+        last = (self.stderr.strip().splitlines() or [""])[-1]
+        return f"<swapctl exited {self.returncode}: {last[:180]!r}>"
+
+
+def swapctl(*args: str, env: dict | None = None, timeout: float = 120) -> Ran:
+    """Runs the CLI; one that hangs fails the test with every thread's stack (faulthandler on SIGABRT)."""
+    proc = subprocess.Popen([sys.executable, "-m", "swapctl", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL, text=True,
+                            env={**os.environ, "PYTHONFAULTHANDLER": "1", **(env or {})})
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGABRT)
+        out, err = proc.communicate()
+        pytest.fail(f"swapctl {' '.join(args)} did not end within {timeout:.0f} s; its stderr:\n{err[-8000:]}")
+    return Ran(proc.args, proc.returncode, out, err)
 
 # PID 1 of a namespace host: binds the host's own /data, starts sshd, and reaps every orphan (daemons
 # started with setsid end up here), as init does on a real machine.

@@ -16,23 +16,10 @@ from pathlib import Path
 import pytest
 
 from conftest import own_box
-from lab import prover_config, wait_until
+from lab import prover_config, swapctl, wait_until
 from swapctl.playbook import load
 from swapctl.remote import connect
 from swapctl.swap.deploy import Swap
-
-
-def swapctl(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    """Runs the CLI; one that hangs fails the test with every thread's stack (faulthandler on SIGABRT)."""
-    proc = subprocess.Popen([sys.executable, "-m", "swapctl", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            stdin=subprocess.DEVNULL, text=True, env={**os.environ, "PYTHONFAULTHANDLER": "1"})
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.send_signal(signal.SIGABRT)
-        out, err = proc.communicate()
-        pytest.fail(f"swapctl {' '.join(args)} did not end within {timeout:.0f} s; its stderr:\n{err[-8000:]}")
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 def sha(path: Path) -> str:
@@ -420,7 +407,8 @@ def test_connection_dropped_during_the_memory_wait_still_ends_with_the_new_daemo
     os.kill(_session_of("swapctl-swap"), signal.SIGKILL)  # the connection drops, as a flaky link does
     assert proc.wait(60) == 5
     reader.join(5)
-    assert any("the host finishes the swap by itself" in l for l in lines)
+    [error] = [l for l in lines if "the host finishes the swap by itself" in l]
+    assert "connection lost during the swap step (the connection closed)" in error, error  # what cut it off
     wait_until(lambda: only_runs(box, prover_b), timeout=30, what="the new daemon, started by the host's swap script alone")
     new = min(box.daemons())  # the daemon; a listing taken while it forks its memory holder may show both
     sigpipe = int(Path(f"/proc/{new}/status").read_text().split("SigIgn:")[1].split()[0], 16) & (1 << 12)

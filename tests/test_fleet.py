@@ -13,8 +13,8 @@ import termios
 
 import pytest
 
-from lab import NetnsLab, free_port, prover_config, wait_until
-from test_deploy import sha, swapctl
+from lab import NetnsLab, free_port, prover_config, swapctl, wait_until
+from test_deploy import sha
 
 HOSTS = 3
 DAEMON = "'^(\\./|/data/)cuzk '"  # started by hand (./cuzk) or by swapctl (/data/cuzk), never this shell

@@ -11,15 +11,10 @@ from pathlib import Path
 import pytest
 from hypothesis import given, strategies as st
 
-from lab import build_prover, prover_config, wait_until
+from lab import build_prover, prover_config, swapctl, wait_until
 from swapctl.logs.timings import parse, summarize
 
 DATA = Path(__file__).parent / "data" / "logs"
-
-
-def swapctl(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "swapctl", *args], capture_output=True, text=True,
-                          timeout=timeout, stdin=subprocess.DEVNULL)
 
 
 def test_reference_lines_parse_with_ansi_fields():

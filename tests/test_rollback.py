@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from lab import prover_config
-from test_deploy import cmdline, deploy, exe_sha, journal, sha, swapctl
+from lab import prover_config, swapctl
+from test_deploy import cmdline, deploy, exe_sha, journal, sha
 
 
 @pytest.fixture(autouse=True)

@@ -106,6 +106,15 @@ def test_secret_reaches_host_but_prints_masked(sshd):
         assert host.run(cmd).stdout == "hunter2"
 
 
+def test_a_command_killed_on_the_host_is_told_from_a_lost_link(sshd):
+    # The OOM killer takes the receiving script: its session ends without an exit status, while the
+    # connection stays up for the next command.
+    with SshHost(spec(sshd)) as host:
+        with pytest.raises(Unreachable, match=r"during sh -c .* \(the host ended the session without an exit status\)"):
+            host.send(Cmd("sh", "-c", "kill -9 $$"), [b"payload"])
+        assert host.run(Cmd("echo", "still here")).stdout == "still here\n"
+
+
 def test_held_command_ends_when_released(sshd, tmp_path):
     marker = tmp_path / "held"
     with SshHost(spec(sshd)) as host:

@@ -4,16 +4,10 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 
 import pytest
 
-from lab import NetnsLab, free_port, prover_config
-
-
-def swapctl(*args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "swapctl", *args], capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, **(env or {})})
+from lab import NetnsLab, free_port, prover_config, swapctl
 
 
 def test_status_shows_hand_started_daemon_and_other_sessions(box, prover):

@@ -161,15 +161,26 @@ class SshHost(Host):
         except (OSError, EOFError, paramiko.SSHException):
             pass  # the connection is gone already: so is the channel
 
-    def _lost(self, what: str) -> Unreachable:
-        return Unreachable(f"connection lost during {what}", host=self.name)
+    def _lost(self, what: str, transport: paramiko.Transport) -> Unreachable:
+        """The error for a command cut off: it says whether the link went or the host ended the session."""
+        if transport.is_active():
+            why = "the host ended the session without an exit status"
+        else:
+            exc = transport.get_exception()  # what stopped paramiko's reader, if it was an error
+            why = str(exc) if exc and str(exc) else "the connection closed"
+        return Unreachable(f"connection lost during {what} ({why})", host=self.name)
+
+    def _broken(self, what: str, exc: BaseException) -> Unreachable:
+        """The error for a command whose channel raised `exc`."""
+        why = f"no byte moved for {STALL_S} s" if isinstance(exc, TimeoutError) else str(exc) or type(exc).__name__
+        return Unreachable(f"connection lost during {what} ({why})", host=self.name)
 
     def _open_channel(self, cmd: Cmd) -> paramiko.Channel:
         try:
             chan = self._transport().open_session(window_size=WINDOW_SIZE, timeout=CONNECT_TIMEOUT_S)
             chan.exec_command(cmd.render())
-        except (paramiko.SSHException, OSError, EOFError):
-            raise self._lost(self._what(cmd)) from None
+        except (paramiko.SSHException, OSError, EOFError) as exc:  # "Channel closed.": sshd could not start it
+            raise self._broken(self._what(cmd), exc) from None
         return chan
 
     # -- commands --------------------------------------------------------------------------------
@@ -177,6 +188,7 @@ class SshHost(Host):
     def stream_bytes(self, cmd: Cmd, on_data: Callable[[bytes], None], *, stdin: bytes | None = None,
                      timeout: float = 120) -> tuple[int, bytes]:
         chan = self._open_channel(cmd)
+        transport = chan.get_transport()
         try:
             if stdin:
                 chan.sendall(stdin)
@@ -184,21 +196,24 @@ class SshHost(Host):
             err = bytearray()
             deadline = time.monotonic() + timeout
             while True:
+                # Whether it had ended is read before the output is drained: the transport thread may take
+                # the host's EOF and close between two reads here, and then all the output is in already.
+                ended = chan.closed or not transport.is_active()
                 while chan.recv_ready():
                     on_data(chan.recv(1 << 16))
                 while chan.recv_stderr_ready():
                     err += chan.recv_stderr(1 << 16)
                 if chan.eof_received and not chan.recv_ready() and not chan.recv_stderr_ready():
                     break
-                if chan.closed or not chan.get_transport().is_active():  # type: ignore[union-attr]
-                    raise self._lost(self._what(cmd))
+                if ended:  # closed or cut off before it sent EOF: its output is incomplete
+                    raise self._lost(self._what(cmd), transport)
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise RemoteTimeout(f"`{cmd}` did not finish within {timeout:.0f} s", host=self.name)
                 select.select([chan], [], [], min(remaining, 1.0))
             return chan.recv_exit_status(), bytes(err)
         except (OSError, EOFError, paramiko.SSHException) as exc:
-            raise self._lost(f"{self._what(cmd)} ({exc or type(exc).__name__})") from None
+            raise self._broken(self._what(cmd), exc) from None
         finally:
             self._close(chan)
 
@@ -208,6 +223,7 @@ class SshHost(Host):
 
     def _send(self, chan: paramiko.Channel, cmd: Cmd, chunks: Iterable[bytes], timeout: float) -> Result:
         chan.settimeout(STALL_S)
+        transport = chan.get_transport()  # never self._transport() here: that would connect again
         out, err = bytearray(), bytearray()
         try:
             try:
@@ -216,15 +232,18 @@ class SshHost(Host):
                     while chan.recv_ready():
                         out += chan.recv(1 << 16)
             except OSError:
-                if not chan.exit_status_ready() or not self._transport().is_active():
+                if not chan.exit_status_ready() or not transport.is_active():
                     raise  # it did not stop reading by itself: the link went
             chan.shutdown_write()
             deadline = time.monotonic() + timeout
-            while not chan.exit_status_ready():
+            while True:
+                active = transport.is_active()  # read first: an exit status that came before the end counts
+                if chan.exit_status_ready():
+                    break
+                if not active:
+                    raise self._lost(self._what(cmd), transport)
                 if time.monotonic() > deadline:
                     raise RemoteTimeout(f"`{cmd}` did not finish within {timeout:.0f} s", host=self.name)
-                if not chan.get_transport().is_active():  # type: ignore[union-attr]
-                    raise self._lost(self._what(cmd))
                 select.select([chan], [], [], 0.5)
                 while chan.recv_ready():
                     out += chan.recv(1 << 16)
@@ -234,10 +253,10 @@ class SshHost(Host):
                 err += chan.recv_stderr(1 << 16)
             code = chan.recv_exit_status()
             if code == -1:  # paramiko's "closed without an exit status": the session was killed
-                raise self._lost(self._what(cmd))
+                raise self._lost(self._what(cmd), transport)
             return Result(cmd, code, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
         except (OSError, EOFError, paramiko.SSHException) as exc:
-            raise self._lost(f"{self._what(cmd)} ({exc or type(exc).__name__})") from None
+            raise self._broken(self._what(cmd), exc) from None
         finally:
             self._close(chan)
 
@@ -258,9 +277,12 @@ class SshHost(Host):
                     if progress:
                         progress(done)
         except (OSError, EOFError, paramiko.SSHException) as exc:
-            if isinstance(exc, OSError) and not isinstance(exc, TimeoutError) and self._transport().is_active():
+            transport = self._conn.client.get_transport() if self._conn else None  # as it is: no new connection
+            if isinstance(exc, TimeoutError) or transport is None:
+                raise self._broken(f"upload to {remote_path}", exc) from None
+            if isinstance(exc, OSError) and transport.is_active():  # SFTP's own errors: the host said no
                 raise Refused(f"cannot write {remote_path}: {exc}", host=self.name) from None
-            raise self._lost(f"upload to {remote_path}") from None
+            raise self._lost(f"upload to {remote_path}", transport) from None
 
     def hold(self, cmd: Cmd, timeout: float = 30) -> Held:
         chan = self._open_channel(cmd)
