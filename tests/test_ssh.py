@@ -106,6 +106,19 @@ def test_secret_reaches_host_but_prints_masked(sshd):
         assert host.run(cmd).stdout == "hunter2"
 
 
+@pytest.mark.parametrize("transport", ["ssh", "local"])
+def test_a_command_that_closes_its_output_is_still_held_to_its_deadline(sshd, tmp_path, transport):
+    # EOF on its output is not its end: it may go on running. The wait for its exit has the same deadline.
+    from swapctl.errors import RemoteTimeout
+    from swapctl.remote import connect
+
+    marker = f": {tmp_path}"  # names this test's shell, to end it afterwards
+    with connect(spec(sshd, transport=transport)) as host:
+        with pytest.raises(RemoteTimeout, match="did not finish within 1 s"):  # not exit 0, 20 s later
+            host.run(Cmd("sh", "-c", f"exec >&- 2>&-; sleep 20; {marker}"), timeout=1)
+    subprocess.run(["pkill", "-f", marker], check=False)  # LocalHost ended it already; an SSH host did not
+
+
 def test_a_command_killed_on_the_host_is_told_from_a_lost_link(sshd):
     # The OOM killer takes the receiving script: its session ends without an exit status, while the
     # connection stays up for the next command.

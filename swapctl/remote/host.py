@@ -158,22 +158,29 @@ class LocalHost(Host):
             proc.stdin.close()
         err = bytearray()
         deadline = time.monotonic() + timeout
+
+        def overdue() -> RemoteTimeout:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+            return RemoteTimeout(f"`{cmd}` did not finish within {timeout:.0f} s", host=self.name)
+
         with selectors.DefaultSelector() as sel:
             sel.register(proc.stdout, selectors.EVENT_READ, on_data)  # type: ignore[arg-type]
             sel.register(proc.stderr, selectors.EVENT_READ, err.extend)  # type: ignore[arg-type]
             while sel.get_map():
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    os.killpg(proc.pid, 9)
-                    proc.wait()
-                    raise RemoteTimeout(f"`{cmd}` did not finish within {timeout:.0f} s", host=self.name)
+                    raise overdue()
                 for key, _ in sel.select(remaining):
                     data = os.read(key.fd, 65536)
                     if data:
                         key.data(data)
                     else:
                         sel.unregister(key.fileobj)
-        return proc.wait(), bytes(err)
+        try:  # its output closed, yet it may go on running
+            return proc.wait(timeout=max(deadline - time.monotonic(), 0)), bytes(err)
+        except subprocess.TimeoutExpired:
+            raise overdue() from None
 
     def prepare(self, cmd: Cmd) -> Prepared:
         proc = self._popen(cmd, stdin=True)

@@ -211,6 +211,9 @@ class SshHost(Host):
                 if remaining <= 0:
                     raise RemoteTimeout(f"`{cmd}` did not finish within {timeout:.0f} s", host=self.name)
                 select.select([chan], [], [], min(remaining, 1.0))
+            # EOF is not the end: a command may close its output and go on running
+            if not chan.status_event.wait(max(deadline - time.monotonic(), 0)):
+                raise RemoteTimeout(f"`{cmd}` did not finish within {timeout:.0f} s", host=self.name)
             return chan.recv_exit_status(), bytes(err)
         except (OSError, EOFError, paramiko.SSHException) as exc:
             raise self._broken(self._what(cmd), exc) from None
