@@ -147,6 +147,31 @@ def test_held_command_ends_when_released(sshd, tmp_path):
         wait_until(ended, what="held command to end")
 
 
+def test_a_held_command_whose_connection_drops_before_its_first_line_says_so(sshd, tmp_path):
+    # It used to wait out its whole deadline and report that the command said nothing; the lock's
+    # caller then read the empty line as "another deploy holds the lock".
+    import os
+    import signal
+    import threading
+
+    from lab import wait_until
+    from test_deploy import _session_of
+
+    marker = f"held-{tmp_path.name}"
+
+    def cut() -> None:
+        wait_until(lambda: marker.encode() in subprocess.run(["ps", "-eo", "args"], capture_output=True).stdout,
+                   what="the held command")
+        os.kill(_session_of(marker), signal.SIGKILL)
+
+    cutter = threading.Thread(target=cut)
+    cutter.start()
+    with SshHost(spec(sshd)) as host, pytest.raises(Unreachable, match=r"connection lost .*\(the connection closed\)"):
+        host.hold(Cmd("sh", "-c", f"sleep 60; : {marker}"), timeout=50)
+    cutter.join()
+    subprocess.run(["pkill", "-f", marker], check=False)  # the host's side outlives its session
+
+
 safe_text = st.text(alphabet=st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",)), max_size=40)
 
 

@@ -289,15 +289,22 @@ class SshHost(Host):
 
     def hold(self, cmd: Cmd, timeout: float = 30) -> Held:
         chan = self._open_channel(cmd)
+        transport = chan.get_transport()
         buf = b""
         deadline = time.monotonic() + timeout
-        while b"\n" not in buf and not chan.eof_received:
+        while True:
+            ended = chan.closed or not transport.is_active()  # read before the drain, as in stream_bytes
+            while chan.recv_ready():
+                buf += chan.recv(4096)
+            if b"\n" in buf or chan.eof_received:
+                break
+            if ended:
+                self._close(chan)
+                raise self._lost(self._what(cmd), transport)
             if time.monotonic() > deadline:
                 self._close(chan)
                 raise RemoteTimeout(f"`{cmd}` said nothing within {timeout:.0f} s", host=self.name)
             select.select([chan], [], [], 0.5)
-            while chan.recv_ready():
-                buf += chan.recv(4096)
         return Held(buf.split(b"\n", 1)[0].decode("utf-8", "replace"), lambda: self._close(chan))
 
     def close(self) -> None:
