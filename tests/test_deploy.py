@@ -201,6 +201,24 @@ def test_second_deploy_is_refused_while_the_first_holds_the_lock(box, prover, pr
     assert len(box.daemons()) == 1 and exe_sha(box.daemons()[0]) == sha(prover)
 
 
+def test_a_read_only_state_directory_is_named_and_the_daemon_keeps_running(box, prover, prover_b):
+    # After a disk error the kernel remounts the filesystem read-only. The lock used to fail without a
+    # word, which read as "another deploy holds the lock: another swapctl".
+    pid = box.start_by_hand(prover)
+    state = box.data / ".swapctl" / "cuzk"
+    state.mkdir(parents=True)
+    subprocess.run(["mount", "--bind", str(state), str(state)], check=True)
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(state)], check=True)
+        r = deploy(box, prover_b)
+    finally:
+        subprocess.run(["umount", str(state)], check=True)
+    assert r.returncode == 3, r.stderr
+    assert f"cannot take the deploy lock in {state}:" in r.stderr and "Read-only file system" in r.stderr
+    assert "another deploy" not in r.stderr
+    assert box.daemons() == [pid] and exe_sha(pid) == sha(prover)
+
+
 def test_lock_is_free_after_the_first_deploy_is_killed(box, prover, prover_b):
     box.start_by_hand(prover, prover_config(child_hold_mib=8, child_linger_ms=3000))
     first = subprocess.Popen([sys.executable, "-m", "swapctl", "deploy", "lab", "--binary", str(prover_b), "--yes",

@@ -394,6 +394,11 @@ class Swap:
         if held.first_line == "SWAPPING":
             held.close()
             raise self._swapping()
+        if held.first_line.startswith("FAILED") or not held.first_line:
+            held.close()
+            why = held.first_line.removeprefix("FAILED").strip() or "the lock script ended without a word"
+            raise Refused(f"cannot take the deploy lock in {self.state}: {why}; check the host's disk "
+                          f"(`df -h {self.state}`, is it full or read-only?)", host=self.host.name)
         if held.first_line != "LOCKED":
             held.close()
             detail = held.first_line.removeprefix("HELD ").strip()
