@@ -80,6 +80,9 @@ class Host(ABC):
     def close(self) -> None:
         pass
 
+    def _late(self, cmd: Cmd, timeout: float) -> RemoteTimeout:
+        return RemoteTimeout(f"`{cmd}` did not finish within {timeout:.0f} s", host=self.name)
+
     def __enter__(self) -> "Host":
         return self
 
@@ -149,6 +152,12 @@ class LocalHost(Host):
             start_new_session=True,
         )
 
+    def _killed_late(self, proc: subprocess.Popen[bytes], cmd: Cmd, timeout: float) -> RemoteTimeout:
+        """Past its deadline: the command and everything it started are killed (it leads its group)."""
+        os.killpg(proc.pid, 9)
+        proc.wait()
+        return self._late(cmd, timeout)
+
     def stream_bytes(self, cmd: Cmd, on_data: Callable[[bytes], None], *, stdin: bytes | None = None,
                      timeout: float = 120) -> tuple[int, bytes]:
         proc = self._popen(cmd, stdin is not None)
@@ -158,19 +167,13 @@ class LocalHost(Host):
             proc.stdin.close()
         err = bytearray()
         deadline = time.monotonic() + timeout
-
-        def overdue() -> RemoteTimeout:
-            os.killpg(proc.pid, 9)
-            proc.wait()
-            return RemoteTimeout(f"`{cmd}` did not finish within {timeout:.0f} s", host=self.name)
-
         with selectors.DefaultSelector() as sel:
             sel.register(proc.stdout, selectors.EVENT_READ, on_data)  # type: ignore[arg-type]
             sel.register(proc.stderr, selectors.EVENT_READ, err.extend)  # type: ignore[arg-type]
             while sel.get_map():
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    raise overdue()
+                    raise self._killed_late(proc, cmd, timeout)
                 for key, _ in sel.select(remaining):
                     data = os.read(key.fd, 65536)
                     if data:
@@ -180,7 +183,7 @@ class LocalHost(Host):
         try:  # its output closed, yet it may go on running
             return proc.wait(timeout=max(deadline - time.monotonic(), 0)), bytes(err)
         except subprocess.TimeoutExpired:
-            raise overdue() from None
+            raise self._killed_late(proc, cmd, timeout) from None
 
     def prepare(self, cmd: Cmd) -> Prepared:
         proc = self._popen(cmd, stdin=True)
@@ -198,9 +201,7 @@ class LocalHost(Host):
             try:
                 out, err = proc.communicate(timeout=timeout)
             except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, 9)
-                proc.wait()
-                raise RemoteTimeout(f"`{cmd}` did not finish within {timeout:.0f} s", host=self.name) from None
+                raise self._killed_late(proc, cmd, timeout) from None
             return Result(cmd, proc.returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
 
         def close() -> None:

@@ -209,11 +209,11 @@ class SshHost(Host):
                     raise self._lost(self._what(cmd), transport)
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    raise RemoteTimeout(f"`{cmd}` did not finish within {timeout:.0f} s", host=self.name)
+                    raise self._late(cmd, timeout)
                 select.select([chan], [], [], min(remaining, 1.0))
             # EOF is not the end: a command may close its output and go on running
             if not chan.status_event.wait(max(deadline - time.monotonic(), 0)):
-                raise RemoteTimeout(f"`{cmd}` did not finish within {timeout:.0f} s", host=self.name)
+                raise self._late(cmd, timeout)
             return chan.recv_exit_status(), bytes(err)
         except (OSError, EOFError, paramiko.SSHException) as exc:
             raise self._broken(self._what(cmd), exc) from None
@@ -246,7 +246,7 @@ class SshHost(Host):
                 if not active:
                     raise self._lost(self._what(cmd), transport)
                 if time.monotonic() > deadline:
-                    raise RemoteTimeout(f"`{cmd}` did not finish within {timeout:.0f} s", host=self.name)
+                    raise self._late(cmd, timeout)
                 select.select([chan], [], [], 0.5)
                 while chan.recv_ready():
                     out += chan.recv(1 << 16)

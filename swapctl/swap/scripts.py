@@ -36,7 +36,8 @@ now() { read -r NOW _ < /proc/uptime; NOW=$(( ${NOW%.*} * 1000 + 1${NOW#*.} * 10
 LOCK = r"""
 dir=$1; info=$2
 # a full or read-only disk: say so (a failed `exec 9>>` would end the shell without a word)
-why=$(mkdir -p -m 700 -- "$dir" "$dir/releases" 2>&1 && true 2>&1 >>"$dir/lock") || { echo "FAILED $why" | head -n 1; exit 0; }
+why=$(mkdir -p -m 700 -- "$dir" "$dir/releases" 2>&1 && true 2>&1 >>"$dir/lock") ||
+  { echo "FAILED $why" | head -n 1; exit 0; }
 exec 9>>"$dir/lock"
 if flock -n 9; then
   # a swap whose deploy lost its connection runs on (SWAP holds swap.lock): never start another beside it
