@@ -11,7 +11,7 @@ from rich.table import Table
 
 from .. import playbook as pb
 from ..errors import BadInput
-from ..logs.timings import by_release, compare, parse_files
+from ..logs.timings import PHASE_SHARE, by_release, compare, parse_files
 from ..remote import connect
 from ..swap.deploy import Swap
 from .common import JsonOpt, PlaybookOpt, err, guarded, out, print_json, select_hosts, text
@@ -29,13 +29,21 @@ def timings(
     dest: Annotated[Path, typer.Option("--dest", help="Where fetch-logs put the logs (with --by-release).")] = Path(
         "logs"),
     plot: Annotated[Path | None, typer.Option("--plot", help="Also draw the timeline as a PNG here.")] = None,
+    run: Annotated[str, typer.Option("--run", help="Which daemon runs of the log: N (1 is the first), last, or all.")
+                   ] = "all",
     playbook: PlaybookOpt = None,
     json: JsonOpt = False,
 ) -> None:
-    """Phase times (count, p50, p95, max), GPU busy fraction and starvation signs from cuzk logs."""
+    """Phase times (count, p50, p95, max), GPU phase share per GPU and starvation signs from cuzk logs."""
+    if run not in ("all", "last") and not run.isdigit():
+        guarded(lambda: _bad(f"--run {run!r}: give a run's number (1 is the first), last, or all"))
     if by_release:
         guarded(lambda: _by_release([str(p) for p in paths or []], dest, playbook, json))
-    guarded(lambda: _timings(paths or [], compare_, all_phases, json, plot))
+    guarded(lambda: _timings(paths or [], compare_, all_phases, json, plot, run))
+
+
+def _bad(message: str) -> int:
+    raise BadInput(message)
 
 
 def _by_release(targets: list[str], dest: Path, playbook_path: str | None, as_json: bool) -> int:
@@ -61,38 +69,63 @@ def _by_release(targets: list[str], dest: Path, playbook_path: str | None, as_js
     names = sorted({n for part in parts for n, v in part["report"]["phases"].items() if v["p50"]})
     for name in names:
         t.add_row(name, *(_ms(part["report"]["phases"].get(name, {}).get("p50")) for part in parts))
-    t.add_row("GPU busy", *(_pct(part["report"]["gpu_busy_fraction"]) for part in parts), style="bold")
+    t.add_row("GPU phase share", *(_pct(part["report"]["gpu_phase_share"]) for part in parts), style="bold")
     t.add_row("pageable share", *(_pct(part["report"]["pageable_share"]) for part in parts))
     t.add_row("proofs", *(str(part["report"]["jobs"]) for part in parts))
     out.print(t)
     return 0
 
 
-def _read(paths: list[Path]) -> dict:
+def _read(paths: list[Path], run: str = "all") -> dict:
     for p in paths:
         if not os.access(p, os.R_OK) or p.is_dir():
             reason = "a directory" if p.is_dir() else "missing" if not p.exists() else "not readable"
             raise BadInput(f"{p}: cannot read ({reason})")
-    return parse_files([str(p) for p in paths]).report()
+    log = parse_files([str(p) for p in paths])
+    try:
+        return log.report(run)
+    except IndexError:
+        raise BadInput(f"--run {run}: {', '.join(map(str, paths))} holds {len(log.runs)} daemon run(s)") from None
 
 
-def _plot(paths: list[Path], png: Path) -> None:
+def _plot(paths: list[Path], png: Path, run: str) -> None:
     from ..logs import plot as timeline
 
     streams = [open(p, "rb") for p in paths]
     try:
-        lanes = timeline.intervals(streams)
+        runs = timeline.runs(streams)
     finally:
         for st in streams:
             st.close()
-    if not lanes:
+    if run != "all":
+        runs = runs[-1:] if run == "last" else runs[int(run) - 1:int(run)]
+    if not any(runs):
         raise BadInput(f"no TIMELINE lines in {', '.join(map(str, paths))}: nothing to plot (a TIMING=1 build "
                        f"writes them)")
     try:
-        timeline.draw(lanes, str(png), " ".join(p.name for p in paths))
+        timeline.draw(runs, str(png), " ".join(p.name for p in paths))
     except ImportError:
         raise BadInput("--plot needs matplotlib: pip install 'swapctl[plot]'") from None
     err.print(text(f"timeline: {png}"))
+
+
+def _per_gpu(report: dict, key: str) -> str:
+    gpus = report["gpus"]
+    if len(gpus) <= 1:
+        return _pct(report[key])
+    each = ", ".join(f"GPU {g} {_pct(d[key])}" for g, d in gpus.items())
+    return f"{each}; mean {_pct(report[key])}"
+
+
+def _runs_table(runs: list[dict]) -> Table:
+    t = Table(title="daemon runs in the log", title_justify="left")
+    for col in ("run", "first line (UTC)", "wall", "proofs", "partitions", "GPU phase share"):
+        t.add_column(col, justify="left" if col in ("run", "first line (UTC)") else "right")
+    for r in runs:
+        wall = "-" if r["wall_ms"] is None else f"{r['wall_ms'] / 1000:.1f} s"
+        t.add_row(str(r["run"]), (r["first_ts"] or "-")[:19], wall, str(r["jobs"]), str(r["partitions"]),
+                  _pct(r["gpu_phase_share"]))
+    return t
 
 
 def _pct(v: float | None) -> str:
@@ -104,9 +137,9 @@ def _ms(v: float | None) -> str:
 
 
 def _timings(paths: list[Path], pair: tuple[Path, Path] | None, all_phases: bool, as_json: bool,
-             plot: Path | None) -> int:
+             plot: Path | None, run: str) -> int:
     if pair:
-        before, after = _read([pair[0]]), _read([pair[1]])
+        before, after = _read([pair[0]], run), _read([pair[1]], run)
         result = compare(before, after)
         if as_json:
             print_json(result)
@@ -122,15 +155,15 @@ def _timings(paths: list[Path], pair: tuple[Path, Path] | None, all_phases: bool
             t.add_row(name, _ms(row["before_p50"]), _ms(row["after_p50"]),
                       "-" if change is None else f"{change:+.1f}%", style=style)
         out.print(t)
-        for key, label in (("gpu_busy_fraction", "GPU busy (kernel time / wall)"),
-                           ("timeline_busy_fraction", "GPU busy by TIMELINE (overstates)")):
+        for key, label in (("gpu_phase_share", "GPU phase share (held GPU / wall; not how busy the GPU is)"),
+                           ("timeline_share", "GPU_START..GPU_END share (overstates)")):
             out.print(f"{label}: {_pct(result[key]['before'])} -> {_pct(result[key]['after'])}")
         return 0
     if not paths:
         raise BadInput("give log files to read, or --compare BEFORE AFTER")
-    report = _read(paths)
+    report = _read(paths, run)
     if plot:
-        _plot(paths, plot)
+        _plot(paths, plot, run)
     if as_json:
         print_json(report)
         return 0
@@ -144,9 +177,12 @@ def _timings(paths: list[Path], pair: tuple[Path, Path] | None, all_phases: bool
                   "█" * max(1, round((v["p50"] or 0) / top * BAR)) if v["p50"] else "")
     out.print(t)
     s = report["starved"]
-    out.print(f"GPU busy (sum(mutex_held - barrier_wait) / wall): {_pct(report['gpu_busy_fraction'])}")
-    out.print(f"GPU busy by TIMELINE GPU_START..GPU_END: {_pct(report['timeline_busy_fraction'])} "
-              "(overstates: it counts the host's waits inside the GPU phase)")
+    if len(report["runs"]) > 1:
+        out.print(_runs_table(report["runs"]))
+    out.print(f"GPU phase share: {_per_gpu(report, 'gpu_phase_share')}")
+    out.print(text(f"  = {PHASE_SHARE}"), style="dim", soft_wrap=True)
+    out.print(f"GPU_START..GPU_END share: {_per_gpu(report, 'timeline_share')} "
+              "(overstates: it counts the host's waits inside the GPU phase)", soft_wrap=True)
     if report["pageable_share"] is not None:
         out.print(f"partitions from pageable memory (is_pinned=false): {_pct(report['pageable_share'])} "
                   f"of {report['partitions']}")
