@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 from array import array
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import IO, Iterable, Iterator
@@ -23,9 +24,10 @@ TIMELINE = re.compile(rb"TIMELINE,([^\n]*)")
 TRACING = re.compile(rb"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?)Z")
 MS_FIELD = re.compile(rb"\b(\w++)(?<=_ms)=(-?\d+(?:\.\d+)?)\b")  # possessive: no backtracking in a word
 NTT_FIELD = re.compile(rb"\b(\w++)=(-?\d+(?:\.\d+)?)ms\b")
-TL_OFFSET = re.compile(rb"^(\d+(?:\.\d+)?),", re.M)
+# over TIMELINE lines joined after a newline each: the literal newline lets the search run at memchr speed
+TL_OFFSET = re.compile(rb"\n(\d+(?:\.\d+)?),")
 # GPU_START / GPU_END with the worker and partition of their detail (worker=W,partition=N[,gpu_ms=X])
-TL_GPU = re.compile(rb"^(\d+(?:\.\d+)?),(GPU_START|GPU_END),([^,\n]*),worker=(\d+),partition=(\d+)", re.M)
+TL_GPU = re.compile(rb"\n(\d+(?:\.\d+)?),(GPU_START|GPU_END),([^,\n]*),worker=(\d+),partition=(\d+)")
 # the run's first line (cuzk-daemon/src/main.rs:63)
 START = b"cuzk-daemon starting"
 # a tracing line's start: the timestamp, dimmed (ANSI on, the default) or not (NO_COLOR)
@@ -36,14 +38,15 @@ GPU_SPAN = re.compile(rb"gpu_worker" + _E + rb"\{" + _E + rb"worker_id" + _E + r
                       + rb"gpu" + _E + rb"=" + _E + rb"(\d+)")
 # A C++ start function's held time, and the Rust line that follows its return on the same thread, in
 # log order: `prove_start_ms` (Rust's clock around the call) matches `total_start_fn_ms` (C++'s).
-CALLS = re.compile(rb"CUZK_TIMING: mutex_held_ms=(\d+) total_start_fn_ms=(\d+)|GPU_TIMING spawn_blocking "
-                   rb"prove_start[^\n]*?worker_id" + _E + rb"=" + _E + rb"(\d+)[^\n]*?prove_start_ms" + _E + rb"="
-                   + _E + rb"(\d+)")
+HELD = re.compile(rb"CUZK_TIMING: mutex_held_ms=(\d+) total_start_fn_ms=(\d+)")
+PROVE_STARTED = re.compile(rb"GPU_TIMING spawn_blocking prove_start ([^\n]*)")
+WORKER = re.compile(rb"\bworker_id=(\d+)")
+PROVE_START = re.compile(rb"\bprove_start_ms=(\d+)")
 # Lines written by one write(2) each, which can land inside a TIMELINE line: `eprintln!` writes it in
 # pieces, and tracing (stdout) and C++ (glibc's stderr) do not take Rust's stderr lock.
 WHOLE = re.compile(rb"CUZK_TIMING: |CUZK_NTT_H: |\x1b\[2m\d{4}-\d\d-\d\dT|\d{4}-\d\d-\d\dT\d\d:")
-CUT = re.compile(rb"^TIMELINE,[^\n]*?(?:CUZK_TIMING: |CUZK_NTT_H: |\x1b\[2m\d{4}-\d\d-\d\dT|\d{4}-\d\d-\d\dT\d\d:)",
-                 re.M)
+# what shows that a line landed inside a TIMELINE line (a superset: WHOLE then finds where it begins)
+CUT_MARKS = (b"CUZK_", b"\x1b[", b"Z ")  # a C++ line, a coloured tracing line, a plain one ("...Z  INFO")
 LINE_START = re.compile(rb"TIMELINE,|CUZK_TIMING: |CUZK_NTT_H: |\x1b\[2m\d{4}-|\d{4}-\d\d-\d\dT\d\d:")
 
 # tracing messages -> the prefix their `*_ms` fields get when two messages share a field name (None:
@@ -68,7 +71,23 @@ MESSAGE_PATTERNS = [
     for prefix in MESSAGE_PREFIXES
 ]
 
+# kind -> (the pattern of its pairs, what each pair holds once, to count them)
+FIELDS = {"ms": (MS_FIELD, b"_ms="), "ntt": (NTT_FIELD, b"=")}
+KNOWN_FIELDS: dict[tuple[str, bytes], set[bytes]] = {}
+_FIELD_RES: dict[tuple[str, bytes], re.Pattern] = {}
+
+
+def _field(kind: str, key: bytes) -> re.Pattern:
+    """The values of one field: the pattern of its kind with the name fixed."""
+    pattern = _FIELD_RES.get((kind, key))
+    if pattern is None:
+        unit = rb"ms\b" if kind == "ntt" else rb"\b"  # no \b before: the literal name starts the search
+        pattern = _FIELD_RES[kind, key] = re.compile(re.escape(key) + rb"=(-?\d+(?:\.\d+)?)" + unit)
+    return pattern
+
+
 VALUE = "f"  # float32: logs print ms with at most 7 significant digits, which it holds exactly
+PENDING_CALLS = 64  # C++ calls waiting for their prove_start line: more GPU workers than a box has
 RESTART_MS = 1000  # TIMELINE offsets that go back further than this: a new daemon run
 
 PHASE_SHARE = ("sum(mutex_held_ms - barrier_wait_ms) / wall time, per GPU: the time partitions hold the GPU, "
@@ -100,6 +119,8 @@ class Run:
     _gaps: array = field(default_factory=lambda: array("d"), repr=False)
     _last_end: dict = field(default_factory=dict, repr=False)  # worker -> last GPU_END offset
     _calls: list = field(default_factory=list, repr=False)  # C++ calls not matched yet: [total_fn, held]
+    unmatched_held_ms: float = 0.0  # held time of calls no prove_start line matched
+    _workers_seen: set = field(default_factory=set, repr=False)  # workers of GPU phases so far
     _unheld: list = field(default_factory=list, repr=False)  # prove_start lines before their call's line
     # what a part of a log split for parallel parsing leaves for the part before it (see merge)
     _first_seen_ms: float | None = field(default=None, repr=False)  # its first TIMELINE offset
@@ -108,15 +129,28 @@ class Run:
     _orphan_ends: dict = field(default_factory=dict, repr=False)
     _first_start: dict = field(default_factory=dict, repr=False)  # worker -> a GPU_START before any GPU_END
 
-    def add_pairs(self, pairs: list[tuple[bytes, bytes]], prefix: str = "", rename: dict | None = None) -> None:
-        """Appends (key, value) pairs found by a findall, looking each key's array up once a batch."""
-        arrays: dict[bytes, array] = {}
-        for k, v in pairs:
-            values = arrays.get(k)
-            if values is None:
+    def add_fields(self, text: bytes, kind: str, where: bytes = b"", prefix: str = "",
+                   rename: dict | None = None) -> None:
+        """Appends the `*_ms=X` (kind "ms") or `k=Xms` (kind "ntt") values in `text`. One findall per field
+        name, so the per-value work stays in C; when the names seen so far do not account for every
+        value (a new name, or one name the tail of another), one findall of all pairs does it. `where`
+        (the message, say) keeps the names apart by where they were seen."""
+        pattern, mark = FIELDS[kind]
+        total = text.count(mark)
+        if not total:
+            return
+        known = KNOWN_FIELDS.setdefault((kind, where), set())
+        found = {k: _field(kind, k).findall(text) for k in known}
+        if sum(map(len, found.values())) != total:
+            pairs = pattern.findall(text)
+            known.update(k for k, _ in pairs)
+            found = {}
+            for k, v in pairs:
+                found.setdefault(k, []).append(v)
+        for k, values in found.items():
+            if values:
                 name = (rename or {}).get(k) or prefix + k.decode()
-                values = arrays[k] = self.phases.setdefault(name, array(VALUE))
-            values.append(float(v))
+                self.phases.setdefault(name, array(VALUE)).extend(map(float, values))
 
     # -- a chunk of whole lines of this run -------------------------------------------------------
     # Each kind of line is found with one multiline regex over the chunk and its fields with one
@@ -135,8 +169,8 @@ class Run:
         empty = chunk.count(b"\n\n") + chunk.startswith(b"\n")
         self.skipped_lines += lines - len(cuzk) - len(ntt) - len(timeline) - tracing - empty
         text = b"\n".join(cuzk)
-        self.add_pairs(MS_FIELD.findall(text))
-        self.add_pairs(NTT_FIELD.findall(b"\n".join(ntt)), rename={b"total": "ntt_h_total"})
+        self.add_fields(text, "ms", b"CUZK_TIMING")
+        self.add_fields(b"\n".join(ntt), "ntt", rename={b"total": "ntt_h_total"})
         if timeline:
             self._timeline(timeline)
             if self.epoch is None:
@@ -150,7 +184,7 @@ class Run:
                 self.first_ts = _ts(first.group(1))
             if last:
                 self.last_ts = _ts(last.group(1))
-            if b"gpu_worker" in chunk:
+            if b"gpu_worker" in chunk and (not self.gpu_of or not self._workers_seen <= self.gpu_of.keys()):
                 self.gpu_of.update(GPU_SPAN.findall(chunk))
             for prefix, pattern in zip(MESSAGE_PREFIXES, MESSAGE_PATTERNS):
                 by_message: dict[bytes, list[bytes]] = {}
@@ -169,23 +203,31 @@ class Run:
             self.pageable += fields.count(b"is_pinned=false")
         elif prefix == "job_":
             self.jobs += len(found)
-        self.add_pairs(MS_FIELD.findall(fields), prefix=prefix)
+        self.add_fields(fields, "ms", message, prefix=prefix)
 
     def _anchor(self, chunk: bytes, first_timeline: bytes) -> None:
         """The wall time of offset 0: the first tracing line after a TIMELINE line, less its offset."""
         at = chunk.find(b"TIMELINE," + first_timeline)
         m = TRACING.search(chunk, at) if at >= 0 else None
-        offset = TL_OFFSET.match(first_timeline)
+        offset = TL_OFFSET.match(b"\n" + first_timeline)
         if m and offset:
             self.epoch = _ts(m.group(1)) - timedelta(milliseconds=float(offset.group(1)))
 
     def _calls_in(self, chunk: bytes) -> None:
         """Gives each C++ call's mutex_held_ms to the worker whose prove_start line follows it."""
-        for held, total_fn, worker, prove_start in CALLS.findall(chunk):
-            if held:
-                self._calls.append([float(total_fn), float(held)])
-            elif not self._match(worker, float(prove_start)):
-                self._unheld.append((worker, float(prove_start)))
+        # two searches with a literal each (one alternation of both would try every position), in log order
+        events = sorted([(m.start(), m) for m in HELD.finditer(chunk)]
+                        + [(m.start(), m) for m in PROVE_STARTED.finditer(chunk)], key=lambda e: e[0])
+        for _, m in events:
+            if m.re is HELD:
+                self._calls.append([float(m[2]), float(m[1])])
+                if len(self._calls) > PENDING_CALLS:  # never matched: its worker is not known
+                    self.unmatched_held_ms += self._calls.pop(0)[1]
+                continue
+            fields = strip_ansi(m[1])
+            worker, prove_start = WORKER.search(fields), PROVE_START.search(fields)
+            if worker and prove_start and not self._match(worker[1], float(prove_start[1])):
+                self._unheld.append((worker[1], float(prove_start[1])))
 
     def _match(self, worker: bytes, prove_start: float) -> bool:
         """The pending call whose C++ time is nearest the Rust time around it (within 2 ms + 5%)."""
@@ -197,7 +239,7 @@ class Run:
         return True
 
     def _timeline(self, lines: list[bytes]) -> None:
-        text = b"\n".join(lines)
+        text = _joined(lines)
         first, last = self.timeline_first_ms, self.timeline_last_ms
         for o in TL_OFFSET.findall(text):
             o = float(o)
@@ -223,6 +265,7 @@ class Run:
                 else:
                     self._orphan_ends.setdefault(key, offset)
                 last_end[worker] = offset
+        self._workers_seen.update(last_end.keys())
 
     def merge(self, b: Run) -> None:
         """Adds what `b`, the part of this run right after this one, says: as if one pass had read both."""
@@ -241,6 +284,7 @@ class Run:
             if not self._match(worker, prove_start):
                 self._unheld.append((worker, prove_start))
         self._calls.extend(b._calls)
+        self.unmatched_held_ms += b.unmatched_held_ms
         for worker, held in b.held.items():
             self.held[worker] = self.held.get(worker, 0.0) + held
         # GPU phases cut by the split, and the gaps between a worker's last phase here and its first there
@@ -288,7 +332,7 @@ class Run:
             d = by_gpu.setdefault(g, {"workers": [], "held_ms": 0.0, "timeline_ms": 0.0, "phases": 0})
             d["workers"].append(int(w))
             d["held_ms"] += self.held.get(w, 0.0)
-        unmatched = sum(c[1] for c in self._calls)
+        unmatched = self.unmatched_held_ms + sum(c[1] for c in self._calls)
         if not by_gpu and (unmatched or self.phases.get("mutex_held_ms")):
             by_gpu["0"] = {"workers": [], "held_ms": 0.0, "timeline_ms": 0.0, "phases": 0}
         if len(by_gpu) == 1:  # one GPU: every call was on it, matched to its worker or not
@@ -303,6 +347,11 @@ class Run:
 
     def report(self) -> dict:
         return _report([self])
+
+
+def _joined(lines: list[bytes]) -> bytes:
+    """TIMELINE lines (without `TIMELINE,`), each after a newline, for TL_OFFSET and TL_GPU."""
+    return b"\n" + b"\n".join(lines)
 
 
 def _pairs(flat: Iterable[float]) -> list[tuple[float, float]]:
@@ -335,24 +384,65 @@ class Mender:
         self.pending = b""
 
     def mend(self, chunk: bytes) -> bytes:
-        """Whole lines in, whole lines out; almost every chunk has no cut line and passes as it is."""
-        if not self.pending and not CUT.search(chunk):
-            return chunk
+        """Whole lines in, whole lines out; a chunk with no cut line passes as it is. Only the lines from
+        a cut TIMELINE line to its last piece are looked at one by one."""
         out: list[bytes] = []
-        lines = chunk.split(b"\n")
-        tail = lines.pop()  # b"" after a final newline
-        for line in lines:
-            if self.pending and not LINE_START.match(line):
-                line, self.pending = self.pending + line, b""
-            if line.startswith(b"TIMELINE,"):
-                m = WHOLE.search(line, 9)
+        at = self._join(chunk, 0, out) if self.pending else 0
+        for start, inner in _cut_lines(chunk, at):
+            if start < at:  # mended already, as a piece of the line before
+                continue
+            end = chunk.find(b"\n", start)
+            end = len(chunk) if end < 0 else end + 1
+            out.append(chunk[at:start])
+            self.pending = chunk[start:inner]
+            out.append(chunk[inner:end])
+            at = self._join(chunk, end, out)
+        if not out:
+            return chunk
+        out.append(chunk[at:])
+        return b"".join(out)
+
+    def _join(self, chunk: bytes, at: int, out: list[bytes]) -> int:
+        """With a TIMELINE line in pieces: keeps the whole lines that follow, then joins the next piece
+        to it (and mends that again, if another line landed inside). Returns where to go on."""
+        while self.pending and at < len(chunk):
+            end = chunk.find(b"\n", at)
+            end = len(chunk) if end < 0 else end + 1
+            if LINE_START.match(chunk, at):
+                out.append(chunk[at:end])
+            else:
+                line = self.pending + chunk[at:end]
+                m = WHOLE.search(line, len(self.pending))
                 if m:
                     self.pending = line[:m.start()]
                     out.append(line[m.start():])
-                    continue
-            out.append(line)
-        mended = b"\n".join(out) + b"\n" if out else b""
-        return mended + tail
+                else:
+                    self.pending = b""
+                    out.append(line)
+            at = end
+        return at
+
+
+def _cut_lines(chunk: bytes, at: int) -> list[tuple[int, int]]:
+    """The TIMELINE lines from `at` with another line inside: (where each starts, where the other line
+    in it begins). The TIMELINE lines are searched for signs of one first, all at once."""
+    joined = b"\n".join(TIMELINE.findall(chunk, at))
+    hits = set()
+    for mark in CUT_MARKS:
+        p = joined.find(mark)
+        while p >= 0:
+            hits.add(joined.rfind(b"\n", 0, p) + 1)
+            p = joined.find(mark, p + 1)
+    cuts = []
+    for h in sorted(hits):
+        end = joined.find(b"\n", h)
+        line = b"TIMELINE," + joined[h:len(joined) if end < 0 else end]
+        inner = WHOLE.search(line, 9)
+        if inner:
+            at = chunk.find(line, at)
+            cuts.append((at, at + inner.start()))
+            at += len(line)
+    return cuts
 
 
 def lines(streams: Iterable[IO[bytes]]) -> Iterator[bytes]:
@@ -403,7 +493,7 @@ class Log:
         timeline = TIMELINE.findall(seg)
         if timeline:
             last = self.run.timeline_last_ms
-            for i, o in enumerate(TL_OFFSET.findall(b"\n".join(timeline))):
+            for i, o in enumerate(TL_OFFSET.findall(_joined(timeline))):
                 o = float(o)
                 if last is not None and o < last - RESTART_MS:
                     cut = _nth(seg, b"TIMELINE,", i)
@@ -553,16 +643,24 @@ def strip_ansi(chunk: bytes) -> bytes:
 
 
 def summarize(values: Iterable[float]) -> dict:
-    ordered = sorted(values)
-    n = len(ordered)
+    """count, p50 (the median), nearest-rank p95 and max. The values are counted, not sorted: a phase
+    has few distinct values (whole ms, mostly), so millions of them take kilobytes, not a list."""
+    counts = sorted(Counter(values).items())
+    n = sum(c for _, c in counts)
     if not n:
         return {"count": 0, "p50": None, "p95": None, "max": None}
     # the two middle values (one when n is odd), the nearest-rank p95, the max
-    picked = [ordered[(n - 1) // 2], ordered[n // 2], ordered[min(n - 1, max(0, -(-95 * n // 100) - 1))], ordered[-1]]
+    ranks = [(n - 1) // 2, n // 2, min(n - 1, max(0, -(-95 * n // 100) - 1)), n - 1]
+    picked, seen, i = [], 0, 0
+    for rank in ranks:  # ascending
+        while seen + counts[i][1] <= rank:
+            seen += counts[i][1]
+            i += 1
+        picked.append(counts[i][0])
     if isinstance(values, array) and values.typecode == VALUE:  # 12.3 comes back from float32 as 12.30000019
         picked = [float(f"{v:.7g}") for v in picked]
     low, high, p95, top = picked
-    return {"count": n, "p50": (low + high) / 2, "p95": p95, "max": top}  # p50: the median
+    return {"count": n, "p50": (low + high) / 2, "p95": p95, "max": top}
 
 
 CHUNK = 8 << 20
