@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import fcntl
+import json
+import os
+import shlex
+import shutil
+import signal
+import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
 
-from swapctl.gpu.samples import DMON, QUERY, parse_dmon, parse_query, read_samples, window, windows
+from conftest import own_box
+from lab import swapctl, wait_until
+from swapctl.gpu.samples import DMON, QUERY, parse_dmon, parse_query, read_samples, samples_in, window, windows
 
 NV = Path(__file__).parent / "data" / "nvidia-smi"
 RUN_DMON = NV / "h200-1gpu" / "dmon-u-t-during-run.txt"
@@ -110,3 +119,207 @@ def test_windows_are_per_gpu_and_never_mix_sources(tmp_path):
     assert window(samples, utc("07:00:00"), utc("07:00:02"), 0, QUERY).sm_mean == 99
     empty = window(samples, utc("08:00:00"), utc("08:00:01"), 0)
     assert (empty.count, empty.sm_mean, empty.sm_p50, empty.rx_mean_mbps) == (0, None, None, None)
+
+
+# -- the sampler on a real sshd host ------------------------------------------------------------------
+#
+# There is no GPU here: the host's `nvidia-smi` is tests/standin_nvidia_smi.py, a stand-in that replays
+# the real output recorded on an H200 (tests/data/nvidia-smi/h200-1gpu/), its times rewritten to now.
+
+STANDIN = Path(__file__).parent / "standin_nvidia_smi.py"
+
+
+@pytest.fixture(scope="module")
+def gpu_host(tmp_path_factory):
+    """One sshd host for this module whose PATH has the replaying nvidia-smi stand-in first."""
+    base = tmp_path_factory.mktemp("gpu-host")
+    conf = base / "standin.conf"
+    tool = (f"#!/bin/sh\nNVIDIA_SMI_STANDIN={shlex.quote(str(conf))} "
+            f"exec {shlex.quote(sys.executable)} {shlex.quote(str(STANDIN))} \"$@\"\n")
+    with own_box(base, tools={"nvidia-smi": tool}) as box:
+        box.standin = conf
+        yield box
+
+
+def sampler_files(box) -> Path:
+    return box.data / ".swapctl" / "cuzk" / "gpu"
+
+
+def end_sampler(box) -> None:
+    """Kills what a test left running: the sampler's process group, named by its pid file."""
+    try:
+        spid = int((sampler_files(box) / "gpu-sampler.pid").read_text().split()[0])
+        if Path(f"/proc/{spid}/cmdline").read_bytes().split(b"\0")[0] == b"swapctl-gpu-sampler":
+            os.killpg(spid, signal.SIGKILL)
+    except (OSError, ValueError, IndexError):
+        pass
+
+
+@pytest.fixture
+def gpu_box(gpu_host):
+    box = gpu_host
+    box.standin.write_text("delay=0.05\n")
+    shutil.rmtree(box.data / ".swapctl", ignore_errors=True)
+    yield box
+    end_sampler(box)
+    box.kill_all()
+
+
+def sampler(box, *args: str):
+    return swapctl("gpu-sampler", *args, "lab", "-p", str(box.playbook_path), "--json")
+
+
+def host_status(box) -> dict:
+    r = sampler(box, "status")
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)["hosts"]["lab"]
+
+
+def dmon_rows(box) -> list:
+    return [s for f in sorted(sampler_files(box).glob("gpu-samples-*.dmon")) for s in parse_dmon(f.read_text())]
+
+
+def lock_free(box) -> bool:
+    with open(sampler_files(box) / "gpu-sampler.lock") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            return False
+
+
+def group_alive(pgid: int) -> bool:
+    """Any live (not zombie) process in process group `pgid`."""
+    for p in Path("/proc").iterdir():
+        try:
+            stat = (p / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if stat[0] != "Z" and int(stat[2]) == pgid:
+            return True
+    return False
+
+
+def test_sampler_records_replayed_samples_after_the_session_ends_and_stops_on_request(gpu_box, prover):
+    """A stand-in nvidia-smi replays real H200 output (no GPU here). The sampler outlives the SSH session
+    that started it, records dmon and query-gpu in UTC, is one per host, and stops with what it started."""
+    daemon = gpu_box.start_by_hand(prover)
+    r = sampler(gpu_box, "start", "--query")
+    assert r.returncode == 0, r.stderr
+    st = json.loads(r.stdout)["hosts"]["lab"]
+    assert (st["outcome"], st["running"], st["daemon_pid"]) == ("started", True, daemon)
+    # swapctl has exited and its SSH session with it: the samples keep coming
+    wait_until(lambda: len(dmon_rows(gpu_box)) >= 10, what="dmon rows recorded on the host")
+    wait_until(lambda: len(read_samples(sampler_files(gpu_box).glob("gpu-query-*.csv"))) >= 3, what="query rows")
+    now = datetime.now(timezone.utc)
+    rows = dmon_rows(gpu_box)
+    assert all(abs((s.time - now).total_seconds()) < 60 for s in rows)  # UTC: TZ=UTC reached nvidia-smi
+    assert {s.source for s in read_samples(sampler_files(gpu_box).glob("gpu-*"))} == {DMON, QUERY}
+
+    again = json.loads(sampler(gpu_box, "start").stdout)["hosts"]["lab"]
+    assert (again["outcome"], again["pid"]) == ("already running", st["pid"])  # one sampler per host
+
+    r = sampler(gpu_box, "stop")
+    assert r.returncode == 0, r.stderr
+    stopped = json.loads(r.stdout)["hosts"]["lab"]
+    assert (stopped["outcome"], stopped["running"]) == ("stopped", False)
+    assert "stopped: by request" in stopped["note"]
+    assert lock_free(gpu_box) and not group_alive(st["pid"])  # the nvidia-smi it ran is gone too
+    assert daemon in gpu_box.daemons()  # the daemon is left alone
+    assert json.loads(sampler(gpu_box, "stop").stdout)["hosts"]["lab"]["outcome"] == "not running"
+
+
+def test_sampler_ends_by_itself_when_the_daemon_exits(gpu_box, prover):
+    """The stand-in replays recorded real nvidia-smi output; there is no GPU here."""
+    daemon = gpu_box.start_by_hand(prover)
+    st = json.loads(sampler(gpu_box, "start").stdout)["hosts"]["lab"]
+    assert st["running"], st
+    wait_until(lambda: len(dmon_rows(gpu_box)) >= 3, what="first dmon rows")
+    os.kill(daemon, signal.SIGTERM)
+    wait_until(lambda: not group_alive(st["pid"]), timeout=10, what="the sampler to end after the daemon")
+    after = host_status(gpu_box)
+    assert not after["running"] and "done: the daemon (pid %d) exited" % daemon in after["note"]
+    assert lock_free(gpu_box)
+
+
+def test_sample_files_stay_within_their_bound(gpu_box, prover):
+    """The stand-in replays recorded real dmon lines quickly (no GPU here) so that segments fill in seconds."""
+    gpu_box.standin.write_text("delay=0.01\n")
+    gpu_box.start_by_hand(prover)
+    bound = 8192
+    r = sampler(gpu_box, "start", "--query", "--max-mib", str(bound / (1 << 20)))
+    assert r.returncode == 0, r.stderr
+    d = sampler_files(gpu_box)
+    # the 6th segment of each kind: two have been removed by then
+    wait_until(lambda: list(d.glob("gpu-samples-*-0006.dmon")) and list(d.glob("gpu-query-*-0006.csv")),
+               timeout=30, what="six segments of each kind")
+    assert len(list(d.glob("gpu-samples-*.dmon"))) <= 4 and len(list(d.glob("gpu-query-*.csv"))) <= 4
+    assert sampler(gpu_box, "stop").returncode == 0  # what it leaves, read while nothing writes
+    for pattern, header in (("gpu-samples-*.dmon", "#Date"), ("gpu-query-*.csv", "timestamp, ")):
+        files = sorted(d.glob(pattern))
+        assert 2 <= len(files) <= 4 and not any(f.name.endswith("-0001." + f.name.rsplit(".", 1)[1]) for f in files)
+        assert sum(f.stat().st_size for f in files) <= bound
+        for f in files:  # each segment reads alone: it begins with its header
+            assert f.read_text().startswith(header), f
+    assert len(parse_dmon(files_text := "".join(f.read_text() for f in sorted(d.glob("gpu-samples-*.dmon"))))) > 20
+    assert "Failed" not in files_text
+
+
+def test_a_host_without_nvidia_smi_gets_a_note_and_no_sampler(box, prover, tmp_path):
+    assert shutil.which("nvidia-smi") is None, "this test needs a host without nvidia-smi"
+    box.start_by_hand(prover)
+    r = swapctl("gpu-sampler", "start", "lab", "-p", str(box.playbook_path))
+    assert r.returncode == 3 and "lab: no nvidia-smi on this host: no GPU samples" in r.stderr, r
+    assert len(r.stderr.strip().splitlines()) == 1
+    st = json.loads(swapctl("gpu-sampler", "status", "lab", "-p", str(box.playbook_path), "--json").stdout)
+    st = st["hosts"]["lab"]
+    assert not st["running"] and "not started: no nvidia-smi on this host" in st["note"]
+    notes = box.data / ".swapctl" / "cuzk" / "gpu" / "gpu-sampler.notes"
+    assert not (notes.parent / "gpu-sampler.pid").exists()
+    # fetch-logs brings the note home beside the logs
+    box.write_playbook(logs={"paths": [str(box.log)]})
+    r = swapctl("fetch-logs", "lab", "--dest", str(tmp_path / "logs"), "-p", str(box.playbook_path))
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "logs" / "lab" / "gpu-sampler.notes").read_text() == notes.read_text()
+
+
+def test_an_nvidia_smi_that_hangs_is_killed_and_noted(gpu_box, prover):
+    """The stand-in's dmon prints nothing, ever, as a hung driver call does (no GPU here)."""
+    gpu_box.standin.write_text("dmon=hang\n")
+    gpu_box.start_by_hand(prover)
+    r = sampler(gpu_box, "start", "--quiet-s", "1")
+    assert r.returncode == 0, r.stderr
+    st = json.loads(r.stdout)["hosts"]["lab"]
+    wait_until(lambda: not group_alive(st["pid"]), timeout=10, what="the sampler to give up on a silent nvidia-smi")
+    after = host_status(gpu_box)
+    assert not after["running"] and "dmon: nvidia-smi printed nothing for 1 s: killed it" in after["note"]
+    assert lock_free(gpu_box)  # the next start is not kept out
+    gpu_box.standin.write_text("delay=0.05\n")
+    assert json.loads(sampler(gpu_box, "start").stdout)["hosts"]["lab"]["outcome"] == "started"
+
+
+def test_fetch_logs_brings_the_samples_home_incrementally(gpu_box, prover, tmp_path):
+    """The stand-in replays recorded real nvidia-smi output (no GPU here)."""
+    gpu_box.write_playbook(logs={"paths": [str(gpu_box.log)]})
+    gpu_box.start_by_hand(prover)
+    assert sampler(gpu_box, "start").returncode == 0
+    wait_until(lambda: len(dmon_rows(gpu_box)) >= 5, what="dmon rows")
+    dest = tmp_path / "logs"
+
+    def fetched() -> dict:
+        r = swapctl("fetch-logs", "lab", "--dest", str(dest), "--json", "-p", str(gpu_box.playbook_path))
+        assert r.returncode == 0, r.stderr
+        return {Path(f["remote"]).name: f for f in json.loads(r.stdout)["hosts"]["lab"]}
+
+    first = fetched()
+    [name] = [n for n in first if n.endswith(".dmon")]
+    local, remote = dest / "lab" / name, sampler_files(gpu_box) / name
+    have = local.read_bytes()
+    assert len(have) == first[name]["new_bytes"] > 0 and remote.read_bytes().startswith(have)
+    wait_until(lambda: remote.stat().st_size > len(have) + 500, what="more samples on the host")
+    second = fetched()
+    assert 0 < second[name]["new_bytes"] and not second[name]["restarted"]
+    assert remote.read_bytes().startswith(local.read_bytes()) and local.stat().st_size > len(have)
+    assert local.read_bytes().startswith(have)  # appended, never rewritten
+    assert "gpu-sampler.notes" in second and "cuzk.log" in second
+    assert len(samples_in(dest / "lab")) >= 1
