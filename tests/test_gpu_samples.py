@@ -8,6 +8,7 @@ import os
 import shlex
 import shutil
 import signal
+import subprocess
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
@@ -323,3 +324,27 @@ def test_fetch_logs_brings_the_samples_home_incrementally(gpu_box, prover, tmp_p
     assert local.read_bytes().startswith(have)  # appended, never rewritten
     assert "gpu-sampler.notes" in second and "cuzk.log" in second
     assert len(samples_in(dest / "lab")) >= 1
+
+
+def test_starting_for_a_new_daemon_pid_replaces_the_sampler_of_the_old_one(gpu_box, prover):
+    """What deploy does after readiness (Python API, over the real sshd): the old daemon's sampler may
+    still run, and is replaced. The stand-in replays recorded real nvidia-smi output (no GPU here)."""
+    from swapctl.gpu.sampler import sampler_status, start_sampler, stop_sampler
+    from swapctl.playbook import load
+    from swapctl.remote import connect
+
+    old = gpu_box.start_by_hand(prover)
+    new = subprocess.Popen(["sleep", "600"], start_new_session=True)  # stands for the new daemon
+    try:
+        book = load(str(gpu_box.playbook_path))
+        with connect(book.hosts["lab"]) as host:
+            first = start_sampler(host, book.daemon.state_dir, old)
+            assert (first.outcome, first.daemon_pid) == ("started", old)
+            second = start_sampler(host, book.daemon.state_dir, new.pid)
+            assert (second.outcome, second.running, second.daemon_pid) == ("restarted", True, new.pid)
+            assert second.pid != first.pid and not group_alive(first.pid)
+            assert sampler_status(host, book.daemon.state_dir).daemon_pid == new.pid
+            assert stop_sampler(host, book.daemon.state_dir).outcome == "stopped"
+    finally:
+        new.kill()
+        new.wait()
