@@ -217,6 +217,10 @@ def test_sampler_records_replayed_samples_after_the_session_ends_and_stops_on_re
     assert all(abs((s.time - now).total_seconds()) < 60 for s in rows)  # UTC: TZ=UTC reached nvidia-smi
     assert {s.source for s in read_samples(sampler_files(gpu_box).glob("gpu-*"))} == {DMON, QUERY}
 
+    r = swapctl("status", "lab", "--json", "-p", str(gpu_box.playbook_path))
+    line = json.loads(r.stdout)["hosts"]["lab"]["gpu_sampler"]
+    assert line.startswith(f"running (pid {st['pid']}, following daemon pid {daemon})"), line
+
     again = json.loads(sampler(gpu_box, "start").stdout)["hosts"]["lab"]
     assert (again["outcome"], again["pid"]) == ("already running", st["pid"])  # one sampler per host
 
@@ -275,6 +279,9 @@ def test_a_host_without_nvidia_smi_gets_a_note_and_no_sampler(box, prover, tmp_p
     st = json.loads(swapctl("gpu-sampler", "status", "lab", "-p", str(box.playbook_path), "--json").stdout)
     st = st["hosts"]["lab"]
     assert not st["running"] and "not started: no nvidia-smi on this host" in st["note"]
+    r = swapctl("status", "lab", "-p", str(box.playbook_path))  # the note shows where people look
+    shown = " ".join(r.stdout.split())  # rich wraps long lines at the terminal's width
+    assert "GPU sampler: not running; last note: " in shown and "not started: no nvidia-smi on this host" in shown
     notes = box.data / ".swapctl" / "cuzk" / "gpu" / "gpu-sampler.notes"
     assert not (notes.parent / "gpu-sampler.pid").exists()
     # fetch-logs brings the note home beside the logs
