@@ -35,7 +35,7 @@ state() {
 }
 
 if [ "$action" != start ]; then
-  cd -- "$dir" 2>/dev/null || { echo NOT_RUNNING; echo IDLE; exit 0; }
+  cd -- "$dir" 2>/dev/null || { [ "$action" = stop ] && echo NOT_RUNNING; echo IDLE; exit 0; }
   if [ "$action" = stop ]; then
     if running; then stop_it "by request"; echo STOPPED; else echo NOT_RUNNING; fi
   fi

@@ -41,7 +41,11 @@ record() {
     IFS= read -r -t "$quiet" -u 3 line; rc=$?
     if [ "$rc" -gt 128 ]; then
       kill -KILL "$smi" 2>/dev/null
-      note "$kind: nvidia-smi printed nothing for $quiet s: killed it (pid $smi); no $kind samples until the sampler is started again"
+      if alive; then
+        note "$kind: nvidia-smi printed nothing for $quiet s: killed it (pid $smi); no $kind samples until the sampler is started again"
+      else
+        note "$kind: done: the daemon (pid $pid) exited"
+      fi
       return
     fi
     if [ "$rc" -ne 0 ] && [ -z "$line" ]; then  # end of its output
