@@ -1,9 +1,11 @@
 """A stand-in for nvidia-smi on the test hosts, which have no GPU: it replays real output recorded on an
 H200 (tests/data/nvidia-smi/h200-1gpu/), with the times rewritten to now, as local time the way
 nvidia-smi prints it (so TZ=UTC matters). The file $NVIDIA_SMI_STANDIN names tunes it: `delay=S`
-(seconds between replayed lines, default 0.05) and `dmon=hang` (dmon prints nothing, ever)."""
+(seconds between replayed lines, default 0.05), `dmon=hang` (dmon prints nothing, ever) and
+`term=ignore` (SIGTERM is ignored, as a process stuck in the driver would)."""
 
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -40,6 +42,8 @@ def query_row(line: str) -> str:
 def main(argv: list[str]) -> int:
     conf = settings()
     delay = float(conf.get("delay", "0.05"))
+    if conf.get("term") == "ignore":
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if argv[:1] == ["dmon"]:
         if conf.get("dmon") == "hang":
             time.sleep(3600)

@@ -101,6 +101,17 @@ def test_query_gpu_rows(text, expected):
     assert [(s.gpu, s.sm_pct, s.power_w) for s in parse_query(text)] == expected
 
 
+def test_what_the_sampler_recorded_on_an_h200_parses_as_utc():
+    """Recorded by sampler.sh with the real nvidia-smi on an H200 (2026-12-01 08:50:57 UTC, 08:51:10 skipped by dmon), started with
+    TZ=Asia/Tokyo: nvidia-smi ran with TZ=UTC, so the times are UTC, not 17:50 JST."""
+    dmon = parse_dmon((NV / "h200-1gpu" / "sampler-dmon.dmon").read_text())
+    query = parse_query((NV / "h200-1gpu" / "sampler-query.csv").read_text())
+    assert dmon[0].time == utc("08:50:57") and dmon[-1].time == utc("08:51:16") and len(dmon) == 19
+    assert query[0].time == datetime(2026, 12, 1, 8, 50, 57, 382000, tzinfo=timezone.utc) and len(query) == 40
+    assert {s.gpu for s in dmon + query} == {0} and query[0].power_w == 78.87  # the sampler's fields, all answered
+    assert (query[0].sm_clock_mhz, query[0].mem_used_mib, dmon[0].rx_mbps) == (345, 0, 2)
+
+
 def test_windows_are_per_gpu_and_never_mix_sources(tmp_path):
     dmon = tmp_path / "gpu-samples-20261201T070000Z-0001.dmon"
     dmon.write_text("#Date Time gpu sm mem rxpci txpci\n"
@@ -234,8 +245,11 @@ def test_sampler_records_replayed_samples_after_the_session_ends_and_stops_on_re
     assert json.loads(sampler(gpu_box, "stop").stdout)["hosts"]["lab"]["outcome"] == "not running"
 
 
-def test_sampler_ends_by_itself_when_the_daemon_exits(gpu_box, prover):
-    """The stand-in replays recorded real nvidia-smi output; there is no GPU here."""
+@pytest.mark.parametrize("standin", ["delay=0.05", "delay=0.05 term=ignore"])
+def test_sampler_ends_by_itself_when_the_daemon_exits(gpu_box, prover, standin):
+    """The stand-in replays recorded real nvidia-smi output; there is no GPU here. One that ignores
+    SIGTERM is killed all the same: nothing the sampler started outlives it."""
+    gpu_box.standin.write_text(standin + "\n")
     daemon = gpu_box.start_by_hand(prover)
     st = json.loads(sampler(gpu_box, "start").stdout)["hosts"]["lab"]
     assert st["running"], st

@@ -30,6 +30,15 @@ started "$pid"; since=$st
 if [ -z "$since" ]; then note "not started: the daemon (pid $pid) is not running"; exit 0; fi
 alive() { started "$pid"; [ "$st" = "$since" ]; }
 
+# ends nvidia-smi: TERM, then KILL after 3 s (on an H200 it took 0.5-1.5 s to exit after its reader
+# went away: NVML's teardown). One stuck in the driver may outlive both; it is never waited on.
+end_smi() {
+  kill -TERM "$smi" 2>/dev/null
+  i=0
+  while [ "$i" -lt 30 ]; do started "$smi"; [ -z "$st" ] && return; sleep 0.1; i=$((i + 1)); done
+  kill -KILL "$smi" 2>/dev/null
+}
+
 # record KIND PREFIX EXT ARGS...: nvidia-smi ARGS into PREFIX-RUN-NNNN.EXT segments
 record() {
   kind=$1 prefix=$2 ext=$3; shift 3
@@ -58,8 +67,8 @@ record() {
       return
     fi
     if ! alive; then
-      kill -TERM "$smi" 2>/dev/null
       note "$kind: done: the daemon (pid $pid) exited"
+      end_smi
       return
     fi
     [ -n "$line" ] && last=$line
