@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from . import build, deploy, fetch_logs, gpu_sampler, history, init, rollback, sandbox, status, timings
+from . import build, deploy, experiment, fetch_logs, gpu_sampler, history, init, rollback, sandbox, status, timings
 
 app = typer.Typer(
     name="swapctl",
@@ -21,6 +21,7 @@ app.command()(rollback.rollback)
 app.command()(history.history)
 app.command()(timings.timings)
 app.command(name="fetch-logs")(fetch_logs.fetch_logs)
+app.command()(experiment.experiment)
 app.add_typer(sandbox.app, name="sandbox")
 app.add_typer(gpu_sampler.app, name="gpu-sampler")
 

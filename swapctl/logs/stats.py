@@ -4,7 +4,9 @@
   difference (resampling each side with replacement; a fixed seed, so a verdict is reproducible).
 - Significance from the Mann-Whitney U test (two-sided, normal approximation with tie correction):
   no assumption that the times are normally distributed, which GPU phase times are not.
-- A change is significant when p < ALPHA and the interval excludes 0; otherwise it is noise (`~`).
+- A change is significant when p < ALPHA, the interval excludes 0 and the medians differ by more than
+  RESOLUTION (cuzk prints whole milliseconds: a median that moves from 5 to 6 ms under a busier machine
+  is the print's rounding, not the build); otherwise it is noise (`~`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Sequence
 ALPHA = 0.05
 RESAMPLES = 2000
 MIN_N = 4  # fewer values a side: no verdict
+RESOLUTION = 1.0  # ms: what the logs print
 
 
 @dataclass(frozen=True)
@@ -37,7 +40,7 @@ class Change:
     @property
     def significant(self) -> bool:
         return (self.p is not None and self.p < ALPHA and self.low is not None and self.high is not None
-                and (self.low > 0 or self.high < 0))
+                and (self.low > 0 or self.high < 0) and abs(self.median_after - self.median_before) > RESOLUTION)
 
     def line(self, name: str, unit: str = "ms") -> str:
         """`ntt_kernels  182ms ± 3%  70ms ± 2%  -61.5% (p=0.000 n=40+40)`, `~` where it is noise."""
