@@ -19,4 +19,4 @@ id sshd >/dev/null 2>&1 || useradd -r -d /run/sshd -s /usr/sbin/nologin sshd
 export PATH="/tmp/bin:$PATH:$(dirname "$(command -v nvidia-smi)")"
 touch /var/run/utmp
 nvidia-smi -L
-python3 -u benchmarks/gpu_pinned_vs_pageable.py "$@"
+python3 -u "${GPU_BENCH:-benchmarks/gpu_pinned_vs_pageable.py}" "$@"
