@@ -112,6 +112,17 @@ def test_what_the_sampler_recorded_on_an_h200_parses_as_utc():
     assert (query[0].sm_clock_mhz, query[0].mem_used_mib, dmon[0].rx_mbps) == (345, 0, 2)
 
 
+def test_what_the_sampler_recorded_under_a_real_load_shows_it():
+    """The same sampler on the H200 while matrix products ran from 08:55:07 (README of the fixtures)."""
+    dmon = parse_dmon((NV / "h200-1gpu" / "sampler-load-dmon.dmon").read_text())
+    query = parse_query((NV / "h200-1gpu" / "sampler-load-query.csv").read_text())
+    idle, busy = utc("08:54:59"), utc("08:55:07")
+    before, during = window(dmon, idle, busy, 0), window(dmon, busy, utc("08:55:14"), 0)
+    assert (before.count, before.sm_mean, during.count, during.sm_mean, during.sm_p50) == (7, 0, 7, 100, 100)
+    loaded = [s for s in query if s.time >= busy]
+    assert window(query, busy, utc("08:55:14"), 0, QUERY).sm_mean == 100 and min(s.power_w for s in loaded) > 600
+
+
 def test_windows_are_per_gpu_and_never_mix_sources(tmp_path):
     dmon = tmp_path / "gpu-samples-20261201T070000Z-0001.dmon"
     dmon.write_text("#Date Time gpu sm mem rxpci txpci\n"
