@@ -380,3 +380,24 @@ def test_starting_for_a_new_daemon_pid_replaces_the_sampler_of_the_old_one(gpu_b
     finally:
         new.kill()
         new.wait()
+
+
+def test_start_without_a_running_daemon_is_refused_and_starts_nothing(gpu_box):
+    r = swapctl("gpu-sampler", "start", "lab", "-p", str(gpu_box.playbook_path))
+    assert r.returncode == 3 and "lab: no daemon is running: the sampler follows one" in r.stderr, r
+    assert not (sampler_files(gpu_box) / "gpu-sampler.pid").exists()
+
+
+def test_two_starts_at_once_leave_one_sampler_that_stop_ends(gpu_box, prover):
+    """The stand-in replays recorded real nvidia-smi output (no GPU here)."""
+    daemon = gpu_box.start_by_hand(prover)
+    args = [sys.executable, "-m", "swapctl", "gpu-sampler", "start", "lab", "--pid", str(daemon), "--json",
+            "-p", str(gpu_box.playbook_path)]
+    procs = [subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=60) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    started = [json.loads(o)["hosts"]["lab"] for o, _ in outs]
+    assert {s["outcome"] for s in started} <= {"started", "already running"}
+    assert started[0]["pid"] == started[1]["pid"] and started[0]["running"]
+    stopped = json.loads(sampler(gpu_box, "stop").stdout)["hosts"]["lab"]
+    assert stopped["outcome"] == "stopped" and not group_alive(started[0]["pid"]) and lock_free(gpu_box)
