@@ -49,12 +49,12 @@ def main(argv: list[str]) -> int:
             time.sleep(3600)
             return 0
         lines = (DATA / "dmon-u-t-during-run.txt").read_text().splitlines()
-        replay(lines, lambda l: l.startswith("#"), dmon_row, delay)
+        replay(lines, lambda line: line.startswith("#"), dmon_row, delay)
     query = next((a for a in argv if a.startswith("--query-gpu=")), None)
     if query and any(a.startswith("-lms") or a.startswith("-l") for a in argv):
         lines = (DATA / "query-gpu-500ms-during-run.csv").read_text().splitlines()
         print(lines[0], flush=True)
-        replay(lines[1:], lambda l: False, query_row, delay)
+        replay(lines[1:], lambda line: False, query_row, delay)
     if query:  # the status script's one-off query
         sys.stdout.write((DATA / "query-gpu.csv").read_text())
         return 0

@@ -10,14 +10,15 @@ import shutil
 import signal
 import subprocess
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
+from swapctl.gpu.samples import DMON, QUERY, parse_dmon, parse_query, read_samples, samples_in, window, windows
+
 from conftest import own_box
 from lab import swapctl, wait_until
-from swapctl.gpu.samples import DMON, QUERY, parse_dmon, parse_query, read_samples, samples_in, window, windows
 
 NV = Path(__file__).parent / "data" / "nvidia-smi"
 RUN_DMON = NV / "h200-1gpu" / "dmon-u-t-during-run.txt"
@@ -25,7 +26,7 @@ RUN_QUERY = NV / "h200-1gpu" / "query-gpu-500ms-during-run.csv"
 
 
 def utc(hms: str) -> datetime:
-    return datetime.strptime(f"2026-12-01 {hms}", "%Y-%m-%d %H:%M:%S").replace(tzinfo=timezone.utc)
+    return datetime.strptime(f"2026-12-01 {hms}", "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC)
 
 
 # -- the parsers, on recorded real output -----------------------------------------------------------
@@ -34,7 +35,7 @@ def test_dmon_during_run_parses_every_row_under_its_repeated_header():
     samples = parse_dmon(RUN_DMON.read_text())
     assert len(samples) == 79 - 4  # 79 lines, two header lines printed twice
     first, probe = samples[0], samples[10]
-    assert first.time == utc("07:15:32") and first.time.tzinfo is timezone.utc
+    assert first.time == utc("07:15:32") and first.time.tzinfo is UTC
     assert (first.gpu, first.sm_pct, first.mem_pct, first.rx_mbps, first.tx_mbps) == (0, 0, 0, 4, 0)
     assert probe.time == utc("07:15:42") and (probe.rx_mbps, probe.tx_mbps) == (8116, 735)  # the 1 GiB copy probe
     assert {s.source for s in samples} == {DMON}
@@ -67,7 +68,7 @@ def test_query_gpu_reads_units_and_renamed_fields():
     samples = parse_query(RUN_QUERY.read_text())
     assert len(samples) == 156
     s = samples[0]
-    assert s.time == datetime(2026, 12, 1, 7, 15, 32, 188000, tzinfo=timezone.utc)
+    assert s.time == datetime(2026, 12, 1, 7, 15, 32, 188000, tzinfo=UTC)
     assert (s.gpu, s.sm_pct, s.mem_pct, s.mem_used_mib, s.power_w, s.sm_clock_mhz) == (0, 0, 0, 0, 78.67, 345)
     assert s.source == QUERY  # `clocks.sm` came back as `clocks.current.sm [MHz]`
 
@@ -102,12 +103,12 @@ def test_query_gpu_rows(text, expected):
 
 
 def test_what_the_sampler_recorded_on_an_h200_parses_as_utc():
-    """Recorded by sampler.sh with the real nvidia-smi on an H200 (2026-12-01 08:50:57 UTC, 08:51:10 skipped by dmon), started with
-    TZ=Asia/Tokyo: nvidia-smi ran with TZ=UTC, so the times are UTC, not 17:50 JST."""
+    """Recorded by sampler.sh with the real nvidia-smi on an H200 (2026-12-01 08:50:57 UTC; dmon skipped
+    08:51:10), started with TZ=Asia/Tokyo: nvidia-smi ran with TZ=UTC, so the times are UTC, not 17:50 JST."""
     dmon = parse_dmon((NV / "h200-1gpu" / "sampler-dmon.dmon").read_text())
     query = parse_query((NV / "h200-1gpu" / "sampler-query.csv").read_text())
     assert dmon[0].time == utc("08:50:57") and dmon[-1].time == utc("08:51:16") and len(dmon) == 19
-    assert query[0].time == datetime(2026, 12, 1, 8, 50, 57, 382000, tzinfo=timezone.utc) and len(query) == 40
+    assert query[0].time == datetime(2026, 12, 1, 8, 50, 57, 382000, tzinfo=UTC) and len(query) == 40
     assert {s.gpu for s in dmon + query} == {0} and query[0].power_w == 78.87  # the sampler's fields, all answered
     assert (query[0].sm_clock_mhz, query[0].mem_used_mib, dmon[0].rx_mbps) == (345, 0, 2)
 
@@ -234,7 +235,7 @@ def test_sampler_records_replayed_samples_after_the_session_ends_and_stops_on_re
     # swapctl has exited and its SSH session with it: the samples keep coming
     wait_until(lambda: len(dmon_rows(gpu_box)) >= 10, what="dmon rows recorded on the host")
     wait_until(lambda: len(read_samples(sampler_files(gpu_box).glob("gpu-query-*.csv"))) >= 3, what="query rows")
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     rows = dmon_rows(gpu_box)
     assert all(abs((s.time - now).total_seconds()) < 60 for s in rows)  # UTC: TZ=UTC reached nvidia-smi
     assert {s.source for s in read_samples(sampler_files(gpu_box).glob("gpu-*"))} == {DMON, QUERY}
@@ -268,7 +269,7 @@ def test_sampler_ends_by_itself_when_the_daemon_exits(gpu_box, prover, standin):
     os.kill(daemon, signal.SIGTERM)
     wait_until(lambda: not group_alive(st["pid"]), timeout=10, what="the sampler to end after the daemon")
     after = host_status(gpu_box)
-    assert not after["running"] and "done: the daemon (pid %d) exited" % daemon in after["note"]
+    assert not after["running"] and f"done: the daemon (pid {daemon}) exited" in after["note"]
     assert lock_free(gpu_box)
 
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import re
 import statistics
+from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Iterable
 
 from ..facts.nvidia import _ALIASES, _num
 
@@ -78,12 +78,12 @@ def parse_dmon(text: str) -> list[Sample]:
         tokens = line.split()
         if not columns or len(tokens) != len(columns):
             continue  # an error nvidia-smi printed, a line cut off by a rotation or a kill
-        row = dict(zip(columns, tokens))
+        row = dict(zip(columns, tokens, strict=True))
         try:
             gpu = int(row["gpu"])
             when = None
             if "date" in row and "time" in row:
-                when = datetime.strptime(row["date"] + row["time"], "%Y%m%d%H:%M:%S").replace(tzinfo=timezone.utc)
+                when = datetime.strptime(row["date"] + row["time"], "%Y%m%d%H:%M:%S").replace(tzinfo=UTC)
         except ValueError:
             continue
         samples.append(Sample(time=when, gpu=gpu, sm_pct=_value(row.get("sm", "")), mem_pct=_value(row.get("mem", "")),
@@ -92,7 +92,7 @@ def parse_dmon(text: str) -> list[Sample]:
 
 
 def _query_time(value: str) -> datetime:
-    return datetime.strptime(value, "%Y/%m/%d %H:%M:%S.%f").replace(tzinfo=timezone.utc)
+    return datetime.strptime(value, "%Y/%m/%d %H:%M:%S.%f").replace(tzinfo=UTC)
 
 
 def parse_query(text: str) -> list[Sample]:
@@ -109,7 +109,7 @@ def parse_query(text: str) -> list[Sample]:
             continue
         if not header or len(values) != len(header):
             continue
-        row = dict(zip(header, values))
+        row = dict(zip(header, values, strict=True))
         try:
             when = _query_time(row["timestamp"])
             gpu = int(row.get("index", "0"))
@@ -163,7 +163,7 @@ def read_samples(paths: Iterable[str | Path]) -> list[Sample]:
         parsed = parse_query(text) if path.suffix == ".csv" else parse_dmon(text)
         for s in parsed:
             seen.setdefault((s.source, s.time, s.gpu) if s.time else (s.source, len(seen)), s)
-    far = datetime.min.replace(tzinfo=timezone.utc)
+    far = datetime.min.replace(tzinfo=UTC)
     return sorted(seen.values(), key=lambda s: (s.time or far, s.gpu, s.source))
 
 
