@@ -101,12 +101,15 @@ def render(st: SamplerStatus) -> None:
     if st.outcome == "failed":
         err.print(text(f"swapctl: {st.host}: the GPU sampler did not start: {st.reason or st.note}"), style="bold red")
         return
-    what = f"{st.outcome}: " if st.outcome else ""
-    if st.running:
-        out.print(text(f"{st.host}: {what}GPU sampler pid {st.pid} following daemon pid {st.daemon_pid} "
-                       f"since {st.since}"))
+    following = f"pid {st.pid} following daemon pid {st.daemon_pid} since {st.since}"
+    if st.outcome == "stopped":
+        out.print(text(f"{st.host}: GPU sampler stopped"))
+    elif st.outcome == "not running":
+        out.print(text(f"{st.host}: no GPU sampler was running"))
+    elif st.running:
+        out.print(text(f"{st.host}: GPU sampler {st.outcome + ': ' if st.outcome else ''}{following}"))
     else:
-        out.print(text(f"{st.host}: {what}no GPU sampler running"))
+        out.print(text(f"{st.host}: no GPU sampler running"))
     total = sum(f.size for f in st.files)
     out.print(text(f"  {len(st.files)} sample files, {size(total / 1024)} in {st.directory}"))
     if st.note:

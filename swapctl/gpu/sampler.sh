@@ -99,7 +99,8 @@ $line"; else head=$line; inhead=1; fi ;;
 
 printf '%s %s %s %s\n' "$$" "$pid" "$since" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" > gpu-sampler.pid.tmp &&
   mv -f gpu-sampler.pid.tmp gpu-sampler.pid
-note "started: following the daemon (pid $pid), at most $max bytes of each kind of samples"
+if [ "$max" -ge 1048576 ]; then bound="$(( max / 1048576 )) MiB"; else bound="$max bytes"; fi
+note "started: following the daemon (pid $pid), at most $bound of each kind of samples"
 record dmon gpu-samples dmon dmon -s ut -d "$interval" -o DT &
 if [ "$query" = 1 ]; then
   record query gpu-query csv --query-gpu="$fields" --format=csv -lms 500 &
