@@ -10,12 +10,22 @@ import shutil
 import signal
 import subprocess
 import sys
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
-from swapctl.gpu.samples import DMON, QUERY, parse_dmon, parse_query, read_samples, samples_in, window, windows
+from swapctl.gpu.samples import (
+    DMON,
+    QUERY,
+    parse_dmon,
+    parse_query,
+    phase_split,
+    read_samples,
+    samples_in,
+    window,
+    windows,
+)
 
 from conftest import own_box
 from lab import swapctl, wait_until
@@ -122,6 +132,41 @@ def test_what_the_sampler_recorded_under_a_real_load_shows_it():
     assert (before.count, before.sm_mean, during.count, during.sm_mean, during.sm_p50) == (7, 0, 7, 100, 100)
     loaded = [s for s in query if s.time >= busy]
     assert window(query, busy, utc("08:55:14"), 0, QUERY).sm_mean == 100 and min(s.power_w for s in loaded) > 600
+
+
+def at(hms: str, ms: int = 0) -> datetime:
+    return utc(hms) + timedelta(milliseconds=ms)
+
+
+@pytest.mark.parametrize("phases,inside_s,inside_rx,outside_rx,inside_sm,outside_sm", [
+    # readings at :01 and :02 (each +-0.5 s) inside one phase, :00 and :03 outside
+    ([(at("07:00:00", 500), at("07:00:02", 500))], 2.0, 8000, 0, 90, 10),
+    # two workers' overlapping phases count once
+    ([(at("07:00:00", 500), at("07:00:02")), (at("07:00:01"), at("07:00:02", 500))], 2.0, 8000, 0, 90, 10),
+    # half of the :00 reading and all of :01
+    ([(at("07:00:00"), at("07:00:01", 500))], 1.5, (0.5 * 0 + 8000) / 1.5, (0.5 * 0 + 8000 + 0) / 2.5,
+     (0.5 * 10 + 90) / 1.5, (0.5 * 10 + 90 + 10) / 2.5),
+    ([], 0.0, None, 4000, None, 50),  # no phase: all of it outside
+])
+def test_phase_split_weighs_each_reading_by_its_share_inside_the_phases(phases, inside_s, inside_rx, outside_rx,
+                                                                        inside_sm, outside_sm):
+    dmon = parse_dmon("#Date Time gpu sm mem rxpci txpci\n"
+                      " 20261201 07:00:00 0 10 0 0 0\n 20261201 07:00:01 0 90 0 8000 0\n"
+                      " 20261201 07:00:02 0 90 0 8000 0\n 20261201 07:00:03 0 10 0 0 0\n"
+                      " 20261201 07:00:01 1 0 0 5 0\n")  # another GPU, never counted for GPU 0
+    split = phase_split(dmon, phases, at("07:00:00"), at("07:00:04"), gpu=0)
+    assert split.inside_s == pytest.approx(inside_s) and split.inside_s + split.outside_s == pytest.approx(4)
+    for got, want in ((split.inside_rx_mbps, inside_rx), (split.outside_rx_mbps, outside_rx),
+                      (split.inside_sm, inside_sm), (split.outside_sm, outside_sm)):
+        assert got == (None if want is None else pytest.approx(want))
+
+
+def test_phase_split_on_the_h200_copy_probe():
+    """The fixture's 1 GiB pageable copy probe (07:15:42, 8116 MB/s RX) as the one 'phase': RX inside it
+    is the copy's, outside it the idle link's."""
+    split = phase_split(parse_dmon(RUN_DMON.read_text()), [(at("07:15:41", 500), at("07:15:42", 500))],
+                        at("07:15:32"), at("07:15:49"), gpu=0)
+    assert split.inside_rx_mbps == 8116 and split.inside_s == 1 and split.outside_rx_mbps < 20
 
 
 def test_windows_are_per_gpu_and_never_mix_sources(tmp_path):
