@@ -1,7 +1,8 @@
 """A stand-in for nvidia-smi on the test hosts, which have no GPU: it replays real output recorded on an
 H200 (tests/data/nvidia-smi/h200-1gpu/), with the times rewritten to now, as local time the way
 nvidia-smi prints it (so TZ=UTC matters). The file $NVIDIA_SMI_STANDIN names tunes it: `delay=S`
-(seconds between replayed lines, default 0.05), `dmon=hang` (dmon prints nothing, ever) and
+(seconds between replayed lines, default 0.05), `dmon=hang` (dmon prints nothing, ever), `dmon=fail`
+(dmon fails as NVML does after a driver upgrade) and
 `term=ignore` (SIGTERM is ignored, as a process stuck in the driver would)."""
 
 import os
@@ -48,6 +49,9 @@ def main(argv: list[str]) -> int:
         if conf.get("dmon") == "hang":
             time.sleep(3600)
             return 0
+        if conf.get("dmon") == "fail":  # what nvidia-smi says after a driver upgrade, before a reboot
+            print("Failed to initialize NVML: Driver/library version mismatch", flush=True)
+            return 18
         lines = (DATA / "dmon-u-t-during-run.txt").read_text().splitlines()
         replay(lines, lambda line: line.startswith("#"), dmon_row, delay)
     query = next((a for a in argv if a.startswith("--query-gpu=")), None)

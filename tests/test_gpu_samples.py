@@ -377,6 +377,17 @@ def test_an_nvidia_smi_that_hangs_is_killed_and_noted(gpu_box, prover):
     assert json.loads(sampler(gpu_box, "start").stdout)["hosts"]["lab"]["outcome"] == "started"
 
 
+def test_an_nvidia_smi_that_fails_ends_the_sampler_with_its_message(gpu_box, prover):
+    """The stand-in's dmon fails as NVML does after a driver upgrade (no GPU here)."""
+    gpu_box.standin.write_text("dmon=fail\n")
+    gpu_box.start_by_hand(prover)
+    st = json.loads(sampler(gpu_box, "start").stdout)["hosts"]["lab"]
+    wait_until(lambda: not group_alive(st["pid"]), timeout=10, what="the sampler to end")
+    note = host_status(gpu_box)["note"]
+    assert "dmon: nvidia-smi ended (exit 18): Failed to initialize NVML: Driver/library version mismatch" in note
+    assert lock_free(gpu_box)
+
+
 def test_fetch_logs_brings_the_samples_home_incrementally(gpu_box, prover, tmp_path):
     """The stand-in replays recorded real nvidia-smi output (no GPU here)."""
     gpu_box.write_playbook(logs={"paths": [str(gpu_box.log)]})
