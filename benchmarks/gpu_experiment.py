@@ -29,7 +29,11 @@ from swapctl.logs.gpu import run_window  # noqa: E402
 from swapctl.logs.timings import parse  # noqa: E402
 from swapctl.sandbox import build_prover, make_server, prover_config, start_daemon  # noqa: E402
 
-CONFIG = prover_config(memory_mib=8192, jobs=-1, partitions=8, partition_mib=1024, synth_ms=150, gpu_ms=200)
+# Partitions of 4 GiB a/b/c (a pageable copy of ~0.6 s on an H200) and 1.5 s of kernels: phases long
+# enough that a 1 s dmon reading lies inside or outside one. The stand-in synthesizes on one thread, one
+# partition after the other; cuzk synthesizes several in parallel, which keeps its GPU fed: a short
+# synth_ms stands for that.
+CONFIG = prover_config(memory_mib=8192, jobs=-1, partitions=4, partition_mib=4096, synth_ms=400, gpu_ms=1500)
 
 
 def main() -> None:

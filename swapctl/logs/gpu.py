@@ -19,6 +19,7 @@ from .timings import Run, _pairs
 COPY_RX_RATIO = 2.0
 COPY_RX_MIN_MBPS = 100.0
 SAMPLE_MS = 1000.0
+PURE = 0.9  # of a reading's second inside (or outside) the GPU phases, to count as inside (outside)
 
 PARTS = {
     "kernels": "kernels running (the GPU's own sm%)",
@@ -73,15 +74,18 @@ def minus(a: Sequence[tuple[float, float]], b: Sequence[tuple[float, float]]) ->
 
 def queued_spans(run: Run) -> list[tuple[float, float]]:
     """When at least one partition waited in the GPU queue (GPU_QUEUE .. GPU_PICKUP)."""
-    events = sorted([(o, 1) for o in run.queued] + [(o, -1) for o in run.picked])
+    # at one offset a queueing comes before the pick-up (a partition is queued, then taken at once)
+    events = sorted([(o, 1) for o in run.queued] + [(o, -1) for o in run.picked], key=lambda e: (e[0], -e[1]))
     spans, depth, since = [], 0, 0.0
     for at, step in events:
-        if depth <= 0 and step > 0:
-            since = at
-        depth += step
-        if depth <= 0 and step < 0:
-            spans.append((since, at))
-            depth = 0
+        if step > 0:
+            if depth == 0:
+                since = at
+            depth += 1
+        elif depth > 0:  # a pick-up of a partition queued before the log began: nothing to close
+            depth -= 1
+            if depth == 0:
+                spans.append((since, at))
     return spans
 
 
@@ -115,12 +119,16 @@ def gpu_view(run: Run, samples: list[Sample]) -> dict[str, dict]:
         outside = minus([(first, last)], phases)
         parts = {"synthesis": length(minus(outside, queued)), "queued": overlap_all(outside, queued)}
         view = {"window": [_iso(t) for t in bounds] if bounds else None, "samples": 0, "busy_mean": None,
-                "busy_p50": None, "rx_in_phase_mbps": None, "rx_outside_mbps": None}
+                "busy_p50": None, "busy_error": None, "rx_in_phase_mbps": None, "rx_outside_mbps": None,
+                "rx_samples": [0, 0]}
         mine = [s for s in samples if g.isdigit() and s.gpu == int(g) and s.source == DMON and s.time]
         if bounds and mine and run.epoch:
-            w = window(mine, bounds[0], bounds[1] + timedelta(milliseconds=SAMPLE_MS), int(g))
-            view.update(samples=w.count, busy_mean=w.sm_mean, busy_p50=w.sm_p50)
-            view["rx_in_phase_mbps"], view["rx_outside_mbps"] = _rx(mine, run.epoch, phases, first, last)
+            end = bounds[1] + timedelta(milliseconds=SAMPLE_MS)
+            w = window(mine, bounds[0], end, int(g))
+            inside = [s for s in mine if bounds[0] <= s.time < end]
+            view.update(samples=w.count, busy_mean=w.sm_mean, busy_p50=w.sm_p50, busy_error=busy_error(inside))
+            rx_in, rx_out, n_in, n_out = _rx(mine, run.epoch, phases, first, last)
+            view.update(rx_in_phase_mbps=rx_in, rx_outside_mbps=rx_out, rx_samples=[n_in, n_out])
         barrier_g = min(in_phase, barrier * d["held_ms"] / held_all)
         if view["busy_mean"] is not None:
             kernels = min(in_phase - barrier_g, view["busy_mean"] / 100 * wall)
@@ -143,24 +151,36 @@ def overlap_all(a: Sequence[tuple[float, float]], b: Sequence[tuple[float, float
 
 
 def _rx(samples: list[Sample], epoch: datetime, phases: list[tuple[float, float]], first: float,
-        last: float) -> tuple[float | None, float | None]:
-    """Mean RX MB/s weighted by how much of each sample's second lay inside the GPU phases, and outside."""
-    inside = outside = w_in = w_out = 0.0
+        last: float) -> tuple[float | None, float | None, int, int]:
+    """Mean RX MB/s of the readings whose second lay inside the GPU phases, and of those outside; with
+    how many of each. A reading is a snapshot from somewhere in its second (the two readers of one H200
+    read 0 and 99% for the same second), so only seconds at least PURE inside or outside count."""
+    inside, outside = [], []
     for s in samples:
         if s.rx_mbps is None or s.time is None:
             continue
         hi = (s.time - epoch).total_seconds() * 1000
-        lo = max(first, hi - SAMPLE_MS)
-        hi = min(last, hi)
-        if hi <= lo:
+        lo = hi - SAMPLE_MS
+        if lo < first or hi > last:
             continue
-        f_in = overlap(phases, lo, hi)
-        f_out = (hi - lo) - f_in
-        inside += s.rx_mbps * f_in
-        outside += s.rx_mbps * f_out
-        w_in += f_in
-        w_out += f_out
-    return (inside / w_in if w_in else None), (outside / w_out if w_out else None)
+        f_in = overlap(phases, lo, hi) / SAMPLE_MS
+        if f_in >= PURE:
+            inside.append(s.rx_mbps)
+        elif f_in <= 1 - PURE:
+            outside.append(s.rx_mbps)
+    mean = (lambda v: sum(v) / len(v) if v else None)
+    return mean(inside), mean(outside), len(inside), len(outside)
+
+
+def busy_error(samples: list[Sample]) -> float | None:
+    """The 95% interval's half-width of mean sm% (normal approximation): readings swing between 0 and
+    99 within a second, so a mean over a few dozen of them is uncertain by several points."""
+    sm = [s.sm_pct for s in samples if s.sm_pct is not None]
+    if len(sm) < 2:
+        return None
+    m = sum(sm) / len(sm)
+    sd = (sum((v - m) ** 2 for v in sm) / (len(sm) - 1)) ** 0.5
+    return 1.96 * sd / len(sm) ** 0.5
 
 
 def _iso(t: datetime) -> str:
@@ -212,6 +232,7 @@ def report(log, which: str | int = "all", samples: list[Sample] | None = None) -
     result["gpu_busy"] = None if not samples else {
         g: {"busy_mean": c["busy_mean"], "samples": c["samples"],
             "busy_p50": views[-1].get(g, {}).get("busy_p50") if len(views) == 1 else None,
+            "busy_error": views[-1].get(g, {}).get("busy_error") if len(views) == 1 else None,
             "rx_in_phase_mbps": rx[g][0] / rx[g][1] if rx[g][1] else None,
             "rx_outside_mbps": rx[g][2] / rx[g][3] if rx[g][3] else None}
         for g, c in combined.items()}

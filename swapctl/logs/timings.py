@@ -177,7 +177,7 @@ class Run:
         if timeline:
             self._timeline(timeline)
             if self.epoch is None:
-                self._anchor(chunk, timeline[0])
+                self._anchor(chunk, timeline)
         if b"mutex_held_ms" in text:
             self._calls_in(chunk)
         if tracing:
@@ -208,11 +208,14 @@ class Run:
             self.jobs += len(found)
         self.add_fields(fields, "ms", message, prefix=prefix)
 
-    def _anchor(self, chunk: bytes, first_timeline: bytes) -> None:
-        """The wall time of offset 0: the first tracing line after a TIMELINE line, less its offset."""
-        at = chunk.find(b"TIMELINE," + first_timeline)
+    def _anchor(self, chunk: bytes, timeline: list[bytes]) -> None:
+        """The wall time of offset 0, from a SYNTH_END line and the tracing line cuzk writes right after it
+        (`partition synthesis complete, pushing to GPU queue`, engine.rs:1752-1763): that line's time,
+        less the SYNTH_END's offset. (A SYNTH_START is followed by synthesis, seconds of it.)"""
+        line = next((t for t in timeline if b",SYNTH_END," in t[:40]), None)
+        at = chunk.find(b"TIMELINE," + line) if line else -1
         m = TRACING.search(chunk, at) if at >= 0 else None
-        offset = TL_OFFSET.match(b"\n" + first_timeline)
+        offset = TL_OFFSET.match(b"\n" + line) if line else None
         if m and offset:
             self.epoch = _ts(m.group(1)) - timedelta(milliseconds=float(offset.group(1)))
 
