@@ -33,7 +33,7 @@ from swapctl.sandbox import build_prover, make_server, prover_config, start_daem
 # enough that a 1 s dmon reading lies inside or outside one. The stand-in synthesizes on one thread, one
 # partition after the other; cuzk synthesizes several in parallel, which keeps its GPU fed: a short
 # synth_ms stands for that.
-CONFIG = prover_config(memory_mib=8192, jobs=-1, partitions=4, partition_mib=4096, synth_ms=400, gpu_ms=1500)
+CONFIG = prover_config(memory_mib=8192, jobs=-1, partitions=4, partition_mib=4096, synth_ms=150, gpu_ms=1500)
 
 
 def main() -> None:
