@@ -19,7 +19,7 @@ from pathlib import Path
 from .errors import BadInput
 from .remote.ssh import wait_for_banner
 
-PROVER_SRC = Path(__file__).resolve().parent.parent / "images" / "prover"
+PROVER_SRC = Path(__file__).resolve().parent / "prover"  # images/prover, shipped in the wheel
 SSHD_SEARCH = "/usr/sbin:/usr/bin:/usr/local/sbin"
 
 

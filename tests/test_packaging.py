@@ -1,12 +1,18 @@
-"""What a new user gets: every import swapctl makes is a declared dependency."""
+"""What a new user gets: every import declared, and the wheel alone runs swapctl, sandbox included."""
 
 import ast
+import os
 import re
+import shutil
 import subprocess
 import sys
 import tomllib
 from importlib.metadata import packages_distributions
 from pathlib import Path
+
+import pytest
+
+from lab import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -50,3 +56,76 @@ def test_every_third_party_import_is_a_declared_dependency():
 def test_optional_imports_stay_optional():
     """matplotlib is the [plot] extra: only the plotting module may import it."""
     assert third_party_imports().get("matplotlib", set()) <= {"swapctl/logs/plot.py"}
+
+
+def source_tree(dest: Path) -> Path:
+    """The files a clean clone has (tracked, plus new ones not ignored): no stale build/ or egg-info."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                            capture_output=True, check=True).stdout.decode().split("\0")
+    for name in filter(None, listed):
+        src, dst = ROOT / name, dest / name
+        if not src.exists() and not src.is_symlink():
+            continue  # deleted in the work tree, not yet committed
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        if src.is_symlink():
+            dst.symlink_to(os.readlink(src))
+        else:
+            shutil.copy2(src, dst)
+    return dest
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> Path:
+    """swapctl's wheel installed into an empty venv with only its declared dependencies: the venv's bin/."""
+    base = tmp_path_factory.mktemp("wheel")
+    tree = source_tree(base / "src")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--disable-pip-version-check", "--no-deps",
+                    "-w", str(base / "dist"), str(tree)], check=True, capture_output=True)
+    [wheel] = (base / "dist").glob("swapctl-*.whl")
+    subprocess.run([sys.executable, "-m", "venv", str(base / "venv")], check=True)
+    # the dependencies come from the index (pip's cache makes the second time quick)
+    subprocess.run([str(base / "venv/bin/python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                    str(wheel)], check=True, capture_output=True)
+    shutil.rmtree(tree)  # nothing may still point into a source tree
+    return base / "venv" / "bin"
+
+
+@pytest.fixture
+def user_env(tmp_path, installed) -> dict:
+    """A shell of someone who installed the wheel: its venv first on PATH, no repo on sys.path."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "SWAPCTL_PLAYBOOK")}
+    env.update(PATH=f"{installed}:{env['PATH']}", HOME=str(tmp_path / "home"),
+               XDG_STATE_HOME=str(tmp_path / "state"), XDG_CACHE_HOME=str(tmp_path / "cache"))
+    (tmp_path / "home").mkdir()
+    return env
+
+
+def run(env: dict, cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["swapctl", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_the_installed_wheel_runs_from_outside_the_repo(installed, user_env, tmp_path):
+    where = subprocess.run([str(installed / "python"), "-c", "import swapctl; print(swapctl.__file__)"],
+                           cwd=tmp_path, env=user_env, capture_output=True, text=True, check=True).stdout
+    assert "site-packages" in where and str(ROOT) not in where
+    r = run(user_env, tmp_path, "--help")
+    assert r.returncode == 0, r.stderr
+    assert "deploy" in r.stdout and "sandbox" in r.stdout
+    r = run(user_env, tmp_path, "build", "--help")
+    assert r.returncode == 0, r.stderr
+    assert "--build-arg" in r.stdout
+
+
+def test_the_installed_wheel_brings_up_the_sandbox_and_reads_its_status(user_env, tmp_path):
+    sandbox = tmp_path / "sb"
+    r = run(user_env, tmp_path, "sandbox", "up", "--dir", str(sandbox), "--port", str(free_port()))
+    try:
+        assert r.returncode == 0, r.stderr
+        assert (sandbox / "builds" / "prover-b").is_file()  # compiled from the sources the wheel carries
+        r = run(user_env, tmp_path, "status", "sandbox", "-p", str(sandbox / "swapctl.toml"))
+        assert r.returncode == 0, r.stderr
+        assert "daemon: pid" in r.stdout
+    finally:
+        r = run(user_env, tmp_path, "sandbox", "down", "--dir", str(sandbox))
+    assert r.returncode == 0, r.stderr
+    assert "sandbox down" in r.stdout
