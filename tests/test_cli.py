@@ -2,12 +2,22 @@
 ssh_config aliases."""
 
 import json
+import os
 import re
+import subprocess
+import sys
+from importlib.metadata import version
+from pathlib import Path
 
 import pytest
+import typer.main
+
+from swapctl import __version__
+from swapctl.cli import app
 
 from lab import swapctl
-from test_deploy import deploy
+
+SWAPCTL = Path(sys.executable).parent / "swapctl"  # the console script: completion keys on its name
 
 
 @pytest.fixture(autouse=True)
@@ -34,3 +44,49 @@ def test_history_reads_at_80_columns_in_a_pipe_and_json_keeps_every_field(box, p
         assert release["sha256"][:12] in r.stdout  # ids are copied into `rollback --to`: whole
     assert entry["from"][:12] in r.stdout and entry["to"][:12] in r.stdout
     assert "deployed" in r.stdout and "adopted, ok" in r.stdout
+
+
+def test_version_is_the_packages():
+    r = swapctl("--version")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == f"swapctl {__version__}\n"
+    assert version("swapctl") == __version__  # pyproject.toml takes it from the package: one source
+
+
+def test_install_completion_makes_bash_complete_verbs_and_subcommands(swapctl_env):
+    home = swapctl_env / "home"
+    env = {**os.environ, "PATH": f"{SWAPCTL.parent}:{os.environ['PATH']}"}
+    r = subprocess.run([str(SWAPCTL), "--install-completion", "bash"], env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "source" in (home / ".bashrc").read_text()  # a new shell picks it up
+    script = home / ".bash_completions" / "swapctl.sh"
+
+    def complete(*words: str) -> list[str]:
+        line = f"source {script}; COMP_WORDS=({' '.join(words)}); COMP_CWORD={len(words) - 1}; " \
+               f"_swapctl_completion swapctl; printf '%s\\n' \"${{COMPREPLY[@]}}\""
+        done = subprocess.run(["bash", "--norc", "-c", line], env=env, capture_output=True, text=True, check=True)
+        return done.stdout.split()
+
+    assert complete("swapctl", "dep") == ["deploy"]
+    assert complete("swapctl", "sandbox", "''") == ["up", "down"]
+    assert "--build-arg" in complete("swapctl", "deploy", "--bu")
+
+
+def help_texts(command, path: tuple[str, ...] = ()):
+    """(argv to its --help, help text) for every command and option under `command`."""
+    yield path, command.help or ""
+    for param in command.params:
+        yield path, getattr(param, "help", None) or ""
+    for name, sub in getattr(command, "commands", {}).items():
+        yield from help_texts(sub, (*path, name))
+
+
+def test_help_texts_render_as_written():
+    """Square brackets are playbook tables here ("[build] table"), never markup to be eaten."""
+    cases = [(path, token) for path, help in help_texts(typer.main.get_command(app))
+             for token in re.findall(r"\[[^\]\s]+\]", help)]
+    assert any(token == "[build]" for _, token in cases)  # the case that was eaten
+    for path, token in cases:
+        r = swapctl(*path, "--help", env={"COLUMNS": "200"})
+        assert r.returncode == 0, r.stderr
+        assert token in r.stdout, f"swapctl {' '.join(path)} --help lost {token}"

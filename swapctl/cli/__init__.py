@@ -2,17 +2,36 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
+from .. import __version__
 from . import build, deploy, fetch_logs, history, init, rollback, sandbox, status, timings
 
 app = typer.Typer(
     name="swapctl",
     help="Ship a new build of a GPU daemon to remote GPU machines and swap it in safely.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion for bash, zsh, fish
+    rich_markup_mode=None,  # help is plain text: "[build] table" must not be eaten as markup
     pretty_exceptions_enable=False,
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"swapctl {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                          help="Print swapctl's version and exit.")] = False,
+) -> None:
+    pass
+
 app.command()(init.init)
 app.command()(status.status)
 app.command()(build.build)
