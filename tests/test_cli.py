@@ -13,6 +13,7 @@ import pytest
 import typer.main
 
 from swapctl import __version__
+from swapctl import playbook as pb
 from swapctl.cli import app
 
 from lab import swapctl
@@ -90,3 +91,41 @@ def test_help_texts_render_as_written():
         r = swapctl(*path, "--help", env={"COLUMNS": "200"})
         assert r.returncode == 0, r.stderr
         assert token in r.stdout, f"swapctl {' '.join(path)} --help lost {token}"
+
+
+def test_a_bare_ssh_config_alias_is_a_host_as_for_ssh(box, prover, swapctl_env):
+    pid = box.start_by_hand(prover)
+    server = box.server
+    config = swapctl_env / "home" / ".ssh" / "config"
+    config.parent.mkdir()
+    config.write_text(f"Host gpu1\n    HostName {server.address}\n    Port {server.port}\n    User root\n"
+                      f"    IdentityFile {server.client_key}\n    UserKnownHostsFile {server.known_hosts}\n\n"
+                      "Host gpu-*\n    User nobody\n")
+    ssh = subprocess.run(["ssh", "-F", str(config), "-o", "BatchMode=yes", "gpu1", "echo", "reached"],
+                         capture_output=True, text=True, timeout=30)
+    assert ssh.stdout == "reached\n", ssh.stderr  # what `ssh gpu1` does with this config
+    r = swapctl("status", "gpu1", "--json", "-p", str(box.playbook_path))
+    assert r.returncode == 0, r.stderr
+    [daemon] = json.loads(r.stdout)["hosts"]["gpu1"]["daemons"]
+    assert daemon["pid"] == pid
+    r = swapctl("status", "gpu-7", "-p", str(box.playbook_path))  # only a pattern names it: not a host
+    assert r.returncode == 2
+    assert "unknown host 'gpu-7'" in r.stderr and "`Host gpu-7` in ~/.ssh/config" in r.stderr
+
+
+@pytest.mark.parametrize("text,aliases", [
+    ("Host gpu1\n  HostName 10.0.0.1\n", {"gpu1"}),
+    ("Host gpu1 gpu2\n  Port 40612\nHost *\n  User root\n", {"gpu1", "gpu2"}),
+    ("Host gpu-* !gpu-bad\n  User root\n", set()),
+    ("", set()),
+])
+def test_ssh_config_aliases_are_the_literal_host_names(tmp_path, text, aliases):
+    (tmp_path / "config").write_text(text)
+    assert pb.ssh_config_aliases((str(tmp_path / "config"), str(tmp_path / "absent"))) == aliases
+
+
+def test_an_ssh_config_alias_takes_everything_from_ssh_config():
+    book = pb.Playbook(path="x")
+    assert pb.resolve_host(book, "gpu1", ssh_aliases={"gpu1"}) == pb.HostSpec(name="gpu1", address="gpu1")
+    with pytest.raises(pb.PlaybookError, match="unknown host 'gpu2'"):
+        pb.resolve_host(book, "gpu2", ssh_aliases={"gpu1"})

@@ -9,12 +9,14 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+import paramiko
 import tomlkit
 from tomlkit.exceptions import ParseError
 
 from ..errors import PlaybookError
 
 DEFAULT_PLAYBOOK = "swapctl.toml"
+SSH_CONFIGS = ("~/.ssh/config", "/etc/ssh/ssh_config")  # the files `ssh NAME` reads, as fabric does
 HOST_KEY_POLICIES = ("strict", "accept-new")
 TRANSPORTS = ("ssh", "local")
 
@@ -289,8 +291,20 @@ def parse(text: str, path: str = DEFAULT_PLAYBOOK) -> Playbook:
 _ADHOC = re.compile(r"^(?:(?P<user>[^@\s]+)@)?(?P<address>\[[0-9a-fA-F:]+\]|[^@:\s]+)(?::(?P<port>\d+))?$")
 
 
-def resolve_host(playbook: Playbook, target: str) -> HostSpec:
-    """A HOST argument: a name under [hosts], or user@address:port (user and port optional)."""
+def ssh_config_aliases(paths: tuple[str, ...] = SSH_CONFIGS) -> set[str]:
+    """The names `Host` lines of the ssh_config files give literally (patterns like `gpu*` left out)."""
+    names: set[str] = set()
+    for path in paths:
+        try:
+            names |= paramiko.SSHConfig.from_path(os.path.expanduser(path)).get_hostnames()
+        except (OSError, UnicodeDecodeError, paramiko.ssh_exception.ConfigParseError):
+            continue  # missing or unreadable: ssh would go on without it too
+    return {name for name in names if not set(name) & set("*?!")}
+
+
+def resolve_host(playbook: Playbook, target: str, ssh_aliases: set[str] | None = None) -> HostSpec:
+    """A HOST argument: a name under [hosts], user@address:port (user and port optional), or a bare
+    `Host` alias of ~/.ssh/config, which then decides address, port, user and keys as for `ssh NAME`."""
     if target in playbook.hosts:
         return playbook.hosts[target]
     if "@" in target or ":" in target:
@@ -303,7 +317,10 @@ def resolve_host(playbook: Playbook, target: str) -> HostSpec:
                 user=m["user"],
             )
         raise PlaybookError(playbook.path, f"host {target!r} is not user@address:port", key="HOST")
+    if target in (ssh_config_aliases() if ssh_aliases is None else ssh_aliases):
+        return HostSpec(name=target, address=target)
     known = ", ".join(playbook.hosts) or "none"
     close = difflib.get_close_matches(target, playbook.hosts, n=1)
     hint = f"did you mean {close[0]!r}?" if close else f"hosts in the playbook: {known}"
-    raise PlaybookError(playbook.path, f"unknown host {target!r} ({hint}); add [hosts.{target}] or use user@address:port", key="hosts")
+    raise PlaybookError(playbook.path, f"unknown host {target!r} ({hint}); add [hosts.{target}], a `Host {target}` "
+                        f"in ~/.ssh/config, or use user@address:port", key="hosts")
