@@ -129,3 +129,46 @@ def test_the_installed_wheel_brings_up_the_sandbox_and_reads_its_status(user_env
         r = run(user_env, tmp_path, "sandbox", "down", "--dir", str(sandbox))
     assert r.returncode == 0, r.stderr
     assert "sandbox down" in r.stdout
+
+
+def listed(path: Path) -> set[str]:
+    """The names a scripts/gpu-*.txt list gives, one a line, comments left out."""
+    return {normalized(line) for line in path.read_text().splitlines() if line.strip() and not line.startswith("#")}
+
+
+def test_gpu_run_lists_every_package_swapctl_needs_on_the_gpu_machine():
+    """scripts/gpu-wheels.txt holds swapctl's dependencies the GPU image lacks, and all of theirs."""
+    from importlib.metadata import requires
+
+    from packaging.requirements import Requirement
+
+    image_has = {"typer", "rich"}  # checked there, ../shared/gpu-machine.md
+    unused_there = {"docker"}  # the GPU machine runs the benchmark, never `swapctl build`
+    wheels = listed(ROOT / "scripts" / "gpu-wheels.txt")
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert {normalized(r) for r in project["dependencies"]} - image_has - unused_there <= wheels
+    there = {"python_version": "3.12", "python_full_version": "3.12.3", "implementation_name": "cpython",
+             "platform_python_implementation": "CPython", "extra": ""}
+    for name in wheels:
+        for req in map(Requirement, requires(name) or []):
+            if req.marker is None or req.marker.evaluate(there):
+                assert normalized(req.name) in wheels | image_has, f"{name} needs {req.name}: add it to gpu-wheels.txt"
+    assert {"openssh-server", "openssh-sftp-server", "openssh-client"} <= listed(ROOT / "scripts" / "gpu-debs.txt")
+
+
+def test_gpu_run_without_its_carried_files_says_so_in_one_line(tmp_path):
+    (tmp_path / "scripts").mkdir()
+    for name in ("gpu-run.sh", "gpu-wheels.txt", "gpu-debs.txt"):
+        shutil.copy(ROOT / "scripts" / name, tmp_path / "scripts" / name)
+    r = subprocess.run(["bash", str(tmp_path / "scripts" / "gpu-run.sh")], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and r.stdout == ""
+    [line] = r.stderr.splitlines()
+    assert ".whl/ (absent)" in line and ".debs/ (absent)" in line and "gpu-run.sh --fetch" in line
+    (tmp_path / ".whl").mkdir()
+    (tmp_path / ".debs").mkdir()
+    (tmp_path / ".whl" / "tomlkit-0.15.2-py3-none-any.whl").touch()
+    (tmp_path / ".debs" / "openssh-client_1%3a9.2p1-2+deb12u10_amd64.deb").touch()
+    r = subprocess.run(["bash", str(tmp_path / "scripts" / "gpu-run.sh")], capture_output=True, text=True, timeout=30)
+    [line] = r.stderr.splitlines()
+    assert r.returncode == 2 and ".whl/paramiko" in line and ".debs/openssh-server" in line
+    assert ".whl/tomlkit" not in line and ".debs/openssh-client " not in line + " "
