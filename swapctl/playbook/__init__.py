@@ -68,6 +68,16 @@ class MemorySpec:
 
 
 @dataclass(frozen=True)
+class RolloutSpec:
+    """How `deploy @group` and `rollback @group` go when the command line does not say."""
+
+    parallel: int = 1
+    canary: int = 0
+    canary_wait_s: float | None = None
+    max_fail: str | None = None  # "2" hosts or "10%" of them, as --max-fail takes it
+
+
+@dataclass(frozen=True)
 class Playbook:
     path: str
     hosts: dict[str, HostSpec] = field(default_factory=dict)
@@ -77,6 +87,7 @@ class Playbook:
     log_paths: tuple[str, ...] = ()
     keep_releases: int = 5
     build: dict = field(default_factory=dict)  # the [build] table, read by swapctl.build
+    rollout: RolloutSpec = RolloutSpec()
 
     def require_daemon(self) -> DaemonSpec:
         """The daemon section, complete enough to change a host."""
@@ -116,6 +127,12 @@ _SCHEMA: dict[str, dict[str, tuple[str, bool]]] = {
         "release_timeout_s": ("num", False),
         "gpu_slack_mib": ("num", False),
     },
+    "rollout": {
+        "parallel": ("int", False),
+        "canary": ("int", False),
+        "canary_wait_s": ("num", False),
+        "max_fail": ("budget", False),
+    },
     "logs": {"paths": ("strlist", False)},
     "releases": {"keep": ("int", False)},
     # Read by `swapctl build`; checked there.
@@ -127,7 +144,7 @@ _SCHEMA: dict[str, dict[str, tuple[str, bool]]] = {
         "platform": ("str", False),
     },
 }
-_TOP = ("hosts", "groups", "daemon", "memory", "logs", "releases", "build")
+_TOP = ("hosts", "groups", "daemon", "memory", "rollout", "logs", "releases", "build")
 _KIND_NAMES = {
     "str": "a string",
     "int": "an integer",
@@ -135,6 +152,7 @@ _KIND_NAMES = {
     "bool": "true or false",
     "strlist": "a list of strings",
     "strtable": "a table of strings",
+    "budget": 'a number of hosts or a percentage ("10%")',
 }
 
 
@@ -192,6 +210,8 @@ class _Loader:
             "bool": isinstance(value, bool),
             "strlist": isinstance(value, list) and all(isinstance(v, str) for v in value),
             "strtable": isinstance(value, dict) and all(isinstance(v, str) for v in value.values()),
+            "budget": isinstance(value, int) and not isinstance(value, bool) and value >= 0
+            or isinstance(value, str) and re.fullmatch(r"\d+(\.\d+)?%", value) is not None,
         }[kind]
         if not ok:
             raise self.fail(f"must be {_KIND_NAMES[kind]}, not {value!r}", table, key)
@@ -273,6 +293,11 @@ def parse(text: str, path: str = DEFAULT_PLAYBOOK) -> Playbook:
     logs = ld.section(ld.table(doc, "logs"), "logs", "logs")
     releases = ld.section(ld.table(doc, "releases"), "releases", "releases")
     build = ld.section(ld.table(doc, "build"), "build", "build")
+    rollout = ld.section(ld.table(doc, "rollout"), "rollout", "rollout")
+    if rollout.get("parallel", 1) < 1:
+        raise ld.fail("must be at least 1 (1: one host at a time)", "rollout", "parallel")
+    if "max_fail" in rollout:
+        rollout["max_fail"] = str(rollout["max_fail"])
     keep = releases.get("keep", 5)
     if keep < 2:
         raise ld.fail("must be at least 2 (the current release and one to roll back to)", "releases", "keep")
@@ -285,6 +310,7 @@ def parse(text: str, path: str = DEFAULT_PLAYBOOK) -> Playbook:
         log_paths=tuple(logs.get("paths", ())),
         keep_releases=keep,
         build=build,
+        rollout=RolloutSpec(**rollout),
     )
 
 
