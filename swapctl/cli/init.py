@@ -9,7 +9,8 @@ from typing import Annotated
 import typer
 
 from ..errors import BadInput
-from .common import guarded, out
+from ..playbook import examples
+from .common import guarded, out, text
 
 TEMPLATE = '''\
 # swapctl playbook: where the GPU hosts are and how the daemon runs on them.
@@ -49,18 +50,27 @@ def init(
     path: Annotated[str, typer.Argument(help="Where to write it.")] = "swapctl.toml",
     address: Annotated[str, typer.Option(help="The GPU host's address.")] = "141.0.85.211",
     port: Annotated[int, typer.Option(help="Its SSH port.")] = 22,
+    example: Annotated[str | None, typer.Option(
+        "--example", help=f"Write one of the example playbooks instead: {', '.join(examples.names())}.",
+        show_default=False)] = None,
     force: Annotated[bool, typer.Option(help="Overwrite an existing file.")] = False,
 ) -> None:
     """Write a commented playbook to start from."""
 
     def run() -> int:
         target = Path(path)
+        if example is not None:
+            # the sandbox's example names `swapctl sandbox up`'s default directory and port
+            body = examples.render(example, SANDBOX=str(Path(".sandbox").resolve()), PORT="40612")
+        else:
+            body = TEMPLATE.format(address=address, port=port)
         if target.exists() and not force:
             raise BadInput(f"{path} exists; edit it, or pass --force to overwrite it")
         tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")
-        tmp.write_text(TEMPLATE.format(address=address, port=port), encoding="utf-8")
+        tmp.write_text(body, encoding="utf-8")
         tmp.replace(target)
-        out.print(f"wrote {path}; edit [hosts] and [daemon], then run `swapctl status gpu-box`")
+        what = f"the {example} example" if example else "a playbook"
+        out.print(text(f"wrote {what} to {path}; edit [hosts] and [daemon], then run `swapctl status HOST`"))
         return 0
 
     guarded(run)
