@@ -114,6 +114,9 @@ def test_the_installed_wheel_runs_from_outside_the_repo(installed, user_env, tmp
     r = run(user_env, tmp_path, "build", "--help")
     assert r.returncode == 0, r.stderr
     assert "--build-arg" in r.stdout
+    r = run(user_env, tmp_path, "init", "farm.toml", "--example", "farm")  # playbooks/ came along
+    assert r.returncode == 0, r.stderr
+    assert "[rollout]" in (tmp_path / "farm.toml").read_text()
 
 
 def test_the_installed_wheel_brings_up_the_sandbox_and_reads_its_status(user_env, tmp_path):
