@@ -146,7 +146,7 @@ def test_gpu_run_lists_every_package_swapctl_needs_on_the_gpu_machine():
     from packaging.requirements import Requirement
 
     image_has = {"typer", "rich"}  # checked there, ../shared/gpu-machine.md
-    unused_there = {"docker"}  # the GPU machine runs the benchmark, never `swapctl build`
+    unused_there = {"docker", "pyyaml"}  # the GPU machine runs the benchmark: no `swapctl build`, no inventory
     wheels = listed(ROOT / "scripts" / "gpu-wheels.txt")
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert {normalized(r) for r in project["dependencies"]} - image_has - unused_there <= wheels

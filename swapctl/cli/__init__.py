@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Annotated
 
 import typer
@@ -29,8 +30,14 @@ def _version(value: bool) -> None:
 def _root(
     version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
                                           help="Print swapctl's version and exit.")] = False,
+    inventory: Annotated[str | None, typer.Option(
+        "--inventory", "-i", help="An Ansible inventory (INI or YAML) whose hosts and groups (@group) every "
+                                  "command can name, as `swapctl -i hosts.ini status @gpus`. Default: "
+                                  "$SWAPCTL_INVENTORY, else the playbook's `inventory` key.",
+        show_default=False)] = None,
 ) -> None:
-    pass
+    if inventory is not None:  # read where the playbook is loaded, as -p's default $SWAPCTL_PLAYBOOK is
+        os.environ["SWAPCTL_INVENTORY"] = inventory
 
 app.command()(init.init)
 app.command()(status.status)

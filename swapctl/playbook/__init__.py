@@ -14,6 +14,7 @@ import tomlkit
 from tomlkit.exceptions import ParseError
 
 from ..errors import PlaybookError
+from .inventory import load_inventory
 
 DEFAULT_PLAYBOOK = "swapctl.toml"
 SSH_CONFIGS = ("~/.ssh/config", "/etc/ssh/ssh_config")  # the files `ssh NAME` reads, as fabric does
@@ -221,28 +222,35 @@ class _Loader:
 
 
 def load(path: str | os.PathLike[str] | None = None, *, required: bool = True) -> Playbook:
-    """Reads and validates a playbook. Without `required`, a missing default file is an empty playbook."""
+    """Reads and validates a playbook. Without `required`, a missing default file is an empty playbook.
+    $SWAPCTL_INVENTORY (`swapctl -i FILE`) names an Ansible inventory whose hosts and groups it adds."""
     explicit = path is not None or "SWAPCTL_PLAYBOOK" in os.environ
     path = str(path or os.environ.get("SWAPCTL_PLAYBOOK") or DEFAULT_PLAYBOOK)
+    inventory = os.environ.get("SWAPCTL_INVENTORY") or None
     try:
         text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
         if not explicit and not required:
-            return Playbook(path=path)
+            return parse("", path, inventory=inventory)
         raise PlaybookError(path, "no such playbook; run `swapctl init` to write one, or pass -p FILE") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise PlaybookError(path, f"cannot read: {exc}") from None
-    return parse(text, path)
+    return parse(text, path, inventory=inventory)
 
 
-def parse(text: str, path: str = DEFAULT_PLAYBOOK) -> Playbook:
-    """Validates playbook text; every error names the file, line, key and fix."""
+def parse(text: str, path: str = DEFAULT_PLAYBOOK, inventory: str | None = None) -> Playbook:
+    """Validates playbook text; every error names the file, line, key and fix. `inventory` (else the
+    playbook's own `inventory` key, relative to its file) adds an Ansible inventory's hosts and groups;
+    the playbook's [hosts] and [groups] win over the inventory's of the same name."""
     try:
         doc = tomlkit.parse(text).unwrap()
     except ParseError as exc:
         reason = str(exc).split(" at line ")[0]
         raise PlaybookError(path, f"TOML syntax error: {reason} (fix the TOML at that line)", line=exc.line) from None
     ld = _Loader(path, text)
+    if "inventory" in doc:
+        where = ld.check_type(doc.pop("inventory"), "str", "", "inventory")
+        inventory = inventory or str(Path(path).parent / os.path.expanduser(where))
     for key in doc:
         if key not in _TOP:
             close = difflib.get_close_matches(key, _TOP, n=1)
@@ -250,6 +258,9 @@ def parse(text: str, path: str = DEFAULT_PLAYBOOK) -> Playbook:
             raise ld.fail(f"unknown table ({hint})", "", key)
 
     hosts: dict[str, HostSpec] = {}
+    groups: dict[str, tuple[str, ...]] = {}
+    if inventory:
+        hosts, groups = load_inventory(inventory)
     for name, data in ld.table(doc, "hosts").items():
         table = f"hosts.{name}"
         if not isinstance(data, dict):
@@ -266,12 +277,11 @@ def parse(text: str, path: str = DEFAULT_PLAYBOOK) -> Playbook:
             raise ld.fail(f"must be a TCP port (1-65535), not {port}", table, "port")
         hosts[name] = HostSpec(name=name, **values)
 
-    groups: dict[str, tuple[str, ...]] = {}
     for name, members in ld.table(doc, "groups").items():
         members = ld.check_type(members, "strlist", "groups", name)
         for member in members:
             if member not in hosts:
-                raise ld.fail(f"names host {member!r}, which is not under [hosts]", "groups", name)
+                raise ld.fail(f"names host {member!r}, which is not under [hosts] or in the inventory", "groups", name)
         groups[name] = tuple(members)
 
     d = ld.section(ld.table(doc, "daemon"), "daemon", "daemon")
