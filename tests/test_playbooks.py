@@ -166,3 +166,11 @@ def test_the_sandbox_runs_with_its_example_and_deploys(tmp_path):
         assert daemon["exe"].startswith(str(sandbox.resolve() / "data" / ".swapctl"))  # the new release runs
     finally:
         swapctl("sandbox", "down", "--dir", str(sandbox))
+
+
+def test_the_readmes_playbook_reference_is_a_valid_playbook(tmp_path):
+    readme = (ROOT / "README.md").read_text()
+    block = re.search(r"## Playbook reference\n\n```toml\n(.*?)```", readme, re.S)[1]
+    (tmp_path / "hosts.ini").write_text("[gpus]\ngpu-01\n")  # the inventory it names, beside it
+    book = pb.parse(block, str(tmp_path / "swapctl.toml"))
+    assert "gpu-box" in book.hosts and "gpu-01" in book.hosts and book.rollout.canary == 1
