@@ -129,3 +129,40 @@ def test_an_ssh_config_alias_takes_everything_from_ssh_config():
     assert pb.resolve_host(book, "gpu1", ssh_aliases={"gpu1"}) == pb.HostSpec(name="gpu1", address="gpu1")
     with pytest.raises(pb.PlaybookError, match="unknown host 'gpu2'"):
         pb.resolve_host(book, "gpu2", ssh_aliases={"gpu1"})
+
+
+def test_init_from_a_host_writes_the_playbook_of_what_runs_there_and_it_deploys(box, prover, prover_b,
+                                                                                  swapctl_env, tmp_path):
+    pid = box.start_by_hand(prover)
+    s = box.server
+    ssh = swapctl_env / "home" / ".ssh"
+    ssh.mkdir()
+    (ssh / "config").write_text(f"Host gpu1\n    HostName {s.address}\n    Port {s.port}\n    User root\n"
+                                f"    IdentityFile {s.client_key}\n    UserKnownHostsFile {s.known_hosts}\n")
+    out = tmp_path / "from-gpu1.toml"
+    r = swapctl("init", str(out), "--from", "gpu1", "--match", re.escape(str(box.data)) + "/cuzk")
+    assert r.returncode == 0, r.stderr
+    text = out.read_text()
+    assert f"(pid {pid})" in text and "proposed from its log" in text
+    book = pb.load(out)
+    d = book.daemon
+    assert (d.binary, d.args, d.cwd, d.log) == (str(box.binary), ("--config", str(box.config)), str(box.data),
+                                                 str(box.log))
+    assert d.ready_log == "cuzk-daemon ready" and book.log_paths == (str(box.log),)
+    assert d.match_regex.search(f"{box.binary} --config {box.config}")
+    assert not d.match_regex.search(f"{box.binary}.old --config x")
+    r = swapctl("deploy", "gpu1", "--binary", str(prover_b), "--yes", "--json", "-p", str(out))
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["hosts"]["gpu1"]["outcome"] == "deployed"
+
+
+def test_init_from_a_host_says_when_the_match_finds_no_daemon(box, swapctl_env, tmp_path):
+    s = box.server
+    target = f"root@{s.address}:{s.port}"
+    (swapctl_env / "home" / ".ssh").mkdir()
+    (swapctl_env / "home" / ".ssh" / "config").write_text(
+        f"Host {s.address}\n    IdentityFile {s.client_key}\n    UserKnownHostsFile {s.known_hosts}\n")
+    # the host is this machine: [o] keeps the regex from matching this swapctl's own command line
+    r = swapctl("init", str(tmp_path / "x.toml"), "--from", target, "--match", "no-such-daem[o]n")
+    assert r.returncode == 2 and not (tmp_path / "x.toml").exists()
+    assert "--match 'no-such-daem[o]n': no process matches it" in r.stderr
