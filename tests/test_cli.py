@@ -45,6 +45,13 @@ def test_history_reads_at_80_columns_in_a_pipe_and_json_keeps_every_field(box, p
         assert release["sha256"][:12] in r.stdout  # ids are copied into `rollback --to`: whole
     assert entry["from"][:12] in r.stdout and entry["to"][:12] in r.stdout
     assert "deployed" in r.stdout and "adopted, ok" in r.stdout
+    r = swapctl("status", "lab", "-p", str(box.playbook_path), env={"COLUMNS": "80"})
+    assert r.returncode == 0, r.stderr
+    table = r.stdout[r.stdout.index("releases"):].splitlines()
+    assert max(map(len, table)) <= 80
+    for release in h["releases"]:  # id and time whole, the long who cut on one line
+        assert release["sha256"][:12] in r.stdout and release["created"][:19].replace("T", " ") in r.stdout
+    assert sum(bool(re.search(r"│ release-engineer-o\w*… +│", line)) for line in table) == 2, r.stdout
 
 
 def test_version_is_the_packages():

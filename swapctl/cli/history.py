@@ -11,7 +11,7 @@ from .. import playbook as pb
 from ..remote import connect
 from ..swap.deploy import Swap
 from ..swap.releases import releases_newest_first
-from .common import JsonOpt, PlaybookOpt, guarded, out, print_json, select_hosts, text
+from .common import JsonOpt, PlaybookOpt, guarded, out, print_json, select_hosts, text, when
 
 
 def history(
@@ -64,8 +64,3 @@ def _history(target: str, playbook_path: str | None, as_json: bool) -> int:
                   text(f"{(e.get('from') or '-')[:12]}\n{(e.get('to') or '-')[:12]}"), text(steps))
     out.print(j)
     return 0
-
-
-def when(iso: str) -> str:
-    """2026-12-01T08:36:51.123+00:00 -> 2026-12-01 08:36:51: to the second, as it was recorded."""
-    return iso[:19].replace("T", " ")

@@ -11,7 +11,7 @@ from .. import playbook as pb
 from ..errors import ExitCode, SwapctlError
 from ..facts.status import HostStatus, gather
 from ..remote.group import on_hosts
-from .common import JsonOpt, LimitOpt, PlaybookOpt, duration, err, gib, guarded, out, print_json, select_hosts, size, text, worst
+from .common import JsonOpt, LimitOpt, PlaybookOpt, duration, err, gib, guarded, out, print_json, select_hosts, size, text, when, worst
 
 
 def status(
@@ -104,13 +104,17 @@ def render(st: HostStatus) -> None:
     for d in st.disks:
         out.print(text(f"disk {d.path}: {gib(d.avail_kib)} free of {gib(d.size_kib)} ({d.mount})"))
     if st.releases:
+        # at 80 columns: short fields stacked two to a cell, the command line gets the rest (as in history)
         r = Table(title="releases", title_justify="left")
-        for col in ("", "sha256", "created", "by", "status", "command line"):
-            r.add_column(col, overflow="fold")
+        r.add_column("", no_wrap=True)
+        r.add_column("sha256\nstatus", no_wrap=True)
+        r.add_column("created\nby", no_wrap=True, overflow="ellipsis", max_width=19)
+        r.add_column("command line", overflow="fold", ratio=1)
         for rel in st.releases:
             current = st.current_release is not None and rel.get("sha256", "")[:12] in st.current_release
-            r.add_row("*" if current else "", text(rel.get("sha256", "")[:12]), text(rel.get("created", "")),
-                      text(rel.get("by", "")), text(rel.get("status", "")), text(" ".join(rel.get("argv", []))))
+            r.add_row("*" if current else "", text(f"{rel.get('sha256', '')[:12]}\n{rel.get('status', '')}"),
+                      text(f"{when(rel.get('created', ''))}\n{rel.get('by') or '-'}"),
+                      text(" ".join(rel.get("argv", []))))
         out.print(r)
     else:
         out.print("releases: none (swapctl has not deployed here)")
