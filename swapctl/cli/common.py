@@ -17,7 +17,8 @@ from ..errors import BadInput, ExitCode, SwapctlError
 
 PlaybookOpt = Annotated[
     str | None,
-    typer.Option("--playbook", "-p", help="Playbook file (default ./swapctl.toml, or $SWAPCTL_PLAYBOOK).",
+    typer.Option("--playbook", "-p", metavar="FILE",
+                 help="Playbook file (default ./swapctl.toml, or $SWAPCTL_PLAYBOOK).",
                  show_default=False),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="One JSON document on stdout, for scripts.")]

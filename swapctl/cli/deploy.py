@@ -21,7 +21,8 @@ from .common import JsonOpt, LimitOpt, PlaybookOpt, err, fail, guarded, out, pri
 
 
 def deploy(
-    hosts: Annotated[list[str], typer.Argument(help="Host names, user@address:port, or @group.")],
+    hosts: Annotated[list[str], typer.Argument(
+        metavar="HOST", help="Host names, user@address:port, ssh_config aliases, or @group.")],
     binary: Annotated[str | None, typer.Option("--binary", "-b", help="The new daemon binary (a local file).")] = None,
     build: Annotated[bool, typer.Option("--build", help="Build it first from the playbook's [build] table.")] = False,
     build_arg: BuildArgOpt = None,

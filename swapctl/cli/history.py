@@ -15,7 +15,8 @@ from .common import JsonOpt, PlaybookOpt, guarded, out, print_json, select_hosts
 
 
 def history(
-    host: Annotated[str, typer.Argument(help="A host name or user@address:port.")],
+    host: Annotated[str, typer.Argument(
+        metavar="HOST", help="A host name, user@address:port, or an ssh_config alias.")],
     playbook: PlaybookOpt = None,
     json: JsonOpt = False,
 ) -> None:

@@ -16,7 +16,8 @@ from .fleet import CanaryOpt, CanaryWaitOpt, Fleet, MaxFailOpt, ParallelOpt, dry
 
 
 def rollback(
-    hosts: Annotated[list[str], typer.Argument(help="Host names, user@address:port, or @group.")],
+    hosts: Annotated[list[str], typer.Argument(
+        metavar="HOST", help="Host names, user@address:port, ssh_config aliases, or @group.")],
     to: Annotated[str | None, typer.Option("--to", help="A sha256 prefix or an index from `swapctl history`.")] = None,
     playbook: PlaybookOpt = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,

@@ -15,7 +15,8 @@ from .common import JsonOpt, LimitOpt, PlaybookOpt, duration, err, gib, guarded,
 
 
 def status(
-    hosts: Annotated[list[str], typer.Argument(help="Host names, user@address:port, or @group.")],
+    hosts: Annotated[list[str], typer.Argument(
+        metavar="HOST", help="Host names, user@address:port, ssh_config aliases, or @group.")],
     playbook: PlaybookOpt = None,
     limit: LimitOpt = None,
     json: JsonOpt = False,
