@@ -119,7 +119,7 @@ def from_running(target: str, match: str) -> str:
     lines = [
         f"# written by `swapctl init --from {target}` from the daemon running there (pid {daemon.pid}):",
         f"#   {' '.join(argv)}",
-        "# check each value, then `swapctl status " + spec.name + "` and `swapctl deploy " + spec.name + " --binary ...`",
+        f"# check each value, then `swapctl status {spec.name}` and `swapctl deploy {spec.name} --binary ...`",
         "",
         f"[hosts.{q(spec.name)}]",
         f"address = {q(spec.address)}",

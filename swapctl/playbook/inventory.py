@@ -69,7 +69,8 @@ class _Inventory:
         hosts = {}
         for name, own in self.host_vars.items():
             merged: dict[str, Any] = dict(self.group_vars.get("all", {}))
-            for g in sorted((g for g, m in groups.items() if name in m and g != "all"), key=lambda g: (self.depth(g), g)):
+            mine = (g for g, m in groups.items() if name in m and g != "all")
+            for g in sorted(mine, key=lambda g: (self.depth(g), g)):  # parents first, children override
                 merged.update(self.group_vars.get(g, {}))
             merged.update(own)
             values: dict[str, Any] = {"address": name}
