@@ -111,6 +111,8 @@ def test_the_installed_wheel_runs_from_outside_the_repo(installed, user_env, tmp
     r = run(user_env, tmp_path, "--help")
     assert r.returncode == 0, r.stderr
     assert "deploy" in r.stdout and "sandbox" in r.stdout
+    r = run(user_env, tmp_path, "--version")
+    assert r.returncode == 0 and re.fullmatch(r"swapctl \d+\.\d+\.\d+\n", r.stdout), r.stdout + r.stderr
     r = run(user_env, tmp_path, "build", "--help")
     assert r.returncode == 0, r.stderr
     assert "--build-arg" in r.stdout
@@ -175,3 +177,12 @@ def test_gpu_run_without_its_carried_files_says_so_in_one_line(tmp_path):
     [line] = r.stderr.splitlines()
     assert r.returncode == 2 and ".whl/paramiko" in line and ".debs/openssh-server" in line
     assert ".whl/tomlkit" not in line and ".debs/openssh-client " not in line + " "
+
+
+def test_scripts_test_without_the_venv_says_in_one_line_how_to_make_it(tmp_path):
+    (tmp_path / "scripts").mkdir()
+    shutil.copy(ROOT / "scripts" / "test", tmp_path / "scripts" / "test")
+    r = subprocess.run(["bash", str(tmp_path / "scripts" / "test")], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 1 and r.stdout == ""
+    [line] = r.stderr.splitlines()
+    assert "bash scripts/venv" in line
