@@ -16,6 +16,7 @@ from swapctl import __version__
 from swapctl import playbook as pb
 from swapctl.cli import app
 
+from conftest import own_box
 from lab import swapctl
 
 SWAPCTL = Path(sys.executable).parent / "swapctl"  # the console script: completion keys on its name
@@ -173,3 +174,19 @@ def test_init_from_a_host_says_when_the_match_finds_no_daemon(box, swapctl_env, 
     r = swapctl("init", str(tmp_path / "x.toml"), "--from", target, "--match", "no-such-daem[o]n")
     assert r.returncode == 2 and not (tmp_path / "x.toml").exists()
     assert "--match 'no-such-daem[o]n': no process matches it" in r.stderr
+
+
+def test_status_gpu_table_reads_at_80_columns(tmp_path, prover):
+    """Two H200s as nvidia-smi reported them (recorded), on a host whose nvidia-smi prints that."""
+    data = Path(__file__).parent / "data" / "nvidia-smi" / "h200-2gpu"
+    nvidia_smi = (f'#!/bin/sh\ncase "$1" in\n  --query-gpu=*) cat {data / "query-gpu.csv"} ;;\n'
+                  f'  --query-compute-apps=*) cat {data / "compute-apps.csv"} ;;\nesac\n')
+    with own_box(tmp_path, tools={"nvidia-smi": nvidia_smi}) as box:
+        box.start_by_hand(prover)
+        r = swapctl("status", "lab", "-p", str(box.playbook_path), env={"COLUMNS": "80"})
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert max(map(len, lines)) <= 80, r.stdout
+    gpu_table = "\n".join(lines[next(i for i, line in enumerate(lines) if line.startswith("GPUs")):])
+    for whole in ("NVIDIA H200", "2579/143771 MiB", "121/700 W", "1980/1980", "gen5 x16"):
+        assert whole in gpu_table, f"{whole!r} broken or missing in:\n{r.stdout}"

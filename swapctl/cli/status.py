@@ -75,19 +75,19 @@ def render(st: HostStatus) -> None:
     if st.gpu_error:
         out.print(text(f"GPUs: {st.gpu_error}"), style="yellow")
     else:
+        # at 80 columns: two readings to a cell, whole; the throttle reasons (a list) fold in what is left
         g = Table(title="GPUs", title_justify="left")
-        for col in ("#", "name", "memory", "util", "temp", "power", "sm clock", "throttle", "ecc", "pcie"):
-            g.add_column(col)
+        for col in ("#", "name\npcie", "memory\nutil", "power\ntemp", "sm clock", "ecc"):
+            g.add_column(col, no_wrap=True)
+        g.add_column("throttle", overflow="fold", ratio=1)
         for gpu in st.gpus:
             ecc = "-" if gpu.ecc_uncorrected is None else str(gpu.ecc_uncorrected)
             g.add_row(
-                str(gpu.index), text(gpu.name),
-                f"{gpu.memory_used_mib or 0:.0f}/{gpu.memory_total_mib or 0:.0f} MiB",
-                f"{gpu.utilization_pct or 0:.0f}%", f"{gpu.temperature_c or 0:.0f}C",
-                f"{gpu.power_w or 0:.0f}/{gpu.power_limit_w or 0:.0f} W",
-                f"{gpu.sm_clock_mhz or 0:.0f}/{gpu.max_sm_clock_mhz or 0:.0f}",
-                text(",".join(gpu.active_throttles) or "-"), ecc,
-                f"gen{gpu.pcie_gen} x{gpu.pcie_width}",
+                str(gpu.index), text(f"{gpu.name}\ngen{gpu.pcie_gen} x{gpu.pcie_width}"),
+                f"{gpu.memory_used_mib or 0:.0f}/{gpu.memory_total_mib or 0:.0f} MiB\n{gpu.utilization_pct or 0:.0f}%",
+                f"{gpu.power_w or 0:.0f}/{gpu.power_limit_w or 0:.0f} W\n{gpu.temperature_c or 0:.0f}C",
+                f"{gpu.sm_clock_mhz or 0:.0f}/{gpu.max_sm_clock_mhz or 0:.0f}", ecc,
+                text(", ".join(gpu.active_throttles) or "-"),
                 style="red" if gpu.ecc_uncorrected or gpu.active_throttles else None,
             )
         out.print(g)
