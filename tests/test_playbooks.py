@@ -174,3 +174,15 @@ def test_the_readmes_playbook_reference_is_a_valid_playbook(tmp_path):
     (tmp_path / "hosts.ini").write_text("[gpus]\ngpu-01\n")  # the inventory it names, beside it
     book = pb.parse(block, str(tmp_path / "swapctl.toml"))
     assert "gpu-box" in book.hosts and "gpu-01" in book.hosts and book.rollout.canary == 1
+
+
+def test_the_rollout_summary_reads_at_80_columns(box, prover, prover_b):
+    playbook = farm_of(box, prover, "max_fail = 1")
+    r = swapctl("deploy", "@farm", "--binary", str(prover_b), "--yes", "-p", str(playbook), env={"COLUMNS": "80"})
+    assert r.returncode == 3, r.stderr
+    table = r.stdout[r.stdout.index("rollout"):].splitlines()
+    assert max(map(len, table)) <= 80, r.stdout
+    assert any(re.search(r"│ dead +│ failed \(3\) +│", line) for line in table), r.stdout
+    assert any(re.search(r"│ lab +│ deployed +│ zstd", line) for line in table), r.stdout
+    dead = pb.load(playbook).hosts["dead"]
+    assert f"root@127.0.0.1:{dead.port}" in r.stdout, r.stdout  # the error's address is not cut mid-number

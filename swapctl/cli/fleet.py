@@ -268,8 +268,9 @@ def _after_canary(book: pb.Playbook, results: dict, fleet: Fleet, yes: bool) -> 
 def summary(results: dict[str, Result | str], why_skipped: str) -> None:
     """One row a host: outcome, how the binary went, memory wait, time to ready."""
     t = Table(title="rollout", title_justify="left")
-    for col in ("host", "outcome", "upload", "memory wait", "to ready", "note"):
-        t.add_column(col, overflow="fold")
+    for col in ("host", "outcome", "upload", "memory\nwait", "to\nready"):  # whole: names, words and numbers
+        t.add_column(col, no_wrap=True)
+    t.add_column("note", overflow="fold", ratio=1)  # an error message: it gets what is left, and folds
     for name, r in results.items():
         if isinstance(r, str):
             t.add_row(text(name), "skipped", "", "", "", text(why_skipped), style="dim")
