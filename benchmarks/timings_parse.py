@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Parse speed and peak memory of `swapctl timings` on a large generated cuzk log, beside `grep -c`.
 
-The log is made from real stand-in output captured on the H200 (tests/data/h200-run/), its numbers
-varied, repeated to the size asked for. Goal: >= 50 MB/s and < 200 MB peak RSS on 1 GB.
+The log is made from the logs the real tracing-subscriber rendered from cuzk's own macro calls
+(tests/data/cuzk-real/: ANSI colour, two GPUs, cut TIMELINE lines), its numbers varied, repeated to the
+size asked for: each repeat is three more daemon runs. Goal: >= 50 MB/s and < 200 MB peak RSS on 1 GB.
 Usage: python3 benchmarks/timings_parse.py [--mb 1024]
 """
 
@@ -20,23 +21,42 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCE = ROOT / "tests" / "data" / "h200-run"
+SOURCE = ROOT / "tests" / "data" / "cuzk-real"
 
 
 def generate(path: Path, megabytes: int) -> None:
-    lines = []
-    for name in ("pageable.log", "pinned.log"):
-        lines += (SOURCE / name).read_bytes().splitlines(keepends=True)
+    """A daemon that runs long and restarts every ~100 MB of log: the first rendered run's lines again
+    and again, its numbers varied and its TIMELINE offsets going on from where the last copy ended."""
+    raw = (SOURCE / "two-gpu-three-runs.log").read_bytes()
+    run = raw[:raw.index(b"cuzk-daemon starting", 100)]
+    run = run[:run.rfind(b"\n") + 1].splitlines(keepends=True)
+    # the renderer's noise thread wrote a C++ line every few microseconds to cut TIMELINE lines; a daemon
+    # writes ~30 lines a partition: keep the cut lines and one noise line in 100
+    noise = b"CUZK_TIMING: async_dealloc_ms=0\n"
+    run = [line for i, line in enumerate(run) if line != noise or i % 100 == 0]
+    start, body = run[:3], run[3:]  # starting, configuration loaded, ready
+    span = max(int(m[1]) for m in map(OFFSET.match, body) if m) + 50
     rng = random.Random(7)
-    number = re.compile(rb"(?<=[=,])(\d+)(?=ms|\b)")
-    variants = [number.sub(lambda m: str(int(int(m.group(1)) * rng.uniform(0.5, 1.5))).encode(), line)
-                for line in lines for _ in range(3)]
-    block = b"".join(variants)
+    # a phase value: `k_ms=N` (with or without its ANSI codes) or `k=Nms`; ids, GPUs and offsets stay
+    number = re.compile(rb"(?:(?<=_ms=)|(?<=_ms\x1b\[0m\x1b\[2m=\x1b\[0m)|(?<==)(?=\d+ms\b))(\d+)")
+    # copies with other numbers: one factor a copy, so a C++ call still matches its Rust line
+    copies = []
+    for _ in range(5):
+        factor = rng.uniform(0.5, 1.5)
+        copies.append([number.sub(lambda m: str(int(int(m[1]) * factor)).encode(), line) for line in body])
     with open(path, "wb") as f:
-        written = 0
+        written, since_start, k = 0, 1 << 40, 0
         while written < megabytes << 20:
+            if since_start > 100 << 20:
+                f.write(b"".join(start))
+                since_start, shift = 0, 0
+            block = b"".join(OFFSET.sub(lambda m: b"TIMELINE,%d," % (int(m[1]) + shift), line)
+                             for line in copies[k % len(copies)])
             f.write(block)
-            written += len(block)
+            written, since_start, shift, k = written + len(block), since_start + len(block), shift + span, k + 1
+
+
+OFFSET = re.compile(rb"^TIMELINE,(\d+),")
 
 
 def run_child(code: str) -> tuple[float, float, str]:
@@ -66,18 +86,18 @@ def main() -> None:
                 "cfp.ProcessPoolExecutor = Pool\n"
                 f"t = timings.parse_files([{str(log)!r}]).report()\n"
                 "kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss\n"
-                "print(t['lines'], t['phases']['ntt_kernels']['count'], seen[0], peak(), kids, os.cpu_count())")
+                "print(t['lines'], t['phases']['ntt_kernels']['count'], seen[0], peak(), kids, os.cpu_count(), len(t['runs']))")
         seconds, _, out = run_child(code)
         start = time.perf_counter()
         grep = subprocess.run(["grep", "-c", "CUZK_NTT_H", str(log)], capture_output=True, text=True)
         grep_s = time.perf_counter() - start
-    lines, ntt, during, me, kids, cores = out.split()
+    lines, ntt, during, me, kids, cores, runs = out.split()
     during_mib, me_mib, kid_mib, cores = int(during) / 1024, int(me) / 1024, int(kids) / 1024, int(cores)
     # at once: the parent and its workers while they parse, or the parent alone while it merges after them
     # (an upper bound: pages a worker shares with the parent count twice)
     peak = max(during_mib + kid_mib * cores, me_mib)
     assert int(grep.stdout) == int(ntt), "the parser and grep disagree on the CUZK_NTT_H lines"
-    print(f"log: {size_mb:.0f} MB, {int(lines):,} lines, {int(ntt):,} ntt_kernels values")
+    print(f"log: {size_mb:.0f} MB, {int(lines):,} lines, {int(ntt):,} ntt_kernels values, {int(runs):,} daemon runs")
     print(f"swapctl timings: {seconds:.1f} s, {size_mb / seconds:.0f} MB/s on {cores} cores; peak RSS {peak:.0f} MiB "
           f"at once (parent {during_mib:.0f} + {cores} workers x {kid_mib:.0f} while parsing; parent {me_mib:.0f} "
           f"merging after them)")

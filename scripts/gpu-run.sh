@@ -61,4 +61,4 @@ if [ "${1:-}" = --setup ]; then
   exit 0
 fi
 nvidia-smi -L
-python3 -u benchmarks/gpu_pinned_vs_pageable.py "$@"
+python3 -u "${GPU_BENCH:-benchmarks/gpu_pinned_vs_pageable.py}" "$@"

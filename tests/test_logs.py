@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given, settings, strategies as st
 
 from lab import build_prover, prover_config, swapctl, wait_until
 from swapctl.logs.timings import parse, summarize
@@ -29,8 +29,8 @@ def test_reference_lines_parse_with_ansi_fields():
     assert "worker_id" not in p and "num_circuits" not in p and "partition" not in p
     assert report["skipped_lines"] == 1  # the unknown line: counted, not fatal
     # busy = (mutex_held - barrier_wait) / wall, wall from the TIMELINE span (1200..11800 ms)
-    assert report["gpu_busy_fraction"] == pytest.approx((10600 - 120) / 10600)
-    assert report["timeline_busy_fraction"] == pytest.approx(1.0)
+    assert report["gpu_phase_share"] == pytest.approx((10600 - 120) / 10600)
+    assert report["timeline_share"] == pytest.approx(1.0)
     assert report["starved"]["barrier_wait_nonzero"] == 1
 
 
@@ -42,6 +42,7 @@ def test_percentiles(values, p50, p95):
     assert (s["count"], s["p50"], s["p95"], s["max"]) == (len(values), p50, p95, max(values))
 
 
+@settings(deadline=None)  # a timing under load is no property of the parser
 @given(st.lists(st.decimals(min_value=0, max_value=9_999_999, places=3).filter(lambda d: len(d.normalize().as_tuple()
                                                                                        .digits) <= 7),
                 min_size=1, max_size=60))
@@ -87,7 +88,7 @@ def test_timings_json_contract_and_pageable_share(two_builds):
     doc = json.loads(r.stdout)
     ntt = doc["phases"]["ntt_kernels"]
     assert set(ntt) == {"count", "p50", "p95", "max"} and ntt["count"] == 8
-    assert 0 < doc["gpu_busy_fraction"] <= 1 and doc["skipped_lines"] >= 0
+    assert 0 < doc["gpu_phase_share"] <= 1 and doc["skipped_lines"] >= 0
     assert doc["pageable_share"] == 1.0 and doc["partitions"] == 8
     pinned = json.loads(swapctl("timings", str(two_builds["pinned"]), "--json").stdout)
     assert pinned["pageable_share"] == 0.0
@@ -96,7 +97,8 @@ def test_timings_json_contract_and_pageable_share(two_builds):
 def test_timings_table_for_people(two_builds):
     r = swapctl("timings", str(two_builds["pageable"]))
     assert r.returncode == 0
-    assert "ntt_kernels" in r.stdout and "GPU busy by TIMELINE" in r.stdout and "overstates" in r.stdout
+    assert "ntt_kernels" in r.stdout and "GPU_START..GPU_END share" in r.stdout and "overstates" in r.stdout
+    assert "GPU phase share" in r.stdout and "not how busy the GPU is" in r.stdout
 
 
 def test_timings_missing_file_is_bad_input(tmp_path):
@@ -178,8 +180,8 @@ def test_a_log_holding_several_daemon_runs_sums_their_wall_time(tmp_path):
     with open(both, "rb") as f:
         two = parse([f]).report()
     assert two["wall_ms"] == 2 * one["wall_ms"]
-    assert two["gpu_busy_fraction"] == pytest.approx(one["gpu_busy_fraction"])
-    assert two["timeline_busy_fraction"] == pytest.approx(one["timeline_busy_fraction"])
+    assert two["gpu_phase_share"] == pytest.approx(one["gpu_phase_share"])
+    assert two["timeline_share"] == pytest.approx(one["timeline_share"])
 
 
 def test_since_deploy_fetches_only_what_the_current_release_wrote(box, prover, prover_b, tmp_path, swapctl_env):
@@ -221,7 +223,7 @@ def test_timings_by_release_splits_the_fetched_log_at_each_start(box, prover, pr
     for part in (a, b):  # each part holds its own proof, and only its own
         assert part["report"]["jobs"] == 1 and part["report"]["phases"]["gpu_total_ms"]["count"] >= 1
     table = swapctl("timings", "lab", "--by-release", "--dest", str(dest), "-p", str(box.playbook_path))
-    assert sha(prover)[:12] in table.stdout and sha(prover_b)[:12] in table.stdout and "GPU busy" in table.stdout
+    assert sha(prover)[:12] in table.stdout and sha(prover_b)[:12] in table.stdout and "GPU phase share" in table.stdout
 
 
 def test_plot_draws_each_partitions_phases_per_worker(two_builds, tmp_path):
@@ -229,9 +231,9 @@ def test_plot_draws_each_partitions_phases_per_worker(two_builds, tmp_path):
 
     with open(two_builds["pageable"], "rb") as f:
         lanes = intervals([f])
-    assert set(lanes) == {"synthesis", "GPU worker 0"}
-    gpu = [iv for iv in lanes["GPU worker 0"] if iv[0] == "gpu"]
-    copies = [iv for iv in lanes["GPU worker 0"] if iv[0] == "copy"]
+    assert set(lanes) == {"synthesis", "GPU worker 0", "GPU worker 1"}  # two workers share the GPU
+    gpu = [iv for w in ("0", "1") for iv in lanes[f"GPU worker {w}"] if iv[0] == "gpu"]
+    copies = [iv for w in ("0", "1") for iv in lanes[f"GPU worker {w}"] if iv[0] == "copy"]
     assert len(gpu) == len(copies) == 8 and len([iv for iv in lanes["synthesis"]]) == 8  # 8 partitions
     assert {c[2] for c in copies} == {g[1] for g in gpu}  # each copy ends where its GPU phase starts
     assert all(s <= e for _, s, e in gpu + copies)
@@ -263,5 +265,5 @@ def test_a_log_parsed_in_pieces_on_several_cores_says_what_one_pass_says(parts, 
         one_pass = parse([f]).report()
     monkeypatch.setattr(timings, "PARALLEL_MIN", 0)
     pieces = timings.parse_files([str(log)], workers=parts).report()
-    assert one_pass["phases"]["ntt_kernels"]["count"] > 0 and one_pass["timeline_busy_fraction"]
+    assert one_pass["phases"]["ntt_kernels"]["count"] > 0 and one_pass["timeline_share"]
     assert _same(pieces, one_pass)

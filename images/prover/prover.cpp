@@ -44,7 +44,16 @@ static double ms_since(Clock::time_point t) {
     return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
 }
 
-// ---- logging: tracing-style lines with ANSI colour on stdout, plain lines on stderr -------------
+// ---- logging: tracing-subscriber's layout on stdout, plain lines on stderr -------------------------
+// As cuzk's tracing-subscriber writes it (fmt/format/mod.rs, Format<Full>): the timestamp dimmed, the
+// level in colour, span names and braces bold, field names italic, `=` and `:` dimmed. NO_COLOR set:
+// the same without escape codes.
+
+static const bool g_ansi = [] { const char* v = getenv("NO_COLOR"); return !v || !*v; }();
+
+static std::string esc(const char* code, const std::string& s) {
+    return g_ansi ? std::string("\x1b[") + code + "m" + s + "\x1b[0m" : s;
+}
 
 static std::string now_utc() {
     auto now = std::chrono::system_clock::now();
@@ -65,7 +74,7 @@ static std::string fields_str(const Fields& f) {
     std::string s;
     for (size_t i = 0; i < f.size(); i++) {
         if (i) s += " ";
-        s += "\x1b[3m" + f[i].first + "\x1b[0m\x1b[2m=\x1b[0m" + f[i].second;
+        s += esc("3", f[i].first) + esc("2", "=") + f[i].second;
     }
     return s;
 }
@@ -73,9 +82,9 @@ static std::string fields_str(const Fields& f) {
 // `span` is e.g. gpu_worker with its own fields; empty span logs at the top level.
 static void info(const std::string& span, const Fields& span_fields, const char* target,
                  const std::string& msg, const Fields& fields) {
-    std::string line = now_utc() + " \x1b[32m INFO\x1b[0m ";
-    if (!span.empty()) line += "\x1b[1m" + span + "\x1b[0m{" + fields_str(span_fields) + "}\x1b[2m:\x1b[0m ";
-    line += std::string("\x1b[2m") + target + "\x1b[0m\x1b[2m:\x1b[0m " + msg;
+    std::string line = esc("2", now_utc()) + " " + esc("32", " INFO") + " ";
+    if (!span.empty()) line += esc("1", span) + esc("1", "{") + fields_str(span_fields) + esc("1", "}") + esc("2", ":") + " ";
+    line += esc("2", target) + esc("2", ":") + " " + msg;
     if (!fields.empty()) line += " " + fields_str(fields);
     printf("%s\n", line.c_str());
     fflush(stdout);
@@ -268,27 +277,30 @@ static void prove_job(const Config& c, int job, Gpu& g, char* abc, char* bounce)
     auto job_start = Clock::now();
     double synth_total = 0, gpu_total = 0;
     for (int p = 0; p < c.partitions; p++) {
-        std::string part = "Some(" + std::to_string(p) + ")";
-        Fields span = {{"worker_id", "0"}, {"gpu", "0"}, {"job_id", job_id},
+        // two GPU workers share the one GPU, as cuzk's gpu_workers_per_device = 2 (they take turns here:
+        // the stand-in proves one partition after the other)
+        std::string part = "Some(" + std::to_string(p) + ")", worker = std::to_string(p % 2);
+        Fields span = {{"worker_id", worker}, {"gpu", "0"}, {"job_id", job_id},
                        {"proof_kind", "porep-c2"}, {"batch_size", "1"}, {"partition", part}};
         err("TIMELINE,%.0f,SYNTH_START,%s,partition=%d", ms_since(t0), job_id, p);
         auto ts = Clock::now();
         busy_for(c.synth_ms, abc, bytes);  // synthesis writes the a/b/c vectors
         double synth = ms_since(ts);
         synth_total += synth;
-        err("TIMELINE,%.0f,SYNTH_END,%s,partition=%d,synth_ms=%.0f", ms_since(t0), job_id, p, synth);
-        info("synth_worker", {{"job_id", job_id}}, "cuzk_core::pipeline", "partition synthesis complete",
+        info("synthesize_partition", {{"job_id", std::string("\"") + job_id + "\""}, {"partition", std::to_string(p)}},
+             "cuzk_core::pipeline", "partition synthesis complete",
              {{"partition", std::to_string(p)}, {"synth_ms", num(synth)}, {"is_pinned", pinned ? "true" : "false"}});
+        err("TIMELINE,%.0f,SYNTH_END,%s,partition=%d,synth_ms=%.0f", ms_since(t0), job_id, p, synth);
+        info("", {}, "cuzk_core::engine", "partition synthesis complete, pushing to GPU queue",
+             {{"job_id", job_id}, {"partition", std::to_string(p)}, {"synth_ms", num(synth)}});
         err("TIMELINE,%.0f,GPU_QUEUE,%s,partition=%d", ms_since(t0), job_id, p);
-        err("TIMELINE,%.0f,GPU_PICKUP,%s,worker=0,partition=%d", ms_since(t0), job_id, p);
+        err("TIMELINE,%.0f,GPU_PICKUP,%s,worker=%s,partition=%d", ms_since(t0), job_id, worker.c_str(), p);
 #ifdef TIMING
         info("gpu_worker", span, "cuzk_core::engine", "GPU_TIMING hot_path pre-prove overhead",
-             {{"worker_id", "0"}, {"partition", part}, {"status_ms", "0"}, {"fail_check_ms", "0"},
+             {{"worker_id", worker}, {"partition", part}, {"status_ms", "0"}, {"fail_check_ms", "0"},
               {"mark_busy_ms", "0"}, {"total_overhead_ms", "0"}});
-        info("gpu_worker", span, "cuzk_core::engine", "GPU_TIMING spawn_blocking prove_start",
-             {{"worker_id", "0"}, {"partition", part}, {"spawn_to_enter_ms", "0"}, {"prove_start_ms", "0"}});
 #endif
-        err("TIMELINE,%.0f,GPU_START,%s,worker=0,partition=%d", ms_since(t0), job_id, p);
+        err("TIMELINE,%.0f,GPU_START,%s,worker=%s,partition=%d", ms_since(t0), job_id, worker.c_str(), p);
         auto tg = Clock::now();
         // ntt_kernels holds the a/b/c copy: synchronous from pageable memory, overlapped from pinned.
         double ntt_ms, sync_ms;
@@ -325,21 +337,25 @@ static void prove_job(const Config& c, int job, Gpu& g, char* abc, char* bounce)
         err("CUZK_TIMING: mutex_held_ms=%.0f total_start_fn_ms=%.0f", gpu, gpu);
         err("CUZK_TIMING: b_g2_msm_ms=0 num_circuits=1");
         err("CUZK_TIMING: async_dealloc_ms=0");
+        // logged inside spawn_blocking, outside the span, right after the start function returns
+        info("", {}, "cuzk_core::engine", "GPU_TIMING spawn_blocking prove_start",
+             {{"worker_id", worker}, {"partition", part}, {"spawn_to_enter_ms", "0"}, {"prove_start_ms", num(gpu)}});
         info("gpu_worker", span, "cuzk_core::engine", "GPU_TIMING prove_start returned",
-             {{"worker_id", "0"}, {"partition", part}, {"total_pre_prove_ms", num(gpu)},
+             {{"worker_id", worker}, {"partition", part}, {"total_pre_prove_ms", num(gpu)},
               {"spawn_blocking_wall_ms", num(gpu)}});
 #else
         (void)ntt_ms, (void)sync_ms, (void)msm;
 #endif
-        err("TIMELINE,%.0f,GPU_END,%s,worker=0,partition=%d,gpu_ms=%.0f", ms_since(t0), job_id, p, gpu);
-        info("gpu_worker", span, "cuzk_core::engine", "partition GPU prove complete",
-             {{"job_id", job_id}, {"partition", std::to_string(p)}, {"gpu_ms", num(gpu)}});
+        err("TIMELINE,%.0f,GPU_END,%s,worker=%s,partition=%d,gpu_ms=%.0f", ms_since(t0), job_id, worker.c_str(), p, gpu);
+        info("", {}, "cuzk_core::engine", "partition GPU prove complete",
+             {{"job_id", job_id}, {"partition", std::to_string(p)}, {"gpu_ms", num(gpu)},
+              {"filled", p + 1 == c.partitions ? "1" : "0"}});
 #ifdef TIMING
-        info("finalizer", {{"job_id", job_id}}, "cuzk_core::engine", "FIN_TIMING finalizer partition",
-             {{"worker_id", "0"}, {"partition", part}, {"finish_ms", "0"}, {"drop_res_ms", "0"},
+        info("", {}, "cuzk_core::engine", "FIN_TIMING malloc_trim (success path)",
+             {{"job_id", job_id}, {"partition", std::to_string(p)}, {"malloc_trim_ms", "0"}});
+        info("", {}, "cuzk_core::engine", "FIN_TIMING finalizer partition",
+             {{"worker_id", worker}, {"partition", part}, {"finish_ms", "0"}, {"drop_res_ms", "0"},
               {"lock_wait_ms", "0"}, {"process_ms", "0"}, {"total_ms", "0"}});
-        info("finalizer", {{"job_id", job_id}}, "cuzk_core::engine", "FIN_TIMING malloc_trim (success path)",
-             {{"job_id", job_id}, {"partition", part}, {"malloc_trim_ms", "0"}});
 #endif
     }
     info("", {}, "cuzk_core::engine", "Phase 7: all partitions complete, proof assembled",

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from .. import __version__
-from . import build, deploy, fetch_logs, history, init, rollback, sandbox, status, timings
+from . import build, deploy, experiment, fetch_logs, gpu_sampler, history, init, rollback, sandbox, status, timings
 
 app = typer.Typer(
     name="swapctl",
@@ -39,6 +39,7 @@ def _root(
     if inventory is not None:  # read where the playbook is loaded, as -p's default $SWAPCTL_PLAYBOOK is
         os.environ["SWAPCTL_INVENTORY"] = inventory
 
+
 app.command()(init.init)
 app.command()(status.status)
 app.command()(build.build)
@@ -47,7 +48,9 @@ app.command()(rollback.rollback)
 app.command()(history.history)
 app.command()(timings.timings)
 app.command(name="fetch-logs")(fetch_logs.fetch_logs)
+app.command()(experiment.experiment)
 app.add_typer(sandbox.app, name="sandbox")
+app.add_typer(gpu_sampler.app, name="gpu-sampler")
 
 
 def main() -> None:

@@ -10,6 +10,7 @@ import typer
 
 from .. import playbook as pb
 from ..errors import BadInput, ExitCode, SwapctlError
+from ..gpu.sampler import fetch_patterns
 from ..logs.fetch import Fetched, LogFetcher
 from ..remote.group import on_hosts
 from .common import JsonOpt, PlaybookOpt, err, guarded, out, print_json, select_hosts, text, worst
@@ -46,8 +47,10 @@ def _fetch(targets: list[str], dest: Path, follow: bool, playbook_path: str | No
     if not patterns:
         raise BadInput(f"{book.path}: logs.paths: no log paths; add `paths = [\"/data/*.log\"]` under [logs]")
     specs = select_hosts(book, targets)
+    # the GPU sampler's segments and notes come too, under their own names (swapctl.gpu.sampler)
+    samples = fetch_patterns(book.daemon.state_dir) if book.daemon.binary else []
     results = on_hosts(specs, lambda host: LogFetcher(
-        host, dest, since=_since_deploy(host, book) if since_deploy else None).fetch(patterns))
+        host, dest, since=_since_deploy(host, book) if since_deploy else None).fetch(patterns + samples))
     codes = []
     for name, r in results.items():
         if isinstance(r, BaseException):

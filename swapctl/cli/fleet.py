@@ -254,10 +254,10 @@ def _after_canary(book: pb.Playbook, results: dict, fleet: Fleet, yes: bool) -> 
             report = parse([io.BytesIO(sw.log_tail(outcome.log_offset or 0, 5000).encode())]).report()
         p50 = {k: v["p50"] for k, v in report["phases"].items() if v["p50"]}
         shown = ", ".join(f"{k} {p50[k]:,.0f} ms" for k in ("synth_ms", "ntt_kernels", "gpu_total_ms") if k in p50)
-        busy = report["gpu_busy_fraction"]
+        share = report["gpu_phase_share"]
         err.print(text(f"canary {name}: up as pid {daemon.pid}, ready in {outcome.steps.get('ready', 0):.2f} s; "
                        f"{report['partitions']} partitions so far" + (f": p50 {shown}" if shown else "") +
-                       (f", GPU busy {busy * 100:.0f}%" if busy is not None else "")), style="bold green")
+                       (f", GPU phase share {share * 100:.0f}%" if share is not None else "")), style="bold green")
     if fleet.canary_wait or yes:
         return ""
     if not sys.stdin.isatty():

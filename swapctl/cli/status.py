@@ -94,6 +94,8 @@ def render(st: HostStatus) -> None:
         for app in st.gpu_processes:
             out.print(text(f"  GPU process {app.pid} {app.name} {app.used_mib or 0:.0f} MiB on {app.gpu_uuid}"))
 
+    if st.gpu_sampler:
+        out.print(text(f"GPU sampler: {st.gpu_sampler}"))
     others = st.other_sessions
     if others:
         out.print(text("other sessions: " + "; ".join(

@@ -11,7 +11,9 @@ from rich.table import Table
 
 from .. import playbook as pb
 from ..errors import BadInput
-from ..logs.timings import by_release, compare, parse_files
+from ..logs.gpu import PARTS
+from ..logs.gpu import report as gpu_report
+from ..logs.timings import PHASE_SHARE, by_release, compare, parse_files
 from ..remote import connect
 from ..swap.deploy import Swap
 from .common import JsonOpt, PlaybookOpt, err, guarded, out, print_json, select_hosts, text
@@ -29,13 +31,23 @@ def timings(
     dest: Annotated[Path, typer.Option("--dest", help="Where fetch-logs put the logs (with --by-release).")] = Path(
         "logs"),
     plot: Annotated[Path | None, typer.Option("--plot", help="Also draw the timeline as a PNG here.")] = None,
+    run: Annotated[str, typer.Option("--run", help="Which daemon runs of the log: N (1 is the first), last, or all.")
+                   ] = "all",
+    samples: Annotated[list[Path] | None, typer.Option(
+        "--samples", help="GPU sample files (nvidia-smi dmon); default: those fetch-logs put beside the log.")] = None,
     playbook: PlaybookOpt = None,
     json: JsonOpt = False,
 ) -> None:
-    """Phase times (count, p50, p95, max), GPU busy fraction and starvation signs from cuzk logs."""
+    """Phase times (count, p50, p95, max), GPU phase share per GPU and starvation signs from cuzk logs."""
+    if run not in ("all", "last") and not run.isdigit():
+        guarded(lambda: _bad(f"--run {run!r}: give a run's number (1 is the first), last, or all"))
     if by_release:
         guarded(lambda: _by_release([str(p) for p in paths or []], dest, playbook, json))
-    guarded(lambda: _timings(paths or [], compare_, all_phases, json, plot))
+    guarded(lambda: _timings(paths or [], compare_, all_phases, json, plot, run, samples))
+
+
+def _bad(message: str) -> int:
+    raise BadInput(message)
 
 
 def _by_release(targets: list[str], dest: Path, playbook_path: str | None, as_json: bool) -> int:
@@ -61,38 +73,124 @@ def _by_release(targets: list[str], dest: Path, playbook_path: str | None, as_js
     names = sorted({n for part in parts for n, v in part["report"]["phases"].items() if v["p50"]})
     for name in names:
         t.add_row(name, *(_ms(part["report"]["phases"].get(name, {}).get("p50")) for part in parts))
-    t.add_row("GPU busy", *(_pct(part["report"]["gpu_busy_fraction"]) for part in parts), style="bold")
+    t.add_row("GPU phase share", *(_pct(part["report"]["gpu_phase_share"]) for part in parts), style="bold")
     t.add_row("pageable share", *(_pct(part["report"]["pageable_share"]) for part in parts))
     t.add_row("proofs", *(str(part["report"]["jobs"]) for part in parts))
     out.print(t)
     return 0
 
 
-def _read(paths: list[Path]) -> dict:
+def _readable(paths: list[Path]) -> None:
     for p in paths:
         if not os.access(p, os.R_OK) or p.is_dir():
             reason = "a directory" if p.is_dir() else "missing" if not p.exists() else "not readable"
             raise BadInput(f"{p}: cannot read ({reason})")
-    return parse_files([str(p) for p in paths]).report()
 
 
-def _plot(paths: list[Path], png: Path) -> None:
+def _samples(logs: list[Path], given: list[Path] | None) -> list:
+    """The GPU samples named, or those fetch-logs saved beside the logs (DEST/<host>/)."""
+    from ..gpu.samples import read_samples, samples_in
+
+    if given:
+        files = [f for p in given for f in (sorted(p.glob("gpu-samples-*.dmon")) if p.is_dir() else [p])]
+        _readable(files)
+        return read_samples(files)
+    return [s for d in sorted({p.parent for p in logs}) for s in samples_in(d)]
+
+
+def _read(paths: list[Path], run: str = "all", samples: list | None = None) -> dict:
+    _readable(paths)
+    log = parse_files([str(p) for p in paths])
+    try:
+        return gpu_report(log, run, samples)
+    except IndexError:
+        raise BadInput(f"--run {run}: {', '.join(map(str, paths))} holds {len(log.runs)} daemon run(s)") from None
+
+
+def _plot(paths: list[Path], png: Path, run: str, samples: list) -> None:
     from ..logs import plot as timeline
 
     streams = [open(p, "rb") for p in paths]
     try:
-        lanes = timeline.intervals(streams)
+        runs = timeline.runs(streams)
     finally:
         for st in streams:
             st.close()
-    if not lanes:
+    views = None
+    if samples:  # the GPU's counters under each run's bars, through each run's epoch
+        epochs = [r.epoch for r in parse_files([str(p) for p in paths]).runs]
+        if len(epochs) == len(runs):
+            views = [{"epoch": e, "samples": samples} if e else {} for e in epochs]
+    if run != "all":
+        pick = slice(len(runs) - 1, None) if run == "last" else slice(int(run) - 1, int(run))
+        runs, views = runs[pick], views[pick] if views else None
+    if not any(runs):
         raise BadInput(f"no TIMELINE lines in {', '.join(map(str, paths))}: nothing to plot (a TIMING=1 build "
                        f"writes them)")
     try:
-        timeline.draw(lanes, str(png), " ".join(p.name for p in paths))
+        timeline.draw(runs, str(png), " ".join(p.name for p in paths), views)
     except ImportError:
         raise BadInput("--plot needs matplotlib: pip install 'swapctl[plot]'") from None
     err.print(text(f"timeline: {png}"))
+
+
+PART_MARKS = {"kernels": "█", "gpu_phase": "█", "copy_wait": "▓", "phase_no_kernel": "▒", "barrier": "░",
+              "queued": ":", "synthesis": "·"}
+SHORT = {"kernels": "kernels", "gpu_phase": "GPU phase", "copy_wait": "waiting for the copy",
+         "phase_no_kernel": "GPU phase, no kernel", "barrier": "barrier waits", "queued": "queued, not started",
+         "synthesis": "waiting for synthesis"}
+
+
+def _gpu_said(report: dict) -> None:
+    """GPU busy from the GPU's own counters, PCIe RX, and where each GPU's time went, as one bar each."""
+    busy = report.get("gpu_busy")
+    if not busy:
+        out.print(text("GPU busy: no GPU samples (the sampler's files, fetched with the log; --samples FILE)"),
+                  style="dim", soft_wrap=True)
+    else:
+        for g, b in busy.items():
+            rx = (f"; PCIe RX {_mbps(b['rx_in_phase_mbps'])} in the GPU phases, {_mbps(b['rx_outside_mbps'])} outside"
+                  if b["rx_in_phase_mbps"] is not None else "")
+            out.print(f"GPU busy, GPU {g}: {_pct1(b['busy_mean'])} (nvidia-smi dmon sm%, {b['samples']} samples){rx}",
+                      style="bold", soft_wrap=True)
+    where = report.get("where_time_goes")
+    if where:
+        out.print("where the time goes (of wall time):")
+        for g, w in where.items():
+            parts = w["parts"]
+            bar = "".join(PART_MARKS[k] * round(f * 50) for k, f in parts.items())
+            out.print(text(f"  GPU {g} [{bar:<50}] " + ", ".join(f"{SHORT[k]} {f * 100:.0f}%" for k, f in parts.items()
+                                                              if f >= 0.005)), soft_wrap=True)
+            if w["largest_idle_cause"]:
+                out.print(text(f"  GPU {g} idles most while: {PARTS[w['largest_idle_cause']]}"), style="yellow",
+                          soft_wrap=True)
+
+
+def _pct1(v: float | None) -> str:
+    return "-" if v is None else f"{v:.1f}%"
+
+
+def _mbps(v: float | None) -> str:
+    return "-" if v is None else f"{v:,.0f} MB/s"
+
+
+def _per_gpu(report: dict, key: str) -> str:
+    gpus = report["gpus"]
+    if len(gpus) <= 1:
+        return _pct(report[key])
+    each = ", ".join(f"GPU {g} {_pct(d[key])}" for g, d in gpus.items())
+    return f"{each}; mean {_pct(report[key])}"
+
+
+def _runs_table(runs: list[dict]) -> Table:
+    t = Table(title="daemon runs in the log", title_justify="left")
+    for col in ("run", "first line (UTC)", "wall", "proofs", "partitions", "GPU phase share"):
+        t.add_column(col, justify="left" if col in ("run", "first line (UTC)") else "right")
+    for r in runs:
+        wall = "-" if r["wall_ms"] is None else f"{r['wall_ms'] / 1000:.1f} s"
+        t.add_row(str(r["run"]), (r["first_ts"] or "-")[:19], wall, str(r["jobs"]), str(r["partitions"]),
+                  _pct(r["gpu_phase_share"]))
+    return t
 
 
 def _pct(v: float | None) -> str:
@@ -104,9 +202,10 @@ def _ms(v: float | None) -> str:
 
 
 def _timings(paths: list[Path], pair: tuple[Path, Path] | None, all_phases: bool, as_json: bool,
-             plot: Path | None) -> int:
+             plot: Path | None, run: str, sample_paths: list[Path] | None) -> int:
     if pair:
-        before, after = _read([pair[0]]), _read([pair[1]])
+        before = _read([pair[0]], run, _samples([pair[0]], sample_paths))
+        after = _read([pair[1]], run, _samples([pair[1]], sample_paths))
         result = compare(before, after)
         if as_json:
             print_json(result)
@@ -122,15 +221,19 @@ def _timings(paths: list[Path], pair: tuple[Path, Path] | None, all_phases: bool
             t.add_row(name, _ms(row["before_p50"]), _ms(row["after_p50"]),
                       "-" if change is None else f"{change:+.1f}%", style=style)
         out.print(t)
-        for key, label in (("gpu_busy_fraction", "GPU busy (kernel time / wall)"),
-                           ("timeline_busy_fraction", "GPU busy by TIMELINE (overstates)")):
+        for key, label in (("gpu_phase_share", "GPU phase share (held GPU / wall; not how busy the GPU is)"),
+                           ("timeline_share", "GPU_START..GPU_END share (overstates)")):
             out.print(f"{label}: {_pct(result[key]['before'])} -> {_pct(result[key]['after'])}")
+        for g in sorted(set(before.get("gpu_busy") or {}) | set(after.get("gpu_busy") or {})):
+            b, a = ((side.get("gpu_busy") or {}).get(g, {}).get("busy_mean") for side in (before, after))
+            out.print(f"GPU busy, GPU {g} (dmon sm%): {_pct1(b)} -> {_pct1(a)}", style="bold")
         return 0
     if not paths:
         raise BadInput("give log files to read, or --compare BEFORE AFTER")
-    report = _read(paths)
+    found = _samples(paths, sample_paths)
+    report = _read(paths, run, found)
     if plot:
-        _plot(paths, plot)
+        _plot(paths, plot, run, found)
     if as_json:
         print_json(report)
         return 0
@@ -144,9 +247,13 @@ def _timings(paths: list[Path], pair: tuple[Path, Path] | None, all_phases: bool
                   "█" * max(1, round((v["p50"] or 0) / top * BAR)) if v["p50"] else "")
     out.print(t)
     s = report["starved"]
-    out.print(f"GPU busy (sum(mutex_held - barrier_wait) / wall): {_pct(report['gpu_busy_fraction'])}")
-    out.print(f"GPU busy by TIMELINE GPU_START..GPU_END: {_pct(report['timeline_busy_fraction'])} "
-              "(overstates: it counts the host's waits inside the GPU phase)")
+    if len(report["runs"]) > 1:
+        out.print(_runs_table(report["runs"]))
+    out.print(f"GPU phase share: {_per_gpu(report, 'gpu_phase_share')}")
+    out.print(text(f"  = {PHASE_SHARE}"), style="dim", soft_wrap=True)
+    out.print(f"GPU_START..GPU_END share: {_per_gpu(report, 'timeline_share')} "
+              "(overstates: it counts the host's waits inside the GPU phase)", soft_wrap=True)
+    _gpu_said(report)
     if report["pageable_share"] is not None:
         out.print(f"partitions from pageable memory (is_pinned=false): {_pct(report['pageable_share'])} "
                   f"of {report['partitions']}")

@@ -30,6 +30,13 @@ else
 fi
 sec current; [ -n "$bin" ] && readlink -- "$bin"
 sec swapping; [ -e "$state/swap.lock" ] && ! flock -n "$state/swap.lock" true 2>/dev/null && echo yes
+sec gpu-sampler  # swapctl.gpu.sampler: whether it runs, and its last note
+g="$state/gpu"
+if [ -n "$state" ] && [ -d "$g" ]; then
+  if [ -f "$g/gpu-sampler.lock" ] && ! flock -n "$g/gpu-sampler.lock" true 2>/dev/null; then
+    echo "running $(cat -- "$g/gpu-sampler.pid" 2>/dev/null)"; else echo idle; fi
+  tail -n 1 -- "$g/gpu-sampler.notes" 2>/dev/null
+fi
 sec releases
 for m in "$state"/releases/*/manifest.json; do [ -f "$m" ] && { tr -d '\n' < "$m"; echo; }; done
 exit 0
@@ -54,6 +61,7 @@ class HostStatus:
     releases: tuple[dict, ...] = field(default=())
     processes: tuple[system.Process, ...] = field(default=(), repr=False)
     swapping: bool = False  # a swap script runs on the host now (it holds swap.lock)
+    gpu_sampler: str | None = None  # one line: the GPU sampler runs (and follows which pid) or not, its last note
 
     @property
     def other_sessions(self) -> tuple[system.Session, ...]:
@@ -160,7 +168,21 @@ def parse_status(host: str, text: str, daemon: DaemonSpec, df_paths: list[str]) 
         releases=tuple(sorted(releases, key=lambda r: r.get("created", ""))),
         processes=tuple(procs),
         swapping=s.get("swapping", "").strip() == "yes",
+        gpu_sampler=_sampler_line(s.get("gpu-sampler", "")),
     )
+
+
+def _sampler_line(text: str) -> str | None:
+    """'running SPID DPID DSTART SINCE' or 'idle', then the last note -> one line for people."""
+    lines = text.strip().splitlines()
+    if not lines:
+        return None
+    state, note = lines[0].split(), " ".join(lines[1:2])
+    if state[:1] == ["running"] and len(state) >= 3:
+        head = f"running (pid {state[1]}, following daemon pid {state[2]})"
+    else:
+        head = "not running"
+    return f"{head}; last note: {note}" if note else head
 
 
 def gather(host: Host, daemon: DaemonSpec) -> HostStatus:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from typing import IO, Iterable
 
+from .timings import RESTART_MS, START, lines
+
 LINE = re.compile(rb"TIMELINE,(\d+(?:\.\d+)?),(\w+),([^,\s]+)((?:,[\w.]+=[^,\s]*)*)")
 PHASES = {"SYNTH_START": ("synthesis", "start"), "SYNTH_END": ("synthesis", "end"),
           "GPU_PICKUP": ("copy", "start"), "GPU_START": ("gpu", "start"),
@@ -17,52 +19,147 @@ PHASES = {"SYNTH_START": ("synthesis", "start"), "SYNTH_END": ("synthesis", "end
 COLOURS = {"synthesis": "#4c72b0", "copy": "#dd8452", "gpu": "#55a868"}
 
 
-def intervals(streams: Iterable[IO[bytes]]) -> dict[str, list[tuple[str, float, float]]]:
-    """lane -> [(phase, start_ms, end_ms)]; lanes are `synthesis` and `GPU worker N`."""
-    lanes: dict[str, list[tuple[str, float, float]]] = {}
-    opened: dict[tuple, float] = {}
-    for stream in streams:
-        for line in stream:
-            if b"TIMELINE," not in line:
-                continue
-            m = LINE.search(line)
-            if not m or m[2].decode() not in PHASES:
-                continue
-            at, event, job = float(m[1]), m[2].decode(), m[3]
-            fields = dict(kv.split(b"=", 1) for kv in m[4].split(b",") if b"=" in kv)
-            phase, edge = PHASES[event]
-            worker = fields.get(b"worker", b"0").decode()
-            key = (job, fields.get(b"partition"), worker if phase != "synthesis" else "")
-            if event == "GPU_START":  # the copy ends where the GPU phase starts
-                if (begin := opened.pop(("copy", *key), None)) is not None:
-                    lanes.setdefault(f"GPU worker {worker}", []).append(("copy", begin, at))
-            if edge == "start":
-                opened[(phase, *key)] = at
-            elif (begin := opened.pop((phase, *key), None)) is not None:
-                lane = "synthesis" if phase == "synthesis" else f"GPU worker {worker}"
-                lanes.setdefault(lane, []).append((phase, begin, at))
+Lanes = dict[str, list[tuple[str, float, float]]]
+
+
+def intervals(streams: Iterable[IO[bytes]]) -> Lanes:
+    """lane -> [(phase, start_ms, end_ms)] over every run; lanes are `synthesis` and `GPU worker N`."""
+    lanes: Lanes = {}
+    for run in runs(streams):
+        for lane, bars in run.items():
+            lanes.setdefault(lane, []).extend(bars)
     return lanes
 
 
-def draw(lanes: dict[str, list[tuple[str, float, float]]], path: str, title: str) -> None:
-    """Writes the timeline as a PNG (matplotlib, no display needed)."""
+def runs(streams: Iterable[IO[bytes]]) -> list[Lanes]:
+    """The lanes of each daemon run: a new run at each start line, or where TIMELINE offsets go back."""
+    out: list[Lanes] = [{}]
+    opened: dict[tuple, float] = {}
+    last = None
+    for line in lines(streams):
+        if START in line and out[-1]:
+            out.append({})
+            opened, last = {}, None
+        if not line.startswith(b"TIMELINE,"):
+            continue
+        m = LINE.match(line)
+        if not m or m[2].decode() not in PHASES:
+            continue
+        at, event, job = float(m[1]), m[2].decode(), m[3]
+        if last is not None and at < last - RESTART_MS and out[-1]:
+            out.append({})
+            opened = {}
+        last = at if last is None else max(last, at)
+        lanes = out[-1]
+        fields = dict(kv.split(b"=", 1) for kv in m[4].split(b",") if b"=" in kv)
+        phase, edge = PHASES[event]
+        worker = fields.get(b"worker", b"0").decode()
+        key = (job, fields.get(b"partition"), worker if phase != "synthesis" else "")
+        if event == "GPU_START":  # the copy ends where the GPU phase starts
+            if (begin := opened.pop(("copy", *key), None)) is not None:
+                lanes.setdefault(f"GPU worker {worker}", []).append(("copy", begin, at))
+        if edge == "start":
+            opened[(phase, *key)] = at
+        elif (begin := opened.pop((phase, *key), None)) is not None:
+            lane = "synthesis" if phase == "synthesis" else f"GPU worker {worker}"
+            lanes.setdefault(lane, []).append((phase, begin, at))
+    return [r for r in out if r]
+
+
+def draw(runs: list[Lanes], path, title: str, gpu: list[dict] | None = None) -> None:
+    """Writes the timeline as a PNG (matplotlib, no display needed) to a path or a binary file: one axis
+    per daemon run, each on its own time axis (offsets start again with each run). `gpu`, one per run:
+    {"epoch": datetime, "samples": [Sample]}; its sm% and PCIe RX are drawn under that run's bars."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
 
+    rows = []
+    for i, lanes in enumerate(runs):
+        rows.append(("lanes", i, 1.2 + 0.7 * len(lanes)))
+        if gpu and i < len(gpu) and gpu[i]:
+            rows.append(("gpu", i, 2.0))
+    fig, axes = plt.subplots(len(rows), 1, figsize=(14, sum(h for *_, h in rows)), squeeze=False,
+                             gridspec_kw={"height_ratios": [h for *_, h in rows]})
+    bars_ax = {}
+    for (kind, i, _), [ax] in zip(rows, axes):
+        if kind == "lanes":
+            _lanes(ax, runs[i], f"{title}: run {i + 1} of {len(runs)}" if len(runs) > 1 else title)
+            bars_ax[i] = ax
+        else:
+            _gpu(ax, gpu[i], bars_ax[i])
+    axes[0][0].legend(handles=[Patch(color=c, label=p) for p, c in COLOURS.items()], loc="upper right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110, format="png")
+    plt.close(fig)
+
+
+def _lanes(ax, lanes: Lanes, title: str) -> None:
     names = sorted(lanes, key=lambda n: (n != "synthesis", n))
-    fig, ax = plt.subplots(figsize=(14, 1.2 + 0.7 * len(names)))
     for row, name in enumerate(names):
         for phase in COLOURS:
             bars = [(s / 1000, (e - s) / 1000) for p, s, e in lanes[name] if p == phase]
             if bars:
                 ax.broken_barh(bars, (row - 0.35, 0.7), facecolors=COLOURS[phase])
     ax.set_yticks(range(len(names)), names)
-    ax.set_xlabel("seconds since the daemon started")
+    ax.set_xlabel("seconds since this run's daemon started")
     ax.set_title(title)
-    ax.legend(handles=[Patch(color=c, label=p) for p, c in COLOURS.items()], loc="upper right")
+
+
+def _gpu(ax, view: dict, bars) -> None:
+    """The GPU's own counters on the run's time axis: sm% per GPU, and PCIe RX on a second scale."""
+    epoch, samples = view["epoch"], view["samples"]
+    lo, hi = bars.get_xlim()  # this run's seconds: the samples of other runs stay off its axis
+    samples = [s for s in samples if s.time and lo <= (s.time - epoch).total_seconds() <= hi]
+    ax.sharex(bars)
+    rx_ax = ax.twinx()
+    for g in sorted({s.gpu for s in samples}):
+        mine = [s for s in samples if s.gpu == g and s.time]
+        t = [(s.time - epoch).total_seconds() for s in mine]
+        ax.step(t, [s.sm_pct for s in mine], where="pre", color="#55a868", label=f"GPU {g} sm%")
+        rx = [(ti, s.rx_mbps) for ti, s in zip(t, mine) if s.rx_mbps is not None]
+        if rx:
+            rx_ax.step(*zip(*rx), where="pre", color="#dd8452", alpha=0.7, label=f"GPU {g} PCIe RX")
+    ax.set_ylim(0, 100)
+    ax.set_ylabel("sm %")
+    rx_ax.set_ylabel("RX MB/s")
+    ax.legend(loc="upper left", fontsize="small")
+    rx_ax.legend(loc="upper right", fontsize="small")
+    ax.set_title("the GPU's own counters (nvidia-smi dmon, 1 s samples)", fontsize="small")
+
+
+WHERE_COLOURS = {"kernels": "#55a868", "gpu_phase": "#55a868", "copy_wait": "#dd8452", "phase_no_kernel": "#ccb974",
+                 "barrier": "#8172b2", "queued": "#64b5cd", "synthesis": "#c44e52"}
+
+
+def where_bars(rows: list[tuple[str, dict[str, float]]], path) -> None:
+    """One stacked bar per (label, parts): where each build's GPU time went, adding up to 100%."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(12, 0.8 + 0.6 * len(rows)))
+    for y, (label, parts) in enumerate(rows):
+        left = 0.0
+        for k, f in parts.items():
+            ax.barh(y, f * 100, left=left, color=WHERE_COLOURS.get(k, "#999999"), label=k if y == 0 else None)
+            if f >= 0.06:
+                ax.text(left + f * 50, y, f"{f * 100:.0f}%", ha="center", va="center", fontsize="small")
+            left += f * 100
+    ax.set_yticks(range(len(rows)), [r[0] for r in rows])
+    ax.set_xlim(0, 100)
+    ax.set_xlabel("% of wall time")
+    handles, labels = [], []
+    for y, (_, parts) in enumerate(rows):
+        for k in parts:
+            if k not in labels:
+                labels.append(k)
+                handles.append(plt.Rectangle((0, 0), 1, 1, color=WHERE_COLOURS.get(k, "#999999")))
+    ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.35), ncol=4, fontsize="small")
+    ax.set_title("where the GPU's time went")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, format="png")
     plt.close(fig)

@@ -12,9 +12,10 @@ from __future__ import annotations
 import os
 import re
 from array import array
+from collections import Counter
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import IO, Iterable
+from datetime import datetime, timedelta, timezone
+from typing import IO, Iterable, Iterator
 
 ANSI = re.compile(rb"\x1b\[[0-9;]*m")
 CUZK = re.compile(rb"CUZK_TIMING: ([^\n]*)")
@@ -23,55 +24,107 @@ TIMELINE = re.compile(rb"TIMELINE,([^\n]*)")
 TRACING = re.compile(rb"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?)Z")
 MS_FIELD = re.compile(rb"\b(\w++)(?<=_ms)=(-?\d+(?:\.\d+)?)\b")  # possessive: no backtracking in a word
 NTT_FIELD = re.compile(rb"\b(\w++)=(-?\d+(?:\.\d+)?)ms\b")
-GPU_TID = re.compile(rb"gpu_tid=(\d+)")
-TL_OFFSET = re.compile(rb"^(\d+(?:\.\d+)?),", re.M)
+# over TIMELINE lines joined after a newline each: the literal newline lets the search run at memchr speed
+TL_OFFSET = re.compile(rb"\n(\d+(?:\.\d+)?),")
 # GPU_START / GPU_END with the worker and partition of their detail (worker=W,partition=N[,gpu_ms=X])
-TL_GPU = re.compile(rb"^(\d+(?:\.\d+)?),(GPU_START|GPU_END),([^,\n]*),worker=(\d+),partition=(\d+)", re.M)
+TL_QUEUE = re.compile(rb"\n(\d+(?:\.\d+)?),(GPU_QUEUE|GPU_PICKUP),")
+TL_GPU = re.compile(rb"\n(\d+(?:\.\d+)?),(GPU_START|GPU_END),([^,\n]*),worker=(\d+),partition=(\d+)")
+# the run's first line (cuzk-daemon/src/main.rs:63)
+START = b"cuzk-daemon starting"
+# a tracing line's start: the timestamp, dimmed (ANSI on, the default) or not (NO_COLOR)
+TRACING_LINE = (b"\n\x1b[2m20", b"\n20")
+# `gpu_worker{worker_id=W gpu=G ...}`, the span of a partition's GPU work, with or without ANSI codes
+_E = rb"(?:\x1b\[[0-9;]*m)*"
+GPU_SPAN = re.compile(rb"gpu_worker" + _E + rb"\{" + _E + rb"worker_id" + _E + rb"=" + _E + rb"(\d+) " + _E
+                      + rb"gpu" + _E + rb"=" + _E + rb"(\d+)")
+# A C++ start function's held time, and the Rust line that follows its return on the same thread, in
+# log order: `prove_start_ms` (Rust's clock around the call) matches `total_start_fn_ms` (C++'s).
+HELD = re.compile(rb"CUZK_TIMING: mutex_held_ms=(\d+) total_start_fn_ms=(\d+)")
+PROVE_STARTED = re.compile(rb"GPU_TIMING spawn_blocking prove_start ([^\n]*)")
+WORKER = re.compile(rb"\bworker_id=(\d+)")
+PROVE_START = re.compile(rb"\bprove_start_ms=(\d+)")
+# Lines written by one write(2) each, which can land inside a TIMELINE line: `eprintln!` writes it in
+# pieces, and tracing (stdout) and C++ (glibc's stderr) do not take Rust's stderr lock.
+WHOLE = re.compile(rb"CUZK_TIMING: |CUZK_NTT_H: |\x1b\[2m\d{4}-\d\d-\d\dT|\d{4}-\d\d-\d\dT\d\d:")
+# what shows that a line landed inside a TIMELINE line (a superset: WHOLE then finds where it begins)
+CUT_MARKS = (b"CUZK_", b"\x1b[", b"Z ")  # a C++ line, a coloured tracing line, a plain one ("...Z  INFO")
+LINE_START = re.compile(rb"TIMELINE,|CUZK_TIMING: |CUZK_NTT_H: |\x1b\[2m\d{4}-|\d{4}-\d\d-\d\dT\d\d:")
 
-# tracing messages -> the prefix their `*_ms` fields get when two messages share a field name;
-# the fields are those after the message (the span's fields come before it)
+# tracing messages -> the prefix their `*_ms` fields get when two messages share a field name (None:
+# a repeat of another message's values, not counted again); the fields are those after the message
+# (the span's fields come before it). Longer messages first: the first alternative that matches wins.
 MESSAGES = {
     b"GPU_TIMING hot_path pre-prove overhead": "",
     b"GPU_TIMING spawn_blocking prove_start": "",
     b"GPU_TIMING prove_start returned": "",
     b"FIN_TIMING finalizer partition": "finalizer_",
     b"FIN_TIMING malloc_trim": "",
+    b"partition synthesis complete, pushing to GPU queue": None,  # engine.rs:1759: synth_ms again
     b"partition synthesis complete": "",
     b"partition GPU prove complete": "",
     b"Phase 7: all partitions complete, proof assembled": "job_",
 }
 # one scan per literal prefix the messages share: GPU_TIMING, FIN_TIMING, partition, Phase 7
+MESSAGE_PREFIXES = (b"GPU_TIMING ", b"FIN_TIMING ", b"partition ", b"Phase 7: ")
 MESSAGE_PATTERNS = [
     re.compile(re.escape(prefix) + b"(" + b"|".join(re.escape(m[len(prefix):]) for m in MESSAGES if m.startswith(prefix))
                + rb")([^\n]*)")
-    for prefix in (b"GPU_TIMING ", b"FIN_TIMING ", b"partition ", b"Phase 7: ")
+    for prefix in MESSAGE_PREFIXES
 ]
-MESSAGE_PREFIXES = (b"GPU_TIMING ", b"FIN_TIMING ", b"partition ", b"Phase 7: ")
+
+# kind -> (the pattern of its pairs, what each pair holds once, to count them)
+FIELDS = {"ms": (MS_FIELD, b"_ms="), "ntt": (NTT_FIELD, b"=")}
+KNOWN_FIELDS: dict[tuple[str, bytes], set[bytes]] = {}
+_FIELD_RES: dict[tuple[str, bytes], re.Pattern] = {}
+
+
+def _field(kind: str, key: bytes) -> re.Pattern:
+    """The values of one field: the pattern of its kind with the name fixed."""
+    pattern = _FIELD_RES.get((kind, key))
+    if pattern is None:
+        unit = rb"ms\b" if kind == "ntt" else rb"\b"  # no \b before: the literal name starts the search
+        pattern = _FIELD_RES[kind, key] = re.compile(re.escape(key) + rb"=(-?\d+(?:\.\d+)?)" + unit)
+    return pattern
 
 
 VALUE = "f"  # float32: logs print ms with at most 7 significant digits, which it holds exactly
+PENDING_CALLS = 64  # C++ calls waiting for their prove_start line: more GPU workers than a box has
+RESTART_MS = 1000  # TIMELINE offsets that go back further than this: a new daemon run
+
+PHASE_SHARE = ("sum(mutex_held_ms - barrier_wait_ms) / wall time, per GPU: the time partitions hold the GPU, "
+               "a copy from pageable memory included; not how busy the GPU is")
 
 
 @dataclass
-class Timings:
-    """What one or more logs say; `phases` maps a phase name to its values in ms."""
+class Run:
+    """What one daemon run (from its start line, or where its TIMELINE offsets begin again) logged;
+    `phases` maps a phase name to its values in ms. A part of a run, while a log is read in pieces."""
 
     phases: dict[str, array] = field(default_factory=dict)
+    started: bool = False  # begins with the daemon's start line
     lines: int = 0
     skipped_lines: int = 0
     pinned: int = 0
     pageable: int = 0
     jobs: int = 0
-    timeline_busy_ms: float = 0  # sum of GPU_START..GPU_END intervals
     timeline_first_ms: float | None = None
     timeline_last_ms: float | None = None
     first_ts: datetime | None = None
     last_ts: datetime | None = None
-    gpus: set = field(default_factory=set)
-    _open: dict = field(default_factory=dict, repr=False)  # (job, worker) -> GPU_START offset
+    epoch: datetime | None = None  # wall time of TIMELINE offset 0, from the first tracing line after one
+    gpu_of: dict[bytes, bytes] = field(default_factory=dict)  # worker -> GPU, from gpu_worker spans
+    held: dict[bytes, float] = field(default_factory=dict)  # worker -> mutex_held_ms of its calls
+    # worker -> its GPU phases (GPU_START..GPU_END) as flat start, end offsets
+    intervals: dict[bytes, array] = field(default_factory=dict)
+    queued: array = field(default_factory=lambda: array("d"))  # GPU_QUEUE offsets: a partition for the GPUs
+    picked: array = field(default_factory=lambda: array("d"))  # GPU_PICKUP offsets: a worker took one
+    _open: dict = field(default_factory=dict, repr=False)  # (job, worker, partition) -> GPU_START offset
     _gaps: array = field(default_factory=lambda: array("d"), repr=False)
     _last_end: dict = field(default_factory=dict, repr=False)  # worker -> last GPU_END offset
-    _runs_ms: float = 0  # the spans of earlier daemon runs in the same log
+    _calls: list = field(default_factory=list, repr=False)  # C++ calls not matched yet: [total_fn, held]
+    unmatched_held_ms: float = 0.0  # held time of calls no prove_start line matched
+    _workers_seen: set = field(default_factory=set, repr=False)  # workers of GPU phases so far
+    _unheld: list = field(default_factory=list, repr=False)  # prove_start lines before their call's line
     # what a part of a log split for parallel parsing leaves for the part before it (see merge)
     _first_seen_ms: float | None = field(default=None, repr=False)  # its first TIMELINE offset
     # key -> offset of the first GPU_END without a start: only a first one can close a phase the part
@@ -79,53 +132,63 @@ class Timings:
     _orphan_ends: dict = field(default_factory=dict, repr=False)
     _first_start: dict = field(default_factory=dict, repr=False)  # worker -> a GPU_START before any GPU_END
 
-    def add(self, name: str, value: float) -> None:
-        values = self.phases.get(name)
-        if values is None:
-            values = self.phases[name] = array(VALUE)
-        values.append(value)
-
-    def add_pairs(self, pairs: list[tuple[bytes, bytes]], prefix: str = "", rename: dict | None = None) -> None:
-        """Appends (key, value) pairs found by a findall, looking each key's array up once a batch."""
-        arrays: dict[bytes, array] = {}
-        for k, v in pairs:
-            values = arrays.get(k)
-            if values is None:
+    def add_fields(self, text: bytes, kind: str, where: bytes = b"", prefix: str = "",
+                   rename: dict | None = None) -> None:
+        """Appends the `*_ms=X` (kind "ms") or `k=Xms` (kind "ntt") values in `text`. One findall per field
+        name, so the per-value work stays in C; when the names seen so far do not account for every
+        value (a new name, or one name the tail of another), one findall of all pairs does it. `where`
+        (the message, say) keeps the names apart by where they were seen."""
+        pattern, mark = FIELDS[kind]
+        total = text.count(mark)
+        if not total:
+            return
+        known = KNOWN_FIELDS.setdefault((kind, where), set())
+        found = {k: _field(kind, k).findall(text) for k in known}
+        if sum(map(len, found.values())) != total:
+            pairs = pattern.findall(text)
+            known.update(k for k, _ in pairs)
+            found = {}
+            for k, v in pairs:
+                found.setdefault(k, []).append(v)
+        for k, values in found.items():
+            if values:
                 name = (rename or {}).get(k) or prefix + k.decode()
-                values = arrays[k] = self.phases.setdefault(name, array(VALUE))
-            values.append(float(v))
+                self.phases.setdefault(name, array(VALUE)).extend(map(float, values))
 
-    # -- a chunk of whole lines -------------------------------------------------------------------
+    # -- a chunk of whole lines of this run -------------------------------------------------------
     # Each kind of line is found with one multiline regex over the chunk and its fields with one
     # findall over the joined matches: the per-line work stays in C.
 
-    def feed(self, chunk: bytes) -> None:
-        """Takes whole lines (a chunk that ends at a newline). Each kind of line starts with a literal
-        (`CUZK_TIMING: `, `TIMELINE,`, a tracing message), which the regex engine finds at memchr speed;
-        ANSI codes are stripped only from the fields that are kept."""
-        if b"\r" in chunk:
-            chunk = chunk.replace(b"\r", b"")
+    def feed(self, chunk: bytes, timeline: list[bytes]) -> None:
+        """Takes whole lines (mended, see Log) and their TIMELINE lines. Each kind of line starts with a
+        literal (`CUZK_TIMING: `, `TIMELINE,`, a tracing message), which the regex engine finds at memchr
+        speed; ANSI codes are stripped only from the fields that are kept."""
         lines = chunk.count(b"\n") + (0 if chunk.endswith(b"\n") else 1)
         self.lines += lines
         cuzk = CUZK.findall(chunk)
         ntt = NTT.findall(chunk)
-        timeline = TIMELINE.findall(chunk)
-        # tracing lines start with their timestamp, 20YY-...
-        tracing = chunk.count(b"\n20") + chunk.startswith(b"20")
+        starts = (b"\x1b[2m20", b"20")
+        tracing = sum(chunk.count(t) for t in TRACING_LINE) + chunk.startswith(starts)
         empty = chunk.count(b"\n\n") + chunk.startswith(b"\n")
         self.skipped_lines += lines - len(cuzk) - len(ntt) - len(timeline) - tracing - empty
         text = b"\n".join(cuzk)
-        self.gpus.update(GPU_TID.findall(text))
-        self.add_pairs(MS_FIELD.findall(text))
-        self.add_pairs(NTT_FIELD.findall(b"\n".join(ntt)), rename={b"total": "ntt_h_total"})
-        self._timeline(timeline)
+        self.add_fields(text, "ms", b"CUZK_TIMING")
+        self.add_fields(b"\n".join(ntt), "ntt", rename={b"total": "ntt_h_total"})
+        if timeline:
+            self._timeline(timeline)
+            if self.epoch is None:
+                self._anchor(chunk, timeline)
+        if b"mutex_held_ms" in text:
+            self._calls_in(chunk)
         if tracing:
             first = TRACING.search(chunk)
-            last = TRACING.search(chunk, max(0, chunk.rfind(b"\n20", 0, len(chunk) - 1)))
+            last = TRACING.search(chunk, max(0, *(chunk.rfind(t) for t in TRACING_LINE)))
             if first and self.first_ts is None:
-                self.first_ts = datetime.fromisoformat(first.group(1).decode())
+                self.first_ts = _ts(first.group(1))
             if last:
-                self.last_ts = datetime.fromisoformat(last.group(1).decode())
+                self.last_ts = _ts(last.group(1))
+            if b"gpu_worker" in chunk and (not self.gpu_of or not self._workers_seen <= self.gpu_of.keys()):
+                self.gpu_of.update(GPU_SPAN.findall(chunk))
             for prefix, pattern in zip(MESSAGE_PREFIXES, MESSAGE_PATTERNS):
                 by_message: dict[bytes, list[bytes]] = {}
                 for rest, fields in pattern.findall(chunk):
@@ -134,31 +197,66 @@ class Timings:
                     self._message(message, found)
 
     def _message(self, message: bytes, found: list[bytes]) -> None:
+        prefix = MESSAGES[message]
+        if prefix is None:
+            return
         fields = strip_ansi(b"\n".join(found))
         if message == b"partition synthesis complete":
             self.pinned += fields.count(b"is_pinned=true")
             self.pageable += fields.count(b"is_pinned=false")
-        elif MESSAGES[message] == "job_":
+        elif prefix == "job_":
             self.jobs += len(found)
-        self.add_pairs(MS_FIELD.findall(fields), prefix=MESSAGES[message])
+        self.add_fields(fields, "ms", message, prefix=prefix)
+
+    def _anchor(self, chunk: bytes, timeline: list[bytes]) -> None:
+        """The wall time of offset 0, from a SYNTH_END line and the tracing line cuzk writes right after it
+        (`partition synthesis complete, pushing to GPU queue`, engine.rs:1752-1763): that line's time,
+        less the SYNTH_END's offset. (A SYNTH_START is followed by synthesis, seconds of it.)"""
+        line = next((t for t in timeline if b",SYNTH_END," in t[:40]), None)
+        at = chunk.find(b"TIMELINE," + line) if line else -1
+        m = TRACING.search(chunk, at) if at >= 0 else None
+        offset = TL_OFFSET.match(b"\n" + line) if line else None
+        if m and offset:
+            self.epoch = _ts(m.group(1)) - timedelta(milliseconds=float(offset.group(1)))
+
+    def _calls_in(self, chunk: bytes) -> None:
+        """Gives each C++ call's mutex_held_ms to the worker whose prove_start line follows it."""
+        # two searches with a literal each (one alternation of both would try every position), in log order
+        events = sorted([(m.start(), m) for m in HELD.finditer(chunk)]
+                        + [(m.start(), m) for m in PROVE_STARTED.finditer(chunk)], key=lambda e: e[0])
+        for _, m in events:
+            if m.re is HELD:
+                self._calls.append([float(m[2]), float(m[1])])
+                if len(self._calls) > PENDING_CALLS:  # never matched: its worker is not known
+                    self.unmatched_held_ms += self._calls.pop(0)[1]
+                continue
+            fields = strip_ansi(m[1])
+            worker, prove_start = WORKER.search(fields), PROVE_START.search(fields)
+            if worker and prove_start and not self._match(worker[1], float(prove_start[1])):
+                self._unheld.append((worker[1], float(prove_start[1])))
+
+    def _match(self, worker: bytes, prove_start: float) -> bool:
+        """The pending call whose C++ time is nearest the Rust time around it (within 2 ms + 5%)."""
+        best = min(self._calls, key=lambda c: abs(c[0] - prove_start), default=None)
+        if best is None or abs(best[0] - prove_start) > 2 + 0.05 * prove_start:
+            return False
+        self._calls.remove(best)
+        self.held[worker] = self.held.get(worker, 0.0) + best[1]
+        return True
 
     def _timeline(self, lines: list[bytes]) -> None:
-        if not lines:
-            return
-        text = b"\n".join(lines)
-        # offsets count from the daemon's start: where one goes back, a restarted daemon's run begins
-        first, last, done = self.timeline_first_ms, self.timeline_last_ms, self._runs_ms
+        text = _joined(lines)
+        first, last = self.timeline_first_ms, self.timeline_last_ms
         for o in TL_OFFSET.findall(text):
             o = float(o)
             if first is None:
                 first = last = self._first_seen_ms = o
-            elif o < last - 1000:
-                done += last - first
-                first = last = o
             elif o > last:
                 last = o
-        self.timeline_first_ms, self.timeline_last_ms, self._runs_ms = first, last, done
-        opened, last_end, gaps = self._open, self._last_end, self._gaps
+        self.timeline_first_ms, self.timeline_last_ms = first, last
+        for offset, event in TL_QUEUE.findall(text):
+            (self.queued if event == b"GPU_QUEUE" else self.picked).append(float(offset))
+        opened, last_end, gaps, intervals = self._open, self._last_end, self._gaps, self.intervals
         for offset, event, job, worker, partition in TL_GPU.findall(text):
             offset = float(offset)
             key = (job, worker, partition)
@@ -171,13 +269,14 @@ class Timings:
             else:
                 start = opened.pop(key, None)
                 if start is not None:
-                    self.timeline_busy_ms += offset - start
+                    intervals.setdefault(worker, array("d")).extend((start, offset))
                 else:
                     self._orphan_ends.setdefault(key, offset)
                 last_end[worker] = offset
+        self._workers_seen.update(last_end.keys())
 
-    def merge(self, b: "Timings") -> None:
-        """Adds what `b`, the part of the log right after this one, says: as if one pass had read both."""
+    def merge(self, b: Run) -> None:
+        """Adds what `b`, the part of this run right after this one, says: as if one pass had read both."""
         for name, values in b.phases.items():
             self.phases.setdefault(name, array(VALUE)).extend(values)
         self.lines += b.lines
@@ -185,17 +284,28 @@ class Timings:
         self.pinned += b.pinned
         self.pageable += b.pageable
         self.jobs += b.jobs
-        self.gpus |= b.gpus
+        self.gpu_of.update(b.gpu_of)
         self.first_ts = self.first_ts or b.first_ts
         self.last_ts = b.last_ts or self.last_ts
+        self.epoch = self.epoch or b.epoch
+        for worker, prove_start in b._unheld:  # prove_start lines whose call's line was in this part
+            if not self._match(worker, prove_start):
+                self._unheld.append((worker, prove_start))
+        self._calls.extend(b._calls)
+        self.queued.extend(b.queued)
+        self.picked.extend(b.picked)
+        self.unmatched_held_ms += b.unmatched_held_ms
+        for worker, held in b.held.items():
+            self.held[worker] = self.held.get(worker, 0.0) + held
         # GPU phases cut by the split, and the gaps between a worker's last phase here and its first there
-        self.timeline_busy_ms += b.timeline_busy_ms
+        for worker, values in b.intervals.items():
+            self.intervals.setdefault(worker, array("d")).extend(values)
         for key, end in b._orphan_ends.items():
             start = self._open.pop(key, None)
             if start is None:
                 self._orphan_ends.setdefault(key, end)
             else:
-                self.timeline_busy_ms += end - start
+                self.intervals.setdefault(key[1], array("d")).extend((start, end))
         for worker, start in b._first_start.items():
             if worker in self._last_end:
                 self._gaps.append(start - self._last_end[worker])
@@ -204,76 +314,328 @@ class Timings:
         self._gaps.extend(b._gaps)
         self._open.update(b._open)
         self._last_end.update(b._last_end)
-        # wall time: b's first run goes on from this part's last run, unless the daemon restarted there
         if b._first_seen_ms is None:
             return
         if self._first_seen_ms is None:
             self.timeline_first_ms, self.timeline_last_ms = b.timeline_first_ms, b.timeline_last_ms
-            self._runs_ms, self._first_seen_ms = b._runs_ms, b._first_seen_ms
+            self._first_seen_ms = b._first_seen_ms
             return
-        first, last = self.timeline_first_ms, self.timeline_last_ms
-        if b._first_seen_ms >= last - 1000:  # one run across the split
-            if b._runs_ms == 0 and b.timeline_first_ms == b._first_seen_ms:
-                self.timeline_last_ms = max(last, b.timeline_last_ms)
-                return
-            self._runs_ms += b._runs_ms + (b._first_seen_ms - first)
-        else:
-            self._runs_ms += (last - first) + b._runs_ms
-        self.timeline_first_ms, self.timeline_last_ms = b.timeline_first_ms, b.timeline_last_ms
+        self.timeline_last_ms = max(self.timeline_last_ms or 0, b.timeline_last_ms or 0)
 
     # -- results ----------------------------------------------------------------------------------
 
     @property
     def wall_ms(self) -> float | None:
         if self.timeline_first_ms is not None and self.timeline_last_ms is not None \
-                and self._runs_ms + self.timeline_last_ms > self.timeline_first_ms:
-            return self._runs_ms + self.timeline_last_ms - self.timeline_first_ms
+                and self.timeline_last_ms > self.timeline_first_ms:
+            return self.timeline_last_ms - self.timeline_first_ms
         if self.first_ts and self.last_ts and self.last_ts > self.first_ts:
             return (self.last_ts - self.first_ts).total_seconds() * 1000
         return None
 
-    def gpu_busy_fraction(self) -> float | None:
-        """sum(mutex_held_ms - barrier_wait_ms) / wall time, per GPU: the GPU's real kernel time."""
-        held, barrier, wall = self.phases.get("mutex_held_ms"), self.phases.get("barrier_wait_ms"), self.wall_ms
-        if not held or not wall:
-            return None
-        busy = sum(held) - (sum(barrier) if barrier else 0)
-        return busy / (wall * max(1, len(self.gpus)))
-
-    def timeline_busy_fraction(self) -> float | None:
-        """GPU_START..GPU_END over wall time: includes the CPU's waits inside that span, so it overstates."""
-        wall = self.wall_ms
-        workers = max(1, len(self._last_end))
-        return self.timeline_busy_ms / (wall * workers) if wall else None
+    def gpus(self) -> dict[str, dict]:
+        """Per GPU: its workers, the held time of their calls, and the union of their GPU phases (ms)."""
+        workers = set(self.held) | set(self.intervals) | set(self.gpu_of)
+        by_gpu: dict[str, dict] = {}
+        for w in workers:
+            g = self.gpu_of.get(w, b"?").decode()
+            d = by_gpu.setdefault(g, {"workers": [], "held_ms": 0.0, "timeline_ms": 0.0, "phases": 0})
+            d["workers"].append(int(w))
+            d["held_ms"] += self.held.get(w, 0.0)
+        unmatched = self.unmatched_held_ms + sum(c[1] for c in self._calls)
+        if not by_gpu and (unmatched or self.phases.get("mutex_held_ms")):
+            by_gpu["0"] = {"workers": [], "held_ms": 0.0, "timeline_ms": 0.0, "phases": 0}
+        if len(by_gpu) == 1:  # one GPU: every call was on it, matched to its worker or not
+            [d] = by_gpu.values()
+            d["held_ms"] = float(sum(self.phases.get("mutex_held_ms", ())))
+        for g, d in by_gpu.items():
+            spans = [iv for w in d["workers"] for iv in _pairs(self.intervals.get(str(w).encode(), ()))]
+            d["phases"] = len(spans)
+            d["timeline_ms"] = _union(spans)
+            d["workers"].sort()
+        return dict(sorted(by_gpu.items()))
 
     def report(self) -> dict:
-        phases = {name: summarize(values) for name, values in sorted(self.phases.items())}
-        synth = phases.get("synth_ms", {}).get("p50")
-        gpu = (phases.get("gpu_total_ms") or phases.get("gpu_ms") or {}).get("p50")
-        partitions = self.pinned + self.pageable
-        mutex_wait = phases.get("mutex_wait_ms", {})
-        barrier = phases.get("barrier_wait_ms", {})
-        gaps = summarize(self._gaps) if self._gaps else None
-        return {
-            "phases": phases,
-            "gpu_busy_fraction": self.gpu_busy_fraction(),
-            "timeline_busy_fraction": self.timeline_busy_fraction(),
-            "wall_ms": self.wall_ms,
-            "jobs": self.jobs,
-            "partitions": partitions,
-            "pageable_share": self.pageable / partitions if partitions else None,
-            "synth_to_gpu_ratio": synth / gpu if synth and gpu else None,
-            "starved": {
-                "mutex_wait_p50_ms": mutex_wait.get("p50"),
-                "barrier_wait_nonzero": sum(1 for v in self.phases.get("barrier_wait_ms", ()) if v > 0),
-                "barrier_wait_p95_ms": barrier.get("p95"),
-                "gap_between_partitions_ms": gaps,
-                "likely": bool(mutex_wait and mutex_wait["p50"] < 1 and gaps and gaps["p50"] > 0
-                               and (gpu is None or gaps["p50"] > 0.1 * gpu)),
-            },
-            "lines": self.lines,
-            "skipped_lines": self.skipped_lines,
-        }
+        return _report([self])
+
+
+def _joined(lines: list[bytes]) -> bytes:
+    """TIMELINE lines (without `TIMELINE,`), each after a newline, for TL_OFFSET and TL_GPU."""
+    return b"\n" + b"\n".join(lines)
+
+
+def _pairs(flat: Iterable[float]) -> list[tuple[float, float]]:
+    it = iter(flat)
+    return list(zip(it, it))
+
+
+def _union(spans: list[tuple[float, float]]) -> float:
+    """Total length of the union of intervals: two workers of one GPU overlap their GPU phases."""
+    total, end = 0.0, None
+    for s, e in sorted(spans):
+        if end is None or s > end:
+            total += e - s
+            end = e
+        elif e > end:
+            total += e - end
+            end = e
+    return total
+
+
+def _ts(raw: bytes) -> datetime:
+    return datetime.fromisoformat(raw.decode()).replace(tzinfo=timezone.utc)
+
+
+class Mender:
+    """Puts TIMELINE lines cut by other lines back together: the lines written inside one keep their own
+    line, and its pieces join up, in the order they were written. Holds a line still in pieces."""
+
+    def __init__(self) -> None:
+        self.pending = b""
+
+    def mend(self, chunk: bytes) -> bytes:
+        """Whole lines in, whole lines out; a chunk with no cut line passes as it is. Only the lines from
+        a cut TIMELINE line to its last piece are looked at one by one."""
+        out: list[bytes] = []
+        at = self._join(chunk, 0, out) if self.pending else 0
+        for start, inner in _cut_lines(chunk, at):
+            if start < at:  # mended already, as a piece of the line before
+                continue
+            end = chunk.find(b"\n", start)
+            end = len(chunk) if end < 0 else end + 1
+            out.append(chunk[at:start])
+            self.pending = chunk[start:inner]
+            out.append(chunk[inner:end])
+            at = self._join(chunk, end, out)
+        if not out:
+            return chunk
+        out.append(chunk[at:])
+        return b"".join(out)
+
+    def _join(self, chunk: bytes, at: int, out: list[bytes]) -> int:
+        """With a TIMELINE line in pieces: keeps the whole lines that follow, then joins the next piece
+        to it (and mends that again, if another line landed inside). Returns where to go on."""
+        while self.pending and at < len(chunk):
+            end = chunk.find(b"\n", at)
+            end = len(chunk) if end < 0 else end + 1
+            if LINE_START.match(chunk, at):
+                out.append(chunk[at:end])
+            else:
+                line = self.pending + chunk[at:end]
+                m = WHOLE.search(line, len(self.pending))
+                if m:
+                    self.pending = line[:m.start()]
+                    out.append(line[m.start():])
+                else:
+                    self.pending = b""
+                    out.append(line)
+            at = end
+        return at
+
+
+def _cut_lines(chunk: bytes, at: int) -> list[tuple[int, int]]:
+    """The TIMELINE lines from `at` with another line inside: (where each starts, where the other line
+    in it begins). The TIMELINE lines are searched for signs of one first, all at once."""
+    joined = b"\n".join(TIMELINE.findall(chunk, at))
+    hits = set()
+    for mark in CUT_MARKS:
+        p = joined.find(mark)
+        while p >= 0:
+            hits.add(joined.rfind(b"\n", 0, p) + 1)
+            p = joined.find(mark, p + 1)
+    cuts = []
+    for h in sorted(hits):
+        end = joined.find(b"\n", h)
+        line = b"TIMELINE," + joined[h:len(joined) if end < 0 else end]
+        inner = WHOLE.search(line, 9)
+        if inner:
+            at = chunk.find(line, at)
+            cuts.append((at, at + inner.start()))
+            at += len(line)
+    return cuts
+
+
+def lines(streams: Iterable[IO[bytes]]) -> Iterator[bytes]:
+    """The lines of the streams, cut TIMELINE lines mended."""
+    for stream in streams:
+        mender, rest = Mender(), b""
+        while block := stream.read(CHUNK):
+            block = rest + block
+            cut = block.rfind(b"\n") + 1
+            rest = block[cut:]
+            yield from mender.mend(block[:cut]).splitlines()
+        if rest:
+            yield from mender.mend(rest).splitlines()
+
+
+class Log:
+    """A daemon log read as it is written: its runs, each with its own figures. Feed it whole lines."""
+
+    def __init__(self) -> None:
+        self.runs: list[Run] = []
+        self.mender = Mender()
+
+    @property
+    def run(self) -> Run:
+        if not self.runs:
+            self.runs.append(Run())
+        return self.runs[-1]
+
+    def feed(self, chunk: bytes) -> None:
+        if b"\r" in chunk:
+            chunk = chunk.replace(b"\r", b"")
+        chunk = self.mender.mend(chunk)
+        # a new run at each start line
+        bounds, at = [0], chunk.find(START)
+        while at >= 0:
+            bounds.append(chunk.rfind(b"\n", 0, at) + 1)
+            at = chunk.find(START, at + len(START))
+        bounds.append(len(chunk))
+        for k in range(len(bounds) - 1):
+            if k:
+                self.runs.append(Run(started=True))
+            if bounds[k + 1] > bounds[k]:
+                self._segment(chunk[bounds[k]:bounds[k + 1]])
+
+    def _segment(self, seg: bytes) -> None:
+        """Feeds lines of one run, or of several where TIMELINE offsets go back (a restart whose start
+        line is not in the log)."""
+        timeline = TIMELINE.findall(seg)
+        if timeline:
+            last = self.run.timeline_last_ms
+            for i, o in enumerate(TL_OFFSET.findall(_joined(timeline))):
+                o = float(o)
+                if last is not None and o < last - RESTART_MS:
+                    cut = _nth(seg, b"TIMELINE,", i)
+                    cut = seg.rfind(b"\n", 0, cut) + 1
+                    if cut:
+                        self.run.feed(seg[:cut], timeline[:i])
+                    self.runs.append(Run())
+                    return self._segment(seg[cut:])
+                last = o if last is None else max(last, o)
+        self.run.feed(seg, timeline)
+
+    def finish(self) -> Log:
+        """The end of the input: a TIMELINE line still in pieces counts as one not understood."""
+        if self.mender.pending:
+            self.run.lines += 1
+            self.run.skipped_lines += 1
+            self.mender.pending = b""
+        self.runs = [r for r in self.runs if r.lines]
+        return self
+
+    def merge(self, b: Log) -> None:
+        """Appends `b`, the part of the log right after this one."""
+        runs = list(b.runs)
+        if runs and not runs[0].started and self.runs:
+            self.runs[-1].merge(runs.pop(0))
+        self.runs.extend(runs)
+
+    def select(self, which: str | int = "all") -> list[Run]:
+        """`all`, `last`, or a run's number (1 is the first)."""
+        if which == "all":
+            return self.runs
+        if which == "last":
+            return self.runs[-1:]
+        n = int(which)
+        if not 1 <= n <= len(self.runs):
+            raise IndexError(n)
+        return [self.runs[n - 1]]
+
+    def report(self, which: str | int = "all") -> dict:
+        return _report(self.select(which))
+
+
+def _nth(data: bytes, needle: bytes, n: int) -> int:
+    at = -1
+    for _ in range(n + 1):
+        at = data.find(needle, at + 1)
+    return at
+
+
+def _share(busy: float, wall: float) -> float | None:
+    return min(1.0, busy / wall) if wall else None
+
+
+def _report(runs: list[Run]) -> dict:
+    """The figures of one run or of several: phases over all their values; shares by wall time, each
+    GPU's over the runs it ran in, so no share exceeds 100%."""
+    phases: dict[str, array] = {}
+    for r in runs:
+        for name, values in r.phases.items():
+            phases.setdefault(name, array(VALUE)).extend(values)
+    summary = {name: summarize(values) for name, values in sorted(phases.items())}
+    gaps = array("d")
+    per_gpu: dict[str, dict] = {}
+    barrier_total = 0.0
+    wall_total = gpu_wall = 0.0
+    run_rows = []
+    for i, r in enumerate(runs):
+        wall = r.wall_ms or 0.0
+        wall_total += wall
+        gaps.extend(r._gaps)
+        gpus = r.gpus()
+        barrier = float(sum(r.phases.get("barrier_wait_ms", ())))
+        barrier_total += barrier
+        held = sum(d["held_ms"] for d in gpus.values()) or 1.0
+        row_gpus = {}
+        for g, d in gpus.items():
+            busy = d["held_ms"] - barrier * d["held_ms"] / held  # barrier lines name no GPU: shared by held time
+            acc = per_gpu.setdefault(g, {"busy_ms": 0.0, "timeline_ms": 0.0, "wall_ms": 0.0, "partitions": 0})
+            acc["busy_ms"] += busy
+            acc["timeline_ms"] += d["timeline_ms"]
+            acc["wall_ms"] += wall
+            acc["partitions"] += d["phases"]
+            row_gpus[g] = {"gpu_phase_share": _share(busy, wall), "timeline_share": _share(d["timeline_ms"], wall)}
+            gpu_wall += wall
+        run_rows.append({
+            "run": i + 1, "started": r.started, "first_ts": _iso(r.first_ts), "last_ts": _iso(r.last_ts),
+            "epoch": _iso(r.epoch), "wall_ms": r.wall_ms, "jobs": r.jobs, "partitions": r.pinned + r.pageable,
+            "gpus": row_gpus, "gpu_phase_share": _mean_share(row_gpus, "gpu_phase_share"),
+            "timeline_share": _mean_share(row_gpus, "timeline_share"),
+        })
+    gpus_out = {g: {"gpu_phase_share": _share(a["busy_ms"], a["wall_ms"]),
+                    "timeline_share": _share(a["timeline_ms"], a["wall_ms"]),
+                    "partitions": a["partitions"]} for g, a in sorted(per_gpu.items())}
+    pinned, pageable = sum(r.pinned for r in runs), sum(r.pageable for r in runs)
+    partitions = pinned + pageable
+    synth = summary.get("synth_ms", {}).get("p50")
+    gpu = (summary.get("gpu_total_ms") or summary.get("gpu_ms") or {}).get("p50")
+    mutex_wait = summary.get("mutex_wait_ms", {})
+    barrier_s = summary.get("barrier_wait_ms", {})
+    gap_s = summarize(gaps) if gaps else None
+    return {
+        "runs": run_rows,
+        "phases": summary,
+        "gpu_phase_share": _share(sum(a["busy_ms"] for a in per_gpu.values()), gpu_wall),
+        "gpu_phase_share_is": PHASE_SHARE,
+        "timeline_share": _share(sum(a["timeline_ms"] for a in per_gpu.values()), gpu_wall),
+        "gpus": gpus_out,
+        "wall_ms": wall_total or None,
+        "jobs": sum(r.jobs for r in runs),
+        "partitions": partitions,
+        "pageable_share": pageable / partitions if partitions else None,
+        "synth_to_gpu_ratio": synth / gpu if synth and gpu else None,
+        "starved": {
+            "mutex_wait_p50_ms": mutex_wait.get("p50"),
+            "barrier_wait_nonzero": sum(1 for v in phases.get("barrier_wait_ms", ()) if v > 0),
+            "barrier_wait_p95_ms": barrier_s.get("p95"),
+            "gap_between_partitions_ms": gap_s,
+            "likely": bool(mutex_wait and mutex_wait["p50"] is not None and mutex_wait["p50"] < 1 and gap_s
+                           and gap_s["p50"] > 0 and (gpu is None or gap_s["p50"] > 0.1 * gpu)),
+        },
+        "lines": sum(r.lines for r in runs),
+        "skipped_lines": sum(r.skipped_lines for r in runs),
+    }
+
+
+def _mean_share(gpus: dict[str, dict], key: str) -> float | None:
+    values = [d[key] for d in gpus.values() if d[key] is not None]
+    return sum(values) / len(values) if values else None
+
+
+def _iso(t: datetime | None) -> str | None:
+    return t.isoformat().replace("+00:00", "Z") if t else None
 
 
 # The codes tracing-subscriber writes (levels, bold, dim, italic, reset): bytes.replace removes each at
@@ -291,43 +653,51 @@ def strip_ansi(chunk: bytes) -> bytes:
 
 
 def summarize(values: Iterable[float]) -> dict:
-    ordered = sorted(values)
-    n = len(ordered)
+    """count, p50 (the median), nearest-rank p95 and max. The values are counted, not sorted: a phase
+    has few distinct values (whole ms, mostly), so millions of them take kilobytes, not a list."""
+    counts = sorted(Counter(values).items())
+    n = sum(c for _, c in counts)
     if not n:
         return {"count": 0, "p50": None, "p95": None, "max": None}
     # the two middle values (one when n is odd), the nearest-rank p95, the max
-    picked = [ordered[(n - 1) // 2], ordered[n // 2], ordered[min(n - 1, max(0, -(-95 * n // 100) - 1))], ordered[-1]]
+    ranks = [(n - 1) // 2, n // 2, min(n - 1, max(0, -(-95 * n // 100) - 1)), n - 1]
+    picked, seen, i = [], 0, 0
+    for rank in ranks:  # ascending
+        while seen + counts[i][1] <= rank:
+            seen += counts[i][1]
+            i += 1
+        picked.append(counts[i][0])
     if isinstance(values, array) and values.typecode == VALUE:  # 12.3 comes back from float32 as 12.30000019
         picked = [float(f"{v:.7g}") for v in picked]
     low, high, p95, top = picked
-    return {"count": n, "p50": (low + high) / 2, "p95": p95, "max": top}  # p50: the median
+    return {"count": n, "p50": (low + high) / 2, "p95": p95, "max": top}
 
 
 CHUNK = 8 << 20
 
 
-def parse(streams: Iterable[IO[bytes]]) -> Timings:
-    """Feeds every stream (binary), in chunks of whole lines, into one Timings."""
-    t = Timings()
+def parse(streams: Iterable[IO[bytes]]) -> Log:
+    """Feeds every stream (binary), in chunks of whole lines, into one Log."""
+    log = Log()
     for stream in streams:
         rest = b""
         while block := stream.read(CHUNK):
             block = rest + block
             cut = block.rfind(b"\n") + 1
             if cut:
-                t.feed(block[:cut])
+                log.feed(block[:cut])
                 rest = block[cut:]
             else:
                 rest = block
         if rest:
-            t.feed(rest)
-    return t
+            log.feed(rest)
+    return log.finish()
 
 
 PARALLEL_MIN = 64 << 20  # below this a second process costs more than it saves
 
 
-def _parse_range(path: str, start: int, end: int) -> tuple[Timings, list[tuple[str, int]], str]:
+def _parse_range(path: str, start: int, end: int) -> tuple[Log, list[list[tuple[str, int]]], str]:
     """Parses bytes [start, end) of `path` in a worker process. The values go back through a spill file,
     not the result pipe: pickling them would hold them twice on each side."""
     import tempfile
@@ -335,34 +705,38 @@ def _parse_range(path: str, start: int, end: int) -> tuple[Timings, list[tuple[s
     global CHUNK
     CHUNK = 2 << 20  # two of these run at once: smaller chunks, less memory in flight
     with open(path, "rb") as f:
-        t = parse([_Range(f, start, end)])
+        log = parse([_Range(f, start, end)])
     fd, spill = tempfile.mkstemp(prefix="swapctl-timings-")
+    counts = []
     with os.fdopen(fd, "wb") as out:
-        counts = []
-        for name, values in t.phases.items():
-            values.tofile(out)
-            counts.append((name, len(values)))
-    t.phases = {}
-    return t, counts, spill
+        for run in log.runs:
+            counts.append([(name, len(values)) for name, values in run.phases.items()])
+            for values in run.phases.values():
+                values.tofile(out)
+            run.phases = {}
+    return log, counts, spill
 
 
 def _cuts(path: str, parts: int) -> list[int]:
-    """Byte offsets splitting the file into `parts` pieces at line ends."""
+    """Byte offsets splitting the file into `parts` pieces, each at the start of a TIMELINE line: the line
+    before it is whole then (Rust's stderr lock), so no cut TIMELINE line is split between pieces."""
     size = os.path.getsize(path)
     cuts = [0]
     with open(path, "rb") as f:
         for i in range(1, parts):
             f.seek(max(size * i // parts, cuts[-1]))
             f.readline()
-            cuts.append(min(f.tell(), size))
+            while (line := f.readline()) and not line.startswith(b"TIMELINE,"):
+                pass
+            cuts.append(min(f.tell() - len(line), size))
     cuts.append(size)
     return sorted(set(cuts))
 
 
-def parse_files(paths: Iterable[str], workers: int | None = None) -> Timings:
+def parse_files(paths: Iterable[str], workers: int | None = None) -> Log:
     """Like parse(), reading each large file in pieces on all cores and merging them in order."""
     workers = workers or os.cpu_count() or 1
-    total = Timings()
+    total = Log()
     for path in paths:
         if workers < 2 or os.path.getsize(path) < PARALLEL_MIN:
             with open(path, "rb") as f:
@@ -376,26 +750,30 @@ def parse_files(paths: Iterable[str], workers: int | None = None) -> Timings:
         for part, counts, spill in parts:
             try:
                 with open(spill, "rb") as f:
-                    for name, n in counts:  # read straight into the arrays they extend
-                        total.phases.setdefault(name, array(VALUE)).fromfile(f, n)
+                    for run, run_counts in zip(part.runs, counts):
+                        for name, n in run_counts:  # read straight into the arrays they extend
+                            run.phases.setdefault(name, array(VALUE)).fromfile(f, n)
             finally:
                 os.unlink(spill)
             total.merge(part)
     return total
 
 
+SHARES = ("gpu_phase_share", "timeline_share")
+
+
 def compare(before: dict, after: dict) -> dict:
-    """Each phase's p50 before and after, with the change in %."""
+    """Each phase's p50 before and after, with the change in %; the shares before and after."""
     rows = {}
     for name in sorted(set(before["phases"]) | set(after["phases"])):
         b = before["phases"].get(name, {}).get("p50")
         a = after["phases"].get(name, {}).get("p50")
         rows[name] = {"before_p50": b, "after_p50": a,
                       "change_pct": (a - b) / b * 100 if a is not None and b else None}
-    return {"phases": rows,
-            "gpu_busy_fraction": {"before": before["gpu_busy_fraction"], "after": after["gpu_busy_fraction"]},
-            "timeline_busy_fraction": {"before": before["timeline_busy_fraction"],
-                                       "after": after["timeline_busy_fraction"]}}
+    gpu_busy = {g: {"before": (before.get("gpu_busy") or {}).get(g, {}).get("busy_mean"),
+                    "after": (after.get("gpu_busy") or {}).get(g, {}).get("busy_mean")}
+                for g in sorted(set(before.get("gpu_busy") or {}) | set(after.get("gpu_busy") or {}))}
+    return {"phases": rows, **{k: {"before": before[k], "after": after[k]} for k in SHARES}, "gpu_busy": gpu_busy}
 
 
 class _Range:

@@ -1,0 +1,81 @@
+# swapctl's control of the GPU sampler (sampler.sh): `start DIR PID MAX QUIET INTERVAL QUERY FIELDS`
+# (the sampler's body on stdin), `stop DIR`, `status DIR`. One sampler per host: it holds DIR's
+# gpu-sampler.lock while it runs. Prints machine-readable lines: the action's outcome, then the state:
+#   STARTED | ALREADY | RESTARTED | NO_NVIDIA_SMI | FAILED why | STOPPED | NOT_RUNNING
+#   RUNNING sampler_pid daemon_pid started_utc   (or IDLE)
+#   FILE size name ...   NOTE last-note-line
+export LC_ALL=C
+action=$1; dir=$2; shift 2
+
+note() { printf '%s %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$*" >> gpu-sampler.notes; }
+pgone() { s=; { read -r s < "/proc/$1/stat"; } 2>/dev/null; s=${s##*) }; [ -z "$s" ] || [ "${s%% *}" = Z ]; }
+# running: the lock is held; spid and dpid: the sampler and the daemon it follows
+running() {
+  spid=; dpid=; since=
+  [ -f gpu-sampler.lock ] && ! flock -n gpu-sampler.lock true 2>/dev/null || return 1
+  read -r spid dpid _ since < gpu-sampler.pid 2>/dev/null
+  return 0
+}
+# ends the running sampler and all it started (it leads its process group); $1 says why
+stop_it() {
+  a0=
+  [ -n "$spid" ] && { IFS= read -r -d '' a0 < "/proc/$spid/cmdline"; } 2>/dev/null
+  if [ "$a0" = swapctl-gpu-sampler ]; then  # not a pid since reused by another process
+    kill -TERM -- "-$spid" 2>/dev/null
+    flock -w 5 gpu-sampler.lock true || { kill -KILL -- "-$spid" 2>/dev/null; flock -w 5 gpu-sampler.lock true; }
+  fi
+  note "stopped: $1"
+}
+
+state() {
+  if running; then echo "RUNNING $spid $dpid $since"; else echo IDLE; fi
+  for f in gpu-samples-*.dmon gpu-query-*.csv; do [ -f "$f" ] && stat -c 'FILE %s %n' -- "$f"; done
+  [ -f gpu-sampler.notes ] && printf 'NOTE %s\n' "$(tail -n 1 gpu-sampler.notes)"
+  exit 0
+}
+
+if [ "$action" != start ]; then
+  cd -- "$dir" 2>/dev/null || { [ "$action" = stop ] && echo NOT_RUNNING; echo IDLE; exit 0; }
+  if [ "$action" = stop ]; then
+    exec 8>>gpu-sampler.ctl.lock; flock -w 30 8
+    if running; then stop_it "by request"; echo STOPPED; else echo NOT_RUNNING; fi
+  fi
+  state
+fi
+
+pid=$1; max=$2; quiet=$3; interval=$4; query=$5; fields=$6
+why=$(mkdir -p -m 700 -- "$dir" 2>&1) || { echo "FAILED $why" | head -n 1; exit 0; }
+cd -- "$dir" || exit 1
+# one start or stop at a time: two starts at once would each clear the other's pid file
+exec 8>>gpu-sampler.ctl.lock; flock -w 30 8
+# the notes stay small: rewritten to their last lines now and then (fetch-logs then starts a new copy)
+if [ -f gpu-sampler.notes ] && [ "$(stat -c %s gpu-sampler.notes)" -gt 65536 ]; then
+  tail -n 200 gpu-sampler.notes > gpu-sampler.notes.tmp && mv -f gpu-sampler.notes.tmp gpu-sampler.notes
+fi
+if ! command -v nvidia-smi >/dev/null 2>&1; then
+  note "not started: no nvidia-smi on this host (PATH=$PATH): no GPU samples"
+  echo NO_NVIDIA_SMI; state
+fi
+outcome=STARTED
+if running; then
+  if [ "$dpid" = "$pid" ]; then echo ALREADY; state; fi
+  stop_it "the daemon it followed (pid $dpid) was replaced by pid $pid"
+  outcome=RESTARTED
+fi
+cat > gpu-sampler.sh.tmp && mv -f gpu-sampler.sh.tmp gpu-sampler.sh || { echo "FAILED cannot write $dir"; exit 0; }
+rm -f gpu-sampler.pid
+# detached as the daemon is: its own session, no fd left on this SSH channel, HUP ignored
+( trap '' HUP; exec setsid bash --norc -c 'exec -a swapctl-gpu-sampler bash --norc gpu-sampler.sh "$@"' \
+    swapctl-gpu-sampler "$pid" "$max" "$quiet" "$interval" "$query" "$fields" ) \
+  < /dev/null > /dev/null 2> gpu-sampler.err 8>&- &
+child=$!
+i=0
+while [ "$i" -lt 200 ]; do  # 10 s: it writes its pid file once it holds the lock
+  if [ -f gpu-sampler.pid ]; then echo "$outcome"; state; fi
+  if pgone "$child"; then
+    [ -f gpu-sampler.pid ] && { echo "$outcome"; state; }
+    echo "FAILED $(tail -n 1 gpu-sampler.notes 2>/dev/null | cut -d' ' -f2-) $(head -c 300 gpu-sampler.err)"; state
+  fi
+  sleep 0.05; i=$((i + 1))
+done
+echo "FAILED the sampler did not start within 10 s"; state

@@ -1,0 +1,130 @@
+"""The parser on logs the real tracing-subscriber rendered from cuzk's own macro calls (tests/logrender/):
+ANSI on and off, two GPUs with two workers each, three runs in one log, TIMELINE lines cut by other lines.
+Each log's manifest holds every value the renderer logged, so each figure is checked against what was
+really printed, not against a second parser."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from swapctl.logs import timings
+from swapctl.logs.timings import parse, summarize
+
+DATA = Path(__file__).parent / "data" / "cuzk-real"
+LOGS = ["two-gpu-three-runs", "one-gpu-nocolor"]
+
+
+def manifest(name: str) -> list[dict]:
+    """Per run: phase -> values, GPU -> held ms and partitions, proofs, pinned flags."""
+    runs: list[dict] = []
+    for line in (DATA / f"{name}.manifest").read_text().splitlines():
+        word, *rest = line.split()
+        if word == "run":
+            runs.append({"phases": defaultdict(list), "held": defaultdict(float), "parts": defaultdict(int),
+                         "jobs": 0, "pinned": [], "gpus": int(rest[0])})
+        elif word == "phase":
+            runs[-1]["phases"][rest[0]].append(float(rest[1]))
+        elif word == "phase_count":  # the noise lines: all 0 ms
+            runs[-1]["phases"][rest[0]].extend([0.0] * int(rest[1]))
+        elif word == "gpu":
+            runs[-1]["held"][rest[0]] += float(rest[2])
+            runs[-1]["parts"][rest[0]] += 1
+        elif word == "job":
+            runs[-1]["jobs"] += 1
+        elif word == "pinned":
+            runs[-1]["pinned"].append(rest[0] == "1")
+    return runs
+
+
+def read(name: str):
+    with open(DATA / f"{name}.log", "rb") as f:
+        return parse([f])
+
+
+@pytest.mark.parametrize("name", LOGS)
+def test_every_phase_the_daemon_logged_comes_back_with_its_count_and_percentiles(name):
+    log, expected = read(name), manifest(name)
+    assert len(log.runs) == len(expected)
+    for run, want in zip(log.runs, expected):
+        got = run.report()["phases"]
+        assert set(got) == set(want["phases"])
+        for phase, values in want["phases"].items():
+            assert got[phase] == summarize(values), phase
+    everything = defaultdict(list)
+    for want in expected:
+        for phase, values in want["phases"].items():
+            everything[phase] += values
+    combined = log.report()["phases"]
+    assert {k: combined[k] for k in everything} == {k: summarize(v) for k, v in everything.items()}
+
+
+@pytest.mark.parametrize("name", LOGS)
+def test_proofs_partitions_and_pageable_share_are_counted_once_and_no_known_line_is_skipped(name):
+    log, expected = read(name), manifest(name)
+    for run, want in zip(log.runs, expected):
+        r = run.report()
+        assert r["jobs"] == want["jobs"] and r["partitions"] == len(want["pinned"])
+        assert r["pageable_share"] == want["pinned"].count(False) / len(want["pinned"])
+        assert r["skipped_lines"] == 0
+    # synth_ms is logged twice a partition (pipeline.rs and engine.rs): counted once
+    assert log.report()["phases"]["synth_ms"]["count"] == sum(len(w["pinned"]) for w in expected)
+
+
+def test_cut_timeline_lines_are_mended_and_the_lines_inside_them_kept():
+    raw = (DATA / "two-gpu-three-runs.log").read_bytes()
+    cut = [line for line in raw.splitlines() if line.startswith(b"TIMELINE,") and timings.WHOLE.search(line, 9)]
+    assert len(cut) >= 3, "the rendered log should hold cut TIMELINE lines"
+    log, expected = read("two-gpu-three-runs"), manifest("two-gpu-three-runs")
+    for run, want in zip(log.runs, expected):
+        # every partition's GPU_START..GPU_END pair found: one GPU phase per partition, per GPU
+        assert {g: d["phases"] for g, d in run.gpus().items()} == dict(want["parts"])
+
+
+def test_each_partition_is_attributed_to_its_gpu_and_shares_are_per_gpu():
+    log, expected = read("two-gpu-three-runs"), manifest("two-gpu-three-runs")
+    for run, want in zip(log.runs, expected):
+        gpus = run.gpus()
+        assert set(gpus) == {"0", "1"}
+        assert {g: d["workers"] for g, d in gpus.items()} == {"0": [0, 1], "1": [2, 3]}
+        assert {g: d["held_ms"] for g, d in gpus.items()} == dict(want["held"])
+        r = run.report()
+        for g, share in r["gpus"].items():
+            assert share["gpu_phase_share"] == pytest.approx(want["held"][g] / run.wall_ms)  # no barrier waits
+        assert r["gpu_phase_share"] == pytest.approx(sum(want["held"].values()) / (2 * run.wall_ms))
+
+
+def test_three_runs_in_one_log_are_reported_apart_and_no_share_exceeds_one():
+    log = read("two-gpu-three-runs")
+    report = log.report()
+    assert [r["run"] for r in report["runs"]] == [1, 2, 3] and all(r["started"] for r in report["runs"])
+    assert report["wall_ms"] == pytest.approx(sum(r.wall_ms for r in log.runs))
+    firsts = [r["first_ts"] for r in report["runs"]]
+    assert firsts == sorted(firsts) and len(set(firsts)) == 3
+    shares = [report["gpu_phase_share"], report["timeline_share"]]
+    shares += [g[k] for g in report["gpus"].values() for k in ("gpu_phase_share", "timeline_share")]
+    shares += [r[k] for r in report["runs"] for k in ("gpu_phase_share", "timeline_share")]
+    assert all(0 < s <= 1 for s in shares)
+    assert log.report("last")["partitions"] == 18 and log.report(2)["runs"][0]["run"] == 1
+    # the last run is the pinned build
+    assert log.report("last")["pageable_share"] == 0 and log.report(1)["pageable_share"] == 1
+
+
+@pytest.mark.parametrize("parts", [2, 3, 7])
+def test_real_log_parsed_in_pieces_says_what_one_pass_says(parts, monkeypatch, tmp_path):
+    one_pass = read("two-gpu-three-runs").report()
+    monkeypatch.setattr(timings, "PARALLEL_MIN", 0)
+    pieces = timings.parse_files([str(DATA / "two-gpu-three-runs.log")], workers=parts).report()
+    assert _same(pieces, one_pass)
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, float) or isinstance(b, float):
+        return a == pytest.approx(b, rel=1e-9)
+    return a == b
