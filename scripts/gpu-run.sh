@@ -6,6 +6,7 @@
 #   bash scripts/gpu-run.sh --fetch     here, with network: download .whl/ and .debs/
 #   bash scripts/gpu-run.sh --setup     there: only bring up Python packages and OpenSSH
 #   bash scripts/gpu-run.sh [ARGS]      there: set up, then the benchmark with ARGS
+#                                       ($GPU_BENCH, default benchmarks/gpu_pinned_vs_pageable.py)
 # Running it again changes nothing and warns of nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
