@@ -17,7 +17,8 @@ from ..errors import BadInput, ExitCode, SwapctlError
 
 PlaybookOpt = Annotated[
     str | None,
-    typer.Option("--playbook", "-p", help="Playbook file (default ./swapctl.toml, or $SWAPCTL_PLAYBOOK).",
+    typer.Option("--playbook", "-p", metavar="FILE",
+                 help="Playbook file (default ./swapctl.toml, or $SWAPCTL_PLAYBOOK).",
                  show_default=False),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="One JSON document on stdout, for scripts.")]
@@ -119,3 +120,8 @@ def duration(seconds: float | int | None) -> str:
     if s < 7200:
         return f"{s // 60}m{s % 60:02d}s"
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s < 172800 else f"{s // 86400}d{s % 86400 // 3600}h"
+
+
+def when(iso: str) -> str:
+    """2026-12-01T08:36:51.123+00:00 -> 2026-12-01 08:36:51: to the second, as it was recorded."""
+    return iso[:19].replace("T", " ")

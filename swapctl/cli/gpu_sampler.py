@@ -22,7 +22,7 @@ from ..remote.group import on_hosts
 from .common import JsonOpt, LimitOpt, PlaybookOpt, err, guarded, out, print_json, select_hosts, size, text, worst
 
 app = typer.Typer(help="The GPU sampler on the host: nvidia-smi dmon (and query-gpu) while the daemon runs.",
-                  no_args_is_help=True)
+                  rich_markup_mode=None, no_args_is_help=True)  # help as written, as the other verbs
 HostsArg = Annotated[list[str], typer.Argument(help="Host names, user@address:port, or @group.")]
 
 
