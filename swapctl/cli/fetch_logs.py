@@ -14,6 +14,7 @@ from ..gpu.sampler import fetch_patterns
 from ..logs.fetch import Fetched, LogFetcher
 from ..remote.group import on_hosts
 from .common import JsonOpt, PlaybookOpt, err, guarded, out, print_json, select_hosts, text, worst
+from .terminal import log_lines
 
 
 def fetch_logs(
@@ -90,7 +91,7 @@ def _follow(spec: pb.HostSpec, dest: Path, patterns: list[str]) -> None:
                     if f.new_bytes:
                         with open(f.local, "rb") as fh:
                             fh.seek(-f.new_bytes, 2)
-                            out.print(text(fh.read().decode("utf-8", "replace").rstrip("\n")))
+                            out.print(log_lines(fh.read().decode("utf-8", "replace").rstrip("\n")))
                 time.sleep(1)
         except KeyboardInterrupt:
             err.print("stopped following")

@@ -45,8 +45,8 @@ def _history(target: str, playbook_path: str | None, as_json: bool) -> int:
     for i, r in enumerate(ordered, 1):
         args = (r.build or {}).get("args", {})
         built = " ".join(f"{k}={v}" for k, v in args.items()) or ("docker" if r.build else "")
-        t.add_row(str(i), "*" if r.id == current else "", r.id, text(r.created[:19]), text(r.by), r.source,
-                  r.status, text(built), text(" ".join(r.argv or ())), style="red" if r.status == "bad" else None)
+        t.add_row(str(i), "*" if r.id == current else "", text(r.id), text(r.created[:19]), text(r.by),
+                  text(r.source), text(r.status), text(built), text(" ".join(r.argv or ())), style="red" if r.status == "bad" else None)
     out.print(t)
     j = Table(title="journal", title_justify="left")
     for col in ("when", "action", "from", "to", "outcome"):

@@ -86,7 +86,7 @@ def render(st: HostStatus) -> None:
                 f"{gpu.power_w or 0:.0f}/{gpu.power_limit_w or 0:.0f} W",
                 f"{gpu.sm_clock_mhz or 0:.0f}/{gpu.max_sm_clock_mhz or 0:.0f}",
                 text(",".join(gpu.active_throttles) or "-"), ecc,
-                f"gen{gpu.pcie_gen} x{gpu.pcie_width}",
+                text(f"gen{gpu.pcie_gen} x{gpu.pcie_width}"),
                 style="red" if gpu.ecc_uncorrected or gpu.active_throttles else None,
             )
         out.print(g)

@@ -1,0 +1,134 @@
+"""A host is not trusted (README, Security): what its users can put in front of swapctl on a real sshd host
+(a process's argv, a log line, a file name, a journal line, a long line) does no harm here.
+Issue 19, findings 3, 5, 6 and 8."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from lab import prover_config, swapctl, wait_until
+from swapctl.cli.terminal import log_line, visible
+
+# What the audit's hostile strings did: retitle the terminal, hide text, clear the screen, and a C1 CSI.
+RETITLE, HIDE, CLEAR, C1_CSI = "\x1b]0;pwned\x07", "\x1b[8m", "\x1b[2J\x1b[H", "\u009b2J"
+HOSTILE = f"{RETITLE}{HIDE}hidden{CLEAR}{C1_CSI}"
+WIDE = {"COLUMNS": "500"}  # rich wraps at 80 columns without a terminal: an escaped string would be cut
+
+
+def no_control_codes(output: str) -> bool:
+    """Nothing a terminal would act on: no ESC, BEL or C1 control in what swapctl printed (to a pipe, rich
+    adds no styling codes of its own)."""
+    return not any(c in output for c in ("\x1b", "\x07", "\x9b"))
+
+
+# -- finding 5: control characters are shown, never sent ------------------------------------------
+
+@pytest.mark.parametrize("raw,shown", [
+    ("plain text", "plain text"),
+    ("tab\tkept", "tab\tkept"),
+    ("\x1b]0;title\x07", "\\x1b]0;title\\x07"),
+    ("\x1b[2J", "\\x1b[2J"),
+    ("line\nbreak\r", "line\\x0abreak\\x0d"),
+    ("\x00\x7f\u0085\u009b", "\\x00\\x7f\\x85\\x9b"),
+    ("abc\u202edcba", "abc\\u202edcba"),  # a bidi override reorders what a person reads
+])
+def test_every_control_character_is_shown(raw, shown):
+    assert visible(raw) == shown
+
+
+@pytest.mark.parametrize("raw,plain,colours", [
+    ("\x1b[32mINFO\x1b[0m ready", "INFO ready", 1),
+    ("\x1b[1;38;5;200mbold\x1b[0m", "bold", 1),
+    ("\x1b[8mhidden\x1b[0m", "hidden", 0),  # conceal is dropped: the text shows
+    ("\x1b[5;31mblink\x1b[0m", "blink", 1),  # blink dropped, its colour kept
+    ("\x1b]0;t\x07x\x1b[2Jy", "\\x1b]0;t\\x07x\\x1b[2Jy", 0),
+])
+def test_a_log_line_keeps_only_its_colours(raw, plain, colours):
+    t = log_line(raw)
+    assert t.plain == plain
+    assert len([s for s in t.spans if s.style]) == colours
+    assert not any(getattr(s.style, "conceal", None) or getattr(s.style, "blink", None) for s in t.spans)
+
+
+def test_a_hostile_argv_is_shown_not_sent_by_status_and_the_plan(box, prover, prover_b, swapctl_env):
+    box.start_by_hand(prover, args=["--config", str(box.config), HOSTILE])
+    r = swapctl("status", "lab", "-p", str(box.playbook_path), env=WIDE)
+    assert r.returncode == 0, r.stderr
+    # ps writes non-printing bytes as '.' or '?' itself: the status line is safe before swapctl's own check
+    assert no_control_codes(r.stdout) and "pwned" in r.stdout
+    r = swapctl("deploy", "lab", "--binary", str(prover_b), "--dry-run", "-p", str(box.playbook_path))
+    assert r.returncode == 0, r.stderr
+    assert "command line:" in r.stderr and "\\x1b]0;pwned\\x07\\x1b[8mhidden\\x1b[2J\\x1b[H\\x9b2J" in r.stderr
+    assert no_control_codes(r.stderr)  # the plan reads the argv from /proc/PID/cmdline, as it is
+
+
+HOSTILE_DAEMON = r"""
+#include <stdio.h>
+int main(void) {
+    printf("starting\n\x1b]0;pwned\x07\x1b[8mhidden\x1b[0m \x1b[2J\x1b[Hcleared\n\x1b[31mpanic: boom\x1b[0m\n");
+    return 1;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def hostile_daemon(tmp_path_factory) -> Path:
+    """An ELF that logs the audit's escapes and exits before it is ready: its log tail is shown."""
+    d = tmp_path_factory.mktemp("hostile")
+    (d / "d.c").write_text(HOSTILE_DAEMON)
+    subprocess.run(["cc", "-O0", "-o", str(d / "cuzk-hostile"), str(d / "d.c")], check=True)
+    return d / "cuzk-hostile"
+
+
+def test_a_failed_deploys_log_tail_cannot_retitle_or_hide(box, prover, hostile_daemon, swapctl_env):
+    box.start_by_hand(prover)
+    r = swapctl("deploy", "lab", "--binary", str(hostile_daemon), "--yes", "-p", str(box.playbook_path))
+    assert r.returncode == 4, r.stderr  # rolled back to the old daemon
+    assert "\\x1b]0;pwned\\x07" in r.stderr and "hidden" in r.stderr and "\\x1b[2J\\x1b[Hcleared" in r.stderr
+    assert "panic: boom" in r.stderr  # a colour is a style: to a pipe, just the text
+    assert no_control_codes(r.stderr)
+
+
+def test_a_crafted_journal_line_is_shown_by_history(box, prover, prover_b, swapctl_env):
+    box.start_by_hand(prover)
+    assert swapctl("deploy", "lab", "--binary", str(prover_b), "--yes", "-p", str(box.playbook_path)).returncode == 0
+    journal = box.data / ".swapctl/cuzk/journal.jsonl"
+    with open(journal, "a") as f:
+        f.write(json.dumps({"time": "2026-12-01T00:00:00Z", "action": f"deploy{CLEAR}", "by": HOSTILE,
+                            "outcome": RETITLE}) + "\n")
+    r = swapctl("history", "lab", "-p", str(box.playbook_path), env=WIDE)
+    assert r.returncode == 0, r.stderr
+    assert no_control_codes(r.stdout) and "\\x1b]0;pwned" in r.stdout
+
+
+def test_fetch_logs_follow_shows_a_clear_screen_instead_of_clearing(box, tmp_path):
+    box.write_playbook(logs={"paths": [str(box.log)]})
+    box.log.write_bytes(b"before\n")
+    proc = subprocess.Popen([sys.executable, "-m", "swapctl", "fetch-logs", "lab", "--follow", "--dest",
+                             str(tmp_path / "logs"), "-p", str(box.playbook_path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    seen = bytearray()
+    reader = threading.Thread(target=lambda: [seen.extend(chunk) for chunk in iter(lambda: proc.stdout.read1(4096), b"")],
+                              daemon=True)
+    reader.start()
+    try:
+        wait_until(lambda: b"new bytes" in seen, what="the first fetch")
+        with open(box.log, "ab") as f:
+            f.write(f"{CLEAR}{RETITLE}\x1b[32mgreen\x1b[0m after\n".encode())
+        wait_until(lambda: b"after" in seen, what="the followed line")
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=20)
+        reader.join(timeout=5)
+    out = seen.decode()
+    assert "\\x1b[2J\\x1b[H\\x1b]0;pwned\\x07green after" in out
+    assert no_control_codes(out)
