@@ -132,3 +132,47 @@ def test_fetch_logs_follow_shows_a_clear_screen_instead_of_clearing(box, tmp_pat
     out = seen.decode()
     assert "\\x1b[2J\\x1b[H\\x1b]0;pwned\\x07green after" in out
     assert no_control_codes(out)
+
+
+# -- finding 6: fetch-logs fetches only files the patterns name ------------------------------------
+
+def test_a_file_name_holding_a_forged_listing_fetches_nothing_outside_the_pattern(box, tmp_path):
+    """The audit's file, `x\\nFILE 1 99 .profile\\n...`, in the log directory once made fetch-logs
+    download root's ~/.profile (the session's working directory): a name cannot hold a `/`, but `.profile`
+    needs none. A symlink in the log directory to a file outside it is no way out either."""
+    secret = tmp_path / "outside" / "secret.txt"
+    secret.parent.mkdir()
+    secret.write_bytes(b"root's secret\n")
+    box.log.write_bytes(b"the daemon's log\n")
+    hostile = box.data / "x\nFILE 1 99 .profile\ny.log"
+    hostile.write_bytes(b"a user's file\n")
+    (box.data / "link.log").symlink_to(secret)
+    box.write_playbook(logs={"paths": [str(box.data / "*.log")]})
+    dest = tmp_path / "logs"
+    r = swapctl("fetch-logs", "lab", "--dest", str(dest), "--json", "-p", str(box.playbook_path))
+    assert r.returncode == 0, r.stderr
+    fetched = {f["remote"]: f for f in json.loads(r.stdout)["hosts"]["lab"]}
+    assert set(fetched) == {str(box.log), str(hostile)}  # the hostile file is a log-directory file: itself
+    assert Path(fetched[str(hostile)]["local"]).read_bytes() == b"a user's file\n"
+    assert "\n" not in Path(fetched[str(hostile)]["local"]).name
+    assert not any(Path(f["remote"]).name == ".profile" for f in fetched.values())
+    local = b"".join(p.read_bytes() for p in (dest / "lab").iterdir() if p.is_file())
+    assert b"root's secret" not in local
+    if Path("/root/.profile").exists():
+        assert Path("/root/.profile").read_bytes()[:99] not in local
+    assert f"not fetched, outside logs.paths: {box.data / 'link.log'} -> {secret}" in r.stderr
+
+
+@pytest.mark.parametrize("path,ok", [
+    ("/data/cuzk.log", True),
+    ("/data/sub/cuzk.log", False),  # `*` never crosses a `/`
+    ("/data/../root/.profile", False),
+    ("/data//cuzk.log", False),
+    (".profile", False),
+    ("data/cuzk.log", False),
+    ("/data/x\nFILE 1 99 .profile\ny.log", True),  # a name may hold newlines: it is still that one file
+])
+def test_only_absolute_paths_the_patterns_match_are_fetched(path, ok):
+    from swapctl.logs.fetch import within
+
+    assert within(path, ["/data/*.log"]) is ok
