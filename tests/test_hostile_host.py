@@ -176,3 +176,44 @@ def test_only_absolute_paths_the_patterns_match_are_fetched(path, ok):
     from swapctl.logs.fetch import within
 
     assert within(path, ["/data/*.log"]) is ok
+
+
+# -- finding 3: status --json masks the recorded environment's secrets ----------------------------
+
+def test_status_json_masks_the_recorded_environments_secrets(box, prover, prover_b, swapctl_env):
+    box.write_playbook(daemon={"env": {"AWS_SECRET_ACCESS_KEY": "listed-s3cr3t", "DB_PASSWORD": "unlisted-pw",
+                                       "UPSTREAM": "https://prover:hunter2@db.internal/", "RUST_LOG": "info"},
+                               "secret_env": ["AWS_SECRET_ACCESS_KEY"]})
+    box.start_by_hand(prover)
+    r = swapctl("deploy", "lab", "--binary", str(prover_b), "--yes", "-p", str(box.playbook_path))
+    assert r.returncode == 0, r.stderr
+    manifests = "".join(p.read_text() for p in (box.data / ".swapctl/cuzk/releases").glob("*/manifest.json"))
+    assert "listed-s3cr3t" in manifests  # the host keeps them: the daemon needs them to start
+    for verb in ("status", "history"):
+        r = swapctl(verb, "lab", "--json", "-p", str(box.playbook_path))
+        assert r.returncode == 0, r.stderr
+        for secret in ("listed-s3cr3t", "unlisted-pw", "hunter2"):
+            assert secret not in r.stdout, (verb, secret)
+    releases = json.loads(swapctl("status", "lab", "--json", "-p", str(box.playbook_path)).stdout)["hosts"]["lab"]["releases"]
+    env = dict(next(r["env"] for r in releases if r["sha256"].startswith(sha256(prover_b)[:12])))
+    assert env["AWS_SECRET_ACCESS_KEY"] == env["DB_PASSWORD"] == env["UPSTREAM"] == "***"
+    assert env["RUST_LOG"] == "info" and env["PATH"]  # the rest is shown as it is
+
+
+def sha256(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize("name,value,secret", [
+    ("AWS_SECRET_ACCESS_KEY", "x", True), ("GITHUB_TOKEN", "x", True), ("PGPASSWORD", "x", True),
+    ("DB_PASS", "x", True), ("API_KEY", "x", True), ("UPSTREAM", "https://u:pw@host/", True),
+    ("X", "-----BEGIN OPENSSH PRIVATE KEY-----", True), ("X", "AKIAIOSFODNN7EXAMPLE", True),
+    ("RUST_LOG", "info", False), ("PATH", "/usr/bin", False), ("PWD", "/data", False),
+    ("CUDA_VISIBLE_DEVICES", "0", False), ("URL", "https://host/path", False),
+])
+def test_what_looks_like_a_secret(name, value, secret):
+    from swapctl.masking import looks_secret
+
+    assert looks_secret(name, value) is secret

@@ -10,6 +10,7 @@ from rich.table import Table
 from .. import playbook as pb
 from ..errors import ExitCode, SwapctlError
 from ..facts.status import HostStatus, gather
+from ..masking import masked_env
 from ..remote.group import on_hosts
 from .common import JsonOpt, LimitOpt, PlaybookOpt, duration, err, gib, guarded, out, print_json, select_hosts, size, text, worst
 
@@ -42,6 +43,7 @@ def _status(targets: list[str], playbook_path: str | None, as_json: bool, limit:
                 doc[name] = {"error": str(result), "exit_code": int(code)}
             else:
                 doc[name] = {k: v for k, v in result.__dict__.items() if k != "processes"}
+                doc[name]["releases"] = [_shown(r, book.daemon.secret_env) for r in result.releases]
         print_json({"hosts": doc})
     else:
         for name, result in results.items():
@@ -50,6 +52,13 @@ def _status(targets: list[str], playbook_path: str | None, as_json: bool, limit:
             else:
                 render(result)
     return worst(codes)
+
+
+def _shown(release: dict, secret_env: tuple[str, ...]) -> dict:
+    """A release's manifest as --json shows it: its environment's secrets masked (swapctl.masking)."""
+    if "env" not in release:
+        return release
+    return {**release, "env": masked_env(release["env"], secret_env)}
 
 
 def render(st: HostStatus) -> None:
