@@ -217,3 +217,106 @@ def test_what_looks_like_a_secret(name, value, secret):
     from swapctl.masking import looks_secret
 
     assert looks_secret(name, value) is secret
+
+
+# -- finding 8: what a host sends back is bounded, in size and in time ----------------------------
+
+def test_splitting_a_long_line_is_linear_and_cut(monkeypatch):
+    from swapctl.remote import host as hostmod
+
+    lines: list[str] = []
+    split = hostmod._Lines(lines.append)
+    chunk = b"x" * 65536
+    t = time.monotonic()
+    for _ in range(60_000_000 // len(chunk)):  # the audit's 60 MB single line, as SSH hands it over
+        split.feed(chunk)
+    split.feed(b"\nnext\n")
+    assert time.monotonic() - t < 5  # it was quadratic: 24.6 s
+    cut, after = lines
+    assert cut.startswith("x" * 1000) and cut.endswith("more bytes of this line not read]")
+    assert len(cut) < hostmod.MAX_LINE + 100 and after == "next"
+    assert len(split.finish()) == hostmod.MAX_LINE + len("\nnext\n")
+
+
+@pytest.mark.parametrize("chunks", [
+    [b"a\nb", b"c\n", b"\n", b"d"], [b"\n\n\n"], [b""], [b"one line\n"], [b"x" * 70000, b"y\nz"],
+])
+def test_lines_split_across_chunks_as_one_read_would(chunks):
+    from swapctl.remote.host import _Lines
+
+    lines: list[str] = []
+    split = _Lines(lines.append)
+    for c in chunks:
+        split.feed(c)
+    whole = b"".join(chunks)
+    assert split.finish() == whole.decode()
+    expected = whole.decode().split("\n")
+    assert lines == (expected[:-1] if expected[-1] == "" else expected)
+
+
+@pytest.fixture
+def ssh_host(sshd):
+    from swapctl.playbook import HostSpec
+    from swapctl.remote import SshHost
+
+    with SshHost(HostSpec(name="lab", address=sshd.address, port=sshd.port, user="root",
+                          identity_file=str(sshd.client_key), known_hosts=str(sshd.known_hosts))) as host:
+        yield host
+
+
+def test_a_60_mb_line_from_the_host_is_cut_within_its_deadline(ssh_host):
+    from swapctl.remote import Cmd
+
+    lines: list[str] = []
+    t = time.monotonic()
+    ssh_host.stream(Cmd.script("head -c 60000000 /dev/zero | tr '\\0' x; echo; echo done", label="long-line"),
+                    lines.append, timeout=5)
+    assert time.monotonic() - t < 5  # the audit measured 24.6 s with this 5 s limit
+    assert len(lines) == 2 and len(lines[0]) < 16 << 20 and lines[1] == "done"  # cut at MAX_LINE, 10 MiB
+
+
+@pytest.mark.parametrize("producer", ["yes", "yes | tr -d '\\n'"])  # endless lines, or one endless line
+def test_a_host_that_never_stops_sending_is_held_to_the_deadline(ssh_host, producer):
+    from swapctl.errors import RemoteOutputTooLarge, RemoteTimeout
+    from swapctl.remote import Cmd
+
+    t = time.monotonic()
+    with pytest.raises((RemoteTimeout, RemoteOutputTooLarge)):
+        ssh_host.run(Cmd.script(producer, label="flood"), timeout=3)
+    assert time.monotonic() - t < 3 + 2
+
+
+def run_swapctl_measured(*args: str) -> tuple[subprocess.CompletedProcess, float, float]:
+    """A swapctl run, its seconds and its peak RSS in MiB (from wait4, which reports the child's own)."""
+    t = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-m", "swapctl", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    out, err = bytearray(), bytearray()
+    readers = [threading.Thread(target=lambda s=s, b=b: b.extend(s.read()), daemon=True)
+               for s, b in ((proc.stdout, out), (proc.stderr, err))]
+    for r in readers:
+        r.start()
+    _, status, usage = os.wait4(proc.pid, 0)
+    seconds = time.monotonic() - t
+    for r in readers:
+        r.join(timeout=10)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    done = subprocess.CompletedProcess(proc.args, proc.returncode, out.decode(), err.decode())
+    return done, seconds, usage.ru_maxrss / 1024
+
+
+def test_a_100_mb_manifest_costs_history_and_status_little(box):
+    release = box.data / ".swapctl/cuzk/releases" / ("ab" * 6)
+    release.mkdir(parents=True)
+    # a valid manifest with 100 MB of environment, written in pieces: a 100 MB string here would count in
+    # the child's peak RSS too (it is forked from this process before it runs swapctl)
+    with open(release / "manifest.json", "w") as f:
+        f.write('{"sha256": "' + "ab" * 32 + '", "size": 1, "name": "cuzk", "created": "2026-12-01", "by": "x", '
+                '"env": [["A", "')
+        for _ in range(100):
+            f.write("x" * 1_000_000)
+        f.write('"]]}')
+    for verb in ("history", "status"):
+        r, seconds, peak_mib = run_swapctl_measured(verb, "lab", "--json", "-p", str(box.playbook_path))
+        assert r.returncode == 0, (verb, r.stderr[-2000:])
+        assert seconds < 20 and peak_mib < 200, (verb, seconds, peak_mib)  # the audit: 67 s and 650 MB

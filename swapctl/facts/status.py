@@ -15,7 +15,7 @@ bin=$1; state=$2; PS_FORMAT=$3; GPU_FIELDS=$4; GPU_APPS=$5; shift 5
 sec() { printf '\n==> %s\n' "$1"; }
 sec host; uname -m; uname -n
 sec self; echo "$$"
-sec ps; ps -ww -eo "$PS_FORMAT"
+sec ps; ps -ww -eo "$PS_FORMAT" | cut -c 1-65536  # any user's argv: a line of it is enough
 sec links; find /proc/[0-9]*/exe /proc/[0-9]*/cwd -maxdepth 0 -printf '%p\t%l\n' 2>/dev/null
 sec meminfo; cat /proc/meminfo
 sec loadavg; cat /proc/loadavg
@@ -38,7 +38,8 @@ if [ -n "$state" ] && [ -d "$g" ]; then
   tail -n 1 -- "$g/gpu-sampler.notes" 2>/dev/null
 fi
 sec releases
-for m in "$state"/releases/*/manifest.json; do [ -f "$m" ] && { tr -d '\n' < "$m"; echo; }; done
+# a manifest over 1 MiB is no manifest swapctl wrote: cut, it does not parse, and is not shown
+for m in "$state"/releases/*/manifest.json; do [ -f "$m" ] && { head -c 1048576 -- "$m" | tr -d '\n'; echo; }; done
 exit 0
 """
 
