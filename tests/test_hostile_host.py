@@ -320,3 +320,15 @@ def test_a_100_mb_manifest_costs_history_and_status_little(box):
         r, seconds, peak_mib = run_swapctl_measured(verb, "lab", "--json", "-p", str(box.playbook_path))
         assert r.returncode == 0, (verb, r.stderr[-2000:])
         assert seconds < 20 and peak_mib < 200, (verb, seconds, peak_mib)  # the audit: 67 s and 650 MB
+
+
+def test_a_manifest_that_is_no_json_object_does_not_break_status(box):
+    for i, body in enumerate(['[1, 2]', '"text"', '{"env": "not pairs", "sha256": 7}']):
+        release = box.data / ".swapctl/cuzk/releases" / f"{i:012d}"
+        release.mkdir(parents=True)
+        (release / "manifest.json").write_text(body)
+    r = swapctl("status", "lab", "--json", "-p", str(box.playbook_path))
+    assert r.returncode == 0, r.stderr
+    [release] = json.loads(r.stdout)["hosts"]["lab"]["releases"]
+    assert release["env"] is None  # not [name, value] pairs: not shown
+    assert swapctl("status", "lab", "-p", str(box.playbook_path)).returncode == 0

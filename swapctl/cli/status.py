@@ -118,10 +118,12 @@ def render(st: HostStatus) -> None:
         r = Table(title="releases", title_justify="left")
         for col in ("", "sha256", "created", "by", "status", "command line"):
             r.add_column(col, overflow="fold")
-        for rel in st.releases:
-            current = st.current_release is not None and rel.get("sha256", "")[:12] in st.current_release
-            r.add_row("*" if current else "", text(rel.get("sha256", "")[:12]), text(rel.get("created", "")),
-                      text(rel.get("by", "")), text(rel.get("status", "")), text(" ".join(rel.get("argv", []))))
+        for rel in st.releases:  # a manifest read from the host: any field may be of any type
+            sha = str(rel.get("sha256") or "")[:12]
+            argv = rel.get("argv") or []
+            current = st.current_release is not None and bool(sha) and sha in st.current_release
+            r.add_row("*" if current else "", text(sha), text(rel.get("created", "")), text(rel.get("by", "")),
+                      text(rel.get("status", "")), text(" ".join(map(str, argv)) if isinstance(argv, list) else argv))
         out.print(r)
     else:
         out.print("releases: none (swapctl has not deployed here)")

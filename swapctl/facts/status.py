@@ -149,9 +149,11 @@ def parse_status(host: str, text: str, daemon: DaemonSpec, df_paths: list[str]) 
     releases = []
     for line in s.get("releases", "").splitlines():
         try:
-            releases.append(json.loads(line))
+            manifest = json.loads(line)
         except json.JSONDecodeError:
             continue  # a manifest being rewritten; the next status shows it
+        if isinstance(manifest, dict):  # read from the host: what is no JSON object is no manifest
+            releases.append(manifest)
     return HostStatus(
         host=host,
         arch=host_lines[0].strip(),
@@ -166,7 +168,7 @@ def parse_status(host: str, text: str, daemon: DaemonSpec, df_paths: list[str]) 
         disks=tuple(disks),
         load=system.parse_loadavg(s.get("loadavg", "")),
         current_release=s.get("current", "").strip() or None,
-        releases=tuple(sorted(releases, key=lambda r: r.get("created", ""))),
+        releases=tuple(sorted(releases, key=lambda r: str(r.get("created", "")))),
         processes=tuple(procs),
         swapping=s.get("swapping", "").strip() == "yes",
         gpu_sampler=_sampler_line(s.get("gpu-sampler", "")),
