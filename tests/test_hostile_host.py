@@ -71,6 +71,21 @@ def test_a_hostile_argv_is_shown_not_sent_by_status_and_the_plan(box, prover, pr
     assert no_control_codes(r.stderr)  # the plan reads the argv from /proc/PID/cmdline, as it is
 
 
+def test_an_error_carrying_host_output_shows_its_escapes(tmp_path, prover, prover_b, swapctl_env):
+    """A failing nvidia-smi's first line goes into status and into the deploy's refusal message."""
+    from conftest import own_box
+
+    smi = "#!/bin/sh\nprintf '\\033]0;pwned\\007\\033[8mFailed to initialize NVML: Driver/library mismatch\\n'; exit 9\n"
+    with own_box(tmp_path, tools={"nvidia-smi": smi}) as box:
+        box.start_by_hand(prover)
+        r = swapctl("status", "lab", "-p", str(box.playbook_path), env=WIDE)
+        assert r.returncode == 0, r.stderr
+        assert "\\x1b]0;pwned\\x07\\x1b[8mFailed to initialize NVML" in r.stdout and no_control_codes(r.stdout)
+        r = swapctl("deploy", "lab", "--binary", str(prover_b), "--yes", "-p", str(box.playbook_path))
+        assert r.returncode == 3 and "Driver/library mismatch" in r.stderr, r.stderr  # refused, as before
+        assert "\\x1b]0;pwned\\x07" in r.stderr and no_control_codes(r.stderr)
+
+
 HOSTILE_DAEMON = r"""
 #include <stdio.h>
 int main(void) {
