@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from lab import prover_config, swapctl, wait_until
+from lab import swapctl, wait_until
 from swapctl.cli.terminal import log_line, visible
 
 # What the audit's hostile strings did: retitle the terminal, hide text, clear the screen, and a C1 CSI.
@@ -75,7 +75,8 @@ def test_an_error_carrying_host_output_shows_its_escapes(tmp_path, prover, prove
     """A failing nvidia-smi's first line goes into status and into the deploy's refusal message."""
     from conftest import own_box
 
-    smi = "#!/bin/sh\nprintf '\\033]0;pwned\\007\\033[8mFailed to initialize NVML: Driver/library mismatch\\n'; exit 9\n"
+    smi = ("#!/bin/sh\nprintf '\\033]0;pwned\\007\\033[8mFailed to initialize NVML: Driver/library mismatch\\n'\n"
+           "exit 9\n")
     with own_box(tmp_path, tools={"nvidia-smi": smi}) as box:
         box.start_by_hand(prover)
         r = swapctl("status", "lab", "-p", str(box.playbook_path), env=WIDE)
@@ -132,8 +133,8 @@ def test_fetch_logs_follow_shows_a_clear_screen_instead_of_clearing(box, tmp_pat
                              str(tmp_path / "logs"), "-p", str(box.playbook_path)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     seen = bytearray()
-    reader = threading.Thread(target=lambda: [seen.extend(chunk) for chunk in iter(lambda: proc.stdout.read1(4096), b"")],
-                              daemon=True)
+    reader = threading.Thread(
+        target=lambda: [seen.extend(chunk) for chunk in iter(lambda: proc.stdout.read1(4096), b"")], daemon=True)
     reader.start()
     try:
         wait_until(lambda: b"new bytes" in seen, what="the first fetch")
@@ -209,7 +210,8 @@ def test_status_json_masks_the_recorded_environments_secrets(box, prover, prover
         assert r.returncode == 0, r.stderr
         for secret in ("listed-s3cr3t", "unlisted-pw", "hunter2"):
             assert secret not in r.stdout, (verb, secret)
-    releases = json.loads(swapctl("status", "lab", "--json", "-p", str(box.playbook_path)).stdout)["hosts"]["lab"]["releases"]
+    r = swapctl("status", "lab", "--json", "-p", str(box.playbook_path))
+    releases = json.loads(r.stdout)["hosts"]["lab"]["releases"]
     env = dict(next(r["env"] for r in releases if r["sha256"].startswith(sha256(prover_b)[:12])))
     assert env["AWS_SECRET_ACCESS_KEY"] == env["DB_PASSWORD"] == env["UPSTREAM"] == "***"
     assert env["RUST_LOG"] == "info" and env["PATH"]  # the rest is shown as it is
@@ -236,7 +238,7 @@ def test_what_looks_like_a_secret(name, value, secret):
 
 # -- finding 8: what a host sends back is bounded, in size and in time ----------------------------
 
-def test_splitting_a_long_line_is_linear_and_cut(monkeypatch):
+def test_splitting_a_long_line_is_linear_and_cut():
     from swapctl.remote import host as hostmod
 
     lines: list[str] = []
