@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import BadInput
+from .playbook import examples
 from .remote.ssh import wait_for_banner
 
-PROVER_SRC = Path(__file__).resolve().parent.parent / "images" / "prover"
+PROVER_SRC = Path(__file__).resolve().parent / "prover"  # images/prover, shipped in the wheel
 SSHD_SEARCH = "/usr/sbin:/usr/bin:/usr/local/sbin"
 
 
@@ -214,14 +215,8 @@ def up(base: Path, port: int = 40612) -> Path:
     pid = start_daemon(data / "cuzk", data / "cuzk.toml", data / "cuzk.log", data)
     (base / "daemon.pid").write_text(str(pid))
     playbook = base / "swapctl.toml"
-    playbook.write_text("# the local sandbox: written by `swapctl sandbox up`\n" + server.playbook(
-        name="sandbox",
-        daemon={"binary": str(data / "cuzk"), "args": ["--config", str(data / "cuzk.toml")],
-                "match": str(data / "cuzk"), "log": str(data / "cuzk.log"), "ready_timeout_s": 60,
-                "stop_grace_s": 10},
-        memory={"min_available_gib": 1, "release_timeout_s": 60},
-        logs={"paths": [str(data / "*.log")]},
-    ))
+    # playbooks/sandbox.toml, the example people read, is the playbook the sandbox runs with
+    playbook.write_text(examples.render("sandbox", SANDBOX=str(base), PORT=str(server.port)))
     return playbook
 
 

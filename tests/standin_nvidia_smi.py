@@ -1,7 +1,8 @@
 """A stand-in for nvidia-smi on the test hosts, which have no GPU: it replays real output recorded on an
 H200 (tests/data/nvidia-smi/h200-1gpu/), with the times rewritten to now, as local time the way
 nvidia-smi prints it (so TZ=UTC matters). The file $NVIDIA_SMI_STANDIN names tunes it: `delay=S`
-(seconds between replayed lines, default 0.05), `dmon=hang` (dmon prints nothing, ever) and
+(seconds between replayed lines, default 0.05), `dmon=hang` (dmon prints nothing, ever), `dmon=fail`
+(dmon fails as NVML does after a driver upgrade) and
 `term=ignore` (SIGTERM is ignored, as a process stuck in the driver would)."""
 
 import os
@@ -48,13 +49,16 @@ def main(argv: list[str]) -> int:
         if conf.get("dmon") == "hang":
             time.sleep(3600)
             return 0
+        if conf.get("dmon") == "fail":  # what nvidia-smi says after a driver upgrade, before a reboot
+            print("Failed to initialize NVML: Driver/library version mismatch", flush=True)
+            return 18
         lines = (DATA / "dmon-u-t-during-run.txt").read_text().splitlines()
-        replay(lines, lambda l: l.startswith("#"), dmon_row, delay)
+        replay(lines, lambda line: line.startswith("#"), dmon_row, delay)
     query = next((a for a in argv if a.startswith("--query-gpu=")), None)
     if query and any(a.startswith("-lms") or a.startswith("-l") for a in argv):
         lines = (DATA / "query-gpu-500ms-during-run.csv").read_text().splitlines()
         print(lines[0], flush=True)
-        replay(lines[1:], lambda l: False, query_row, delay)
+        replay(lines[1:], lambda line: False, query_row, delay)
     if query:  # the status script's one-off query
         sys.stdout.write((DATA / "query-gpu.csv").read_text())
         return 0

@@ -10,14 +10,25 @@ import shutil
 import signal
 import subprocess
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
+from swapctl.gpu.samples import (
+    DMON,
+    QUERY,
+    parse_dmon,
+    parse_query,
+    phase_split,
+    read_samples,
+    samples_in,
+    window,
+    windows,
+)
+
 from conftest import own_box
 from lab import swapctl, wait_until
-from swapctl.gpu.samples import DMON, QUERY, parse_dmon, parse_query, read_samples, samples_in, window, windows
 
 NV = Path(__file__).parent / "data" / "nvidia-smi"
 RUN_DMON = NV / "h200-1gpu" / "dmon-u-t-during-run.txt"
@@ -25,7 +36,7 @@ RUN_QUERY = NV / "h200-1gpu" / "query-gpu-500ms-during-run.csv"
 
 
 def utc(hms: str) -> datetime:
-    return datetime.strptime(f"2026-12-01 {hms}", "%Y-%m-%d %H:%M:%S").replace(tzinfo=timezone.utc)
+    return datetime.strptime(f"2026-12-01 {hms}", "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC)
 
 
 # -- the parsers, on recorded real output -----------------------------------------------------------
@@ -34,7 +45,7 @@ def test_dmon_during_run_parses_every_row_under_its_repeated_header():
     samples = parse_dmon(RUN_DMON.read_text())
     assert len(samples) == 79 - 4  # 79 lines, two header lines printed twice
     first, probe = samples[0], samples[10]
-    assert first.time == utc("07:15:32") and first.time.tzinfo is timezone.utc
+    assert first.time == utc("07:15:32") and first.time.tzinfo is UTC
     assert (first.gpu, first.sm_pct, first.mem_pct, first.rx_mbps, first.tx_mbps) == (0, 0, 0, 4, 0)
     assert probe.time == utc("07:15:42") and (probe.rx_mbps, probe.tx_mbps) == (8116, 735)  # the 1 GiB copy probe
     assert {s.source for s in samples} == {DMON}
@@ -67,7 +78,7 @@ def test_query_gpu_reads_units_and_renamed_fields():
     samples = parse_query(RUN_QUERY.read_text())
     assert len(samples) == 156
     s = samples[0]
-    assert s.time == datetime(2026, 12, 1, 7, 15, 32, 188000, tzinfo=timezone.utc)
+    assert s.time == datetime(2026, 12, 1, 7, 15, 32, 188000, tzinfo=UTC)
     assert (s.gpu, s.sm_pct, s.mem_pct, s.mem_used_mib, s.power_w, s.sm_clock_mhz) == (0, 0, 0, 0, 78.67, 345)
     assert s.source == QUERY  # `clocks.sm` came back as `clocks.current.sm [MHz]`
 
@@ -102,14 +113,60 @@ def test_query_gpu_rows(text, expected):
 
 
 def test_what_the_sampler_recorded_on_an_h200_parses_as_utc():
-    """Recorded by sampler.sh with the real nvidia-smi on an H200 (2026-12-01 08:50:57 UTC, 08:51:10 skipped by dmon), started with
-    TZ=Asia/Tokyo: nvidia-smi ran with TZ=UTC, so the times are UTC, not 17:50 JST."""
+    """Recorded by sampler.sh with the real nvidia-smi on an H200 (2026-12-01 08:50:57 UTC; dmon skipped
+    08:51:10), started with TZ=Asia/Tokyo: nvidia-smi ran with TZ=UTC, so the times are UTC, not 17:50 JST."""
     dmon = parse_dmon((NV / "h200-1gpu" / "sampler-dmon.dmon").read_text())
     query = parse_query((NV / "h200-1gpu" / "sampler-query.csv").read_text())
     assert dmon[0].time == utc("08:50:57") and dmon[-1].time == utc("08:51:16") and len(dmon) == 19
-    assert query[0].time == datetime(2026, 12, 1, 8, 50, 57, 382000, tzinfo=timezone.utc) and len(query) == 40
+    assert query[0].time == datetime(2026, 12, 1, 8, 50, 57, 382000, tzinfo=UTC) and len(query) == 40
     assert {s.gpu for s in dmon + query} == {0} and query[0].power_w == 78.87  # the sampler's fields, all answered
     assert (query[0].sm_clock_mhz, query[0].mem_used_mib, dmon[0].rx_mbps) == (345, 0, 2)
+
+
+def test_what_the_sampler_recorded_under_a_real_load_shows_it():
+    """The same sampler on the H200 while matrix products ran from 08:55:07 (README of the fixtures)."""
+    dmon = parse_dmon((NV / "h200-1gpu" / "sampler-load-dmon.dmon").read_text())
+    query = parse_query((NV / "h200-1gpu" / "sampler-load-query.csv").read_text())
+    idle, busy = utc("08:54:59"), utc("08:55:07")
+    before, during = window(dmon, idle, busy, 0), window(dmon, busy, utc("08:55:14"), 0)
+    assert (before.count, before.sm_mean, during.count, during.sm_mean, during.sm_p50) == (7, 0, 7, 100, 100)
+    loaded = [s for s in query if s.time >= busy]
+    assert window(query, busy, utc("08:55:14"), 0, QUERY).sm_mean == 100 and min(s.power_w for s in loaded) > 600
+
+
+def at(hms: str, ms: int = 0) -> datetime:
+    return utc(hms) + timedelta(milliseconds=ms)
+
+
+@pytest.mark.parametrize("phases,inside_s,inside_rx,outside_rx,inside_sm,outside_sm", [
+    # readings at :01 and :02 (each +-0.5 s) inside one phase, :00 and :03 outside
+    ([(at("07:00:00", 500), at("07:00:02", 500))], 2.0, 8000, 0, 90, 10),
+    # two workers' overlapping phases count once
+    ([(at("07:00:00", 500), at("07:00:02")), (at("07:00:01"), at("07:00:02", 500))], 2.0, 8000, 0, 90, 10),
+    # half of the :00 reading and all of :01
+    ([(at("07:00:00"), at("07:00:01", 500))], 1.5, (0.5 * 0 + 8000) / 1.5, (0.5 * 0 + 8000 + 0) / 2.5,
+     (0.5 * 10 + 90) / 1.5, (0.5 * 10 + 90 + 10) / 2.5),
+    ([], 0.0, None, 4000, None, 50),  # no phase: all of it outside
+])
+def test_phase_split_weighs_each_reading_by_its_share_inside_the_phases(phases, inside_s, inside_rx, outside_rx,
+                                                                        inside_sm, outside_sm):
+    dmon = parse_dmon("#Date Time gpu sm mem rxpci txpci\n"
+                      " 20261201 07:00:00 0 10 0 0 0\n 20261201 07:00:01 0 90 0 8000 0\n"
+                      " 20261201 07:00:02 0 90 0 8000 0\n 20261201 07:00:03 0 10 0 0 0\n"
+                      " 20261201 07:00:01 1 0 0 5 0\n")  # another GPU, never counted for GPU 0
+    split = phase_split(dmon, phases, at("07:00:00"), at("07:00:04"), gpu=0)
+    assert split.inside_s == pytest.approx(inside_s) and split.inside_s + split.outside_s == pytest.approx(4)
+    for got, want in ((split.inside_rx_mbps, inside_rx), (split.outside_rx_mbps, outside_rx),
+                      (split.inside_sm, inside_sm), (split.outside_sm, outside_sm)):
+        assert got == (None if want is None else pytest.approx(want))
+
+
+def test_phase_split_on_the_h200_copy_probe():
+    """The fixture's 1 GiB pageable copy probe (07:15:42, 8116 MB/s RX) as the one 'phase': RX inside it
+    is the copy's, outside it the idle link's."""
+    split = phase_split(parse_dmon(RUN_DMON.read_text()), [(at("07:15:41", 500), at("07:15:42", 500))],
+                        at("07:15:32"), at("07:15:49"), gpu=0)
+    assert split.inside_rx_mbps == 8116 and split.inside_s == 1 and split.outside_rx_mbps < 20
 
 
 def test_windows_are_per_gpu_and_never_mix_sources(tmp_path):
@@ -223,7 +280,7 @@ def test_sampler_records_replayed_samples_after_the_session_ends_and_stops_on_re
     # swapctl has exited and its SSH session with it: the samples keep coming
     wait_until(lambda: len(dmon_rows(gpu_box)) >= 10, what="dmon rows recorded on the host")
     wait_until(lambda: len(read_samples(sampler_files(gpu_box).glob("gpu-query-*.csv"))) >= 3, what="query rows")
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     rows = dmon_rows(gpu_box)
     assert all(abs((s.time - now).total_seconds()) < 60 for s in rows)  # UTC: TZ=UTC reached nvidia-smi
     assert {s.source for s in read_samples(sampler_files(gpu_box).glob("gpu-*"))} == {DMON, QUERY}
@@ -257,7 +314,7 @@ def test_sampler_ends_by_itself_when_the_daemon_exits(gpu_box, prover, standin):
     os.kill(daemon, signal.SIGTERM)
     wait_until(lambda: not group_alive(st["pid"]), timeout=10, what="the sampler to end after the daemon")
     after = host_status(gpu_box)
-    assert not after["running"] and "done: the daemon (pid %d) exited" % daemon in after["note"]
+    assert not after["running"] and f"done: the daemon (pid {daemon}) exited" in after["note"]
     assert lock_free(gpu_box)
 
 
@@ -320,6 +377,17 @@ def test_an_nvidia_smi_that_hangs_is_killed_and_noted(gpu_box, prover):
     assert json.loads(sampler(gpu_box, "start").stdout)["hosts"]["lab"]["outcome"] == "started"
 
 
+def test_an_nvidia_smi_that_fails_ends_the_sampler_with_its_message(gpu_box, prover):
+    """The stand-in's dmon fails as NVML does after a driver upgrade (no GPU here)."""
+    gpu_box.standin.write_text("dmon=fail\n")
+    gpu_box.start_by_hand(prover)
+    st = json.loads(sampler(gpu_box, "start").stdout)["hosts"]["lab"]
+    wait_until(lambda: not group_alive(st["pid"]), timeout=10, what="the sampler to end")
+    note = host_status(gpu_box)["note"]
+    assert "dmon: nvidia-smi ended (exit 18): Failed to initialize NVML: Driver/library version mismatch" in note
+    assert lock_free(gpu_box)
+
+
 def test_fetch_logs_brings_the_samples_home_incrementally(gpu_box, prover, tmp_path):
     """The stand-in replays recorded real nvidia-smi output (no GPU here)."""
     gpu_box.write_playbook(logs={"paths": [str(gpu_box.log)]})
@@ -369,3 +437,24 @@ def test_starting_for_a_new_daemon_pid_replaces_the_sampler_of_the_old_one(gpu_b
     finally:
         new.kill()
         new.wait()
+
+
+def test_start_without_a_running_daemon_is_refused_and_starts_nothing(gpu_box):
+    r = swapctl("gpu-sampler", "start", "lab", "-p", str(gpu_box.playbook_path))
+    assert r.returncode == 3 and "lab: no daemon is running: the sampler follows one" in r.stderr, r
+    assert not (sampler_files(gpu_box) / "gpu-sampler.pid").exists()
+
+
+def test_two_starts_at_once_leave_one_sampler_that_stop_ends(gpu_box, prover):
+    """The stand-in replays recorded real nvidia-smi output (no GPU here)."""
+    daemon = gpu_box.start_by_hand(prover)
+    args = [sys.executable, "-m", "swapctl", "gpu-sampler", "start", "lab", "--pid", str(daemon), "--json",
+            "-p", str(gpu_box.playbook_path)]
+    procs = [subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=60) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    started = [json.loads(o)["hosts"]["lab"] for o, _ in outs]
+    assert {s["outcome"] for s in started} <= {"started", "already running"}
+    assert started[0]["pid"] == started[1]["pid"] and started[0]["running"]
+    stopped = json.loads(sampler(gpu_box, "stop").stdout)["hosts"]["lab"]
+    assert stopped["outcome"] == "stopped" and not group_alive(started[0]["pid"]) and lock_free(gpu_box)

@@ -12,7 +12,8 @@ from ..errors import BadInput
 from .common import PlaybookOpt, err, guarded, out, text
 
 BuildArgOpt = Annotated[list[str] | None, typer.Option(
-    "--build-arg", help="K=V passed to the Dockerfile (e.g. TIMING=1); repeat it. Overrides [build] args.")]
+    "--build-arg", metavar="K=V",
+    help="K=V passed to the Dockerfile (e.g. TIMING=1); repeat it. Overrides [build] args.")]
 VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Show the whole build log as it comes.")]
 
 

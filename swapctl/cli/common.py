@@ -18,7 +18,8 @@ from .terminal import log_lines, visible
 
 PlaybookOpt = Annotated[
     str | None,
-    typer.Option("--playbook", "-p", help="Playbook file (default ./swapctl.toml, or $SWAPCTL_PLAYBOOK).",
+    typer.Option("--playbook", "-p", metavar="FILE",
+                 help="Playbook file (default ./swapctl.toml, or $SWAPCTL_PLAYBOOK).",
                  show_default=False),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="One JSON document on stdout, for scripts.")]
@@ -31,6 +32,12 @@ def text(value: object, *, newlines: bool = False) -> Text:
     """Remote text as plain text: never read as rich markup, every control character shown as `\\xNN`
     (tab kept; newlines too with `newlines`). The one way anything from a host reaches the terminal."""
     return Text(visible("" if value is None else str(value), newlines=newlines))
+
+
+def stacked(*fields: object) -> Text:
+    """Fields stacked in one table cell, one a line, each shown as text() shows it: a newline inside a
+    remote field is written out, so it cannot forge the line below."""
+    return Text("\n").join(text(f) for f in fields)
 
 
 def fail(exc: SwapctlError) -> NoReturn:
@@ -121,3 +128,8 @@ def duration(seconds: float | int | None) -> str:
     if s < 7200:
         return f"{s // 60}m{s % 60:02d}s"
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s < 172800 else f"{s // 86400}d{s % 86400 // 3600}h"
+
+
+def when(iso: str) -> str:
+    """2026-12-01T08:36:51.123+00:00 -> 2026-12-01 08:36:51: to the second, as it was recorded."""
+    return iso[:19].replace("T", " ")

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import sys
+from functools import partial
 from pathlib import PurePosixPath
-from typing import Annotated
+from typing import Annotated, Callable
 
 import typer
 
@@ -20,7 +21,8 @@ from .common import JsonOpt, LimitOpt, PlaybookOpt, err, fail, guarded, out, pri
 
 
 def deploy(
-    hosts: Annotated[list[str], typer.Argument(help="Host names, user@address:port, or @group.")],
+    hosts: Annotated[list[str], typer.Argument(
+        metavar="HOST", help="Host names, user@address:port, ssh_config aliases, or @group.")],
     binary: Annotated[str | None, typer.Option("--binary", "-b", help="The new daemon binary (a local file).")] = None,
     build: Annotated[bool, typer.Option("--build", help="Build it first from the playbook's [build] table.")] = False,
     build_arg: BuildArgOpt = None,
@@ -29,8 +31,8 @@ def deploy(
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Check and show the plan; change nothing.")] = False,
     restart: Annotated[bool, typer.Option("--restart", help="Restart even if the same binary runs.")] = False,
-    parallel: ParallelOpt = 1,
-    canary: CanaryOpt = 0,
+    parallel: ParallelOpt = None,
+    canary: CanaryOpt = None,
     canary_wait: CanaryWaitOpt = None,
     max_fail: MaxFailOpt = None,
     limit: LimitOpt = None,
@@ -39,7 +41,8 @@ def deploy(
     """Upload a new daemon binary and swap it in, rolling back by itself if it fails."""
     if build == bool(binary):
         fail(BadInput("give either --binary PATH or --build (which builds it from the playbook's [build] table)"))
-    fleet = Fleet(parallel, canary, canary_wait, max_fail, limit)
+    fleet = partial(Fleet.of, parallel=parallel, canary=canary, canary_wait=canary_wait, max_fail=max_fail,
+                    limit=limit)  # what the command line leaves out comes from the playbook
     guarded(lambda: _deploy(hosts, binary, playbook, yes, dry_run, restart, json, build_arg if build else None,
                             verbose, fleet))
 
@@ -85,9 +88,11 @@ def _confirm(plan: Plan, yes: bool) -> None:
 
 
 def _deploy(targets: list[str], binary: str | None, playbook_path: str | None, yes: bool, dry_run: bool,
-            restart: bool, as_json: bool, build_args: list[str] | None, verbose: bool, fleet: Fleet) -> int:
+            restart: bool, as_json: bool, build_args: list[str] | None, verbose: bool,
+            fleet_of: Callable[[pb.RolloutSpec], Fleet]) -> int:
     book = pb.load(playbook_path)
     book.require_daemon()
+    fleet = fleet_of(book.rollout)
     specs = select_fleet(book, targets, fleet, yes, dry_run, "swap the daemon on")
     many = len(specs) > 1
     build = None

@@ -31,13 +31,17 @@ Result = Outcome | SwapctlError
 SKIPPED = "skipped"
 One = Callable[[HostSpec, Interrupts, EventSink], Result]
 
-ParallelOpt = Annotated[int, typer.Option("--parallel", min=1, help="Hosts swapped at once (1: rolling).")]
-CanaryOpt = Annotated[int, typer.Option("--canary", min=0, help="Swap this many hosts first, then go on only if "
-                                        "they are up (after --canary-wait, or on confirmation).")]
+# Each defaults to the playbook's [rollout] table, then to rolling with no canary and no budget.
+ParallelOpt = Annotated[int | None, typer.Option(
+    "--parallel", min=1, help="Hosts swapped at once (1: rolling). Default: [rollout] parallel, else 1.")]
+CanaryOpt = Annotated[int | None, typer.Option(
+    "--canary", min=0, help="Swap this many hosts first, then go on only if they are up (after --canary-wait, "
+                            "or on confirmation). Default: [rollout] canary, else 0.")]
 CanaryWaitOpt = Annotated[float | None, typer.Option(
-    "--canary-wait", help="Seconds the canaries run before the rollout goes on by itself.")]
+    "--canary-wait", help="Seconds the canaries run before the rollout goes on by itself. "
+                          "Default: [rollout] canary_wait_s.")]
 MaxFailOpt = Annotated[str | None, typer.Option(
-    "--max-fail", help="Start no new host once more than N (or P%) hosts failed.")]
+    "--max-fail", help="Start no new host once more than N (or P%) hosts failed. Default: [rollout] max_fail.")]
 
 
 @dataclass(frozen=True)
@@ -47,6 +51,14 @@ class Fleet:
     canary_wait: float | None = None
     max_fail: str | None = None
     limit: str | None = None
+
+    @classmethod
+    def of(cls, rollout: pb.RolloutSpec, parallel: int | None, canary: int | None, canary_wait: float | None,
+           max_fail: str | None, limit: str | None) -> Fleet:
+        """The command line's options; those it leaves out come from the playbook's [rollout] table."""
+        return cls(rollout.parallel if parallel is None else parallel, rollout.canary if canary is None else canary,
+                   rollout.canary_wait_s if canary_wait is None else canary_wait,
+                   rollout.max_fail if max_fail is None else max_fail, limit)
 
 
 def fail_budget(max_fail: str | None, hosts: int) -> int | None:
@@ -256,8 +268,9 @@ def _after_canary(book: pb.Playbook, results: dict, fleet: Fleet, yes: bool) -> 
 def summary(results: dict[str, Result | str], why_skipped: str) -> None:
     """One row a host: outcome, how the binary went, memory wait, time to ready."""
     t = Table(title="rollout", title_justify="left")
-    for col in ("host", "outcome", "upload", "memory wait", "to ready", "note"):
-        t.add_column(col, overflow="fold")
+    for col in ("host", "outcome", "upload", "memory\nwait", "to\nready"):  # whole: names, words and numbers
+        t.add_column(col, no_wrap=True)
+    t.add_column("note", overflow="fold", ratio=1)  # an error message: it gets what is left, and folds
     for name, r in results.items():
         if isinstance(r, str):
             t.add_row(text(name), "skipped", "", "", "", text(why_skipped), style="dim")

@@ -8,22 +8,31 @@ import typer
 
 from .. import playbook as pb
 from ..errors import BadInput, ExitCode, SwapctlError
-from ..gpu.sampler import DEFAULT_MAX_BYTES, DEFAULT_QUIET_S, SamplerStatus, daemon_pid, sampler_status, \
-    start_sampler, stop_sampler
+from ..gpu.sampler import (
+    DEFAULT_MAX_BYTES,
+    DEFAULT_QUIET_S,
+    SamplerStatus,
+    daemon_pid,
+    sampler_status,
+    start_sampler,
+    stop_sampler,
+)
 from ..remote import Host
 from ..remote.group import on_hosts
 from .common import JsonOpt, LimitOpt, PlaybookOpt, err, guarded, out, print_json, select_hosts, size, text, worst
 
 app = typer.Typer(help="The GPU sampler on the host: nvidia-smi dmon (and query-gpu) while the daemon runs.",
-                  no_args_is_help=True)
+                  rich_markup_mode=None, no_args_is_help=True)  # help as written, as the other verbs
 HostsArg = Annotated[list[str], typer.Argument(help="Host names, user@address:port, or @group.")]
 
 
 @app.command()
 def start(
     hosts: HostsArg,
-    pid: Annotated[int | None, typer.Option("--pid", help="Follow this pid (default: the daemon `status` finds).")] = None,
-    query: Annotated[bool, typer.Option("--query", help="Also record --query-gpu every 500 ms (power, clocks).")] = False,
+    pid: Annotated[int | None, typer.Option(
+        "--pid", help="Follow this pid (default: the daemon `status` finds).")] = None,
+    query: Annotated[bool, typer.Option(
+        "--query", help="Also record --query-gpu every 500 ms (power, clocks).")] = False,
     max_mib: Annotated[float, typer.Option("--max-mib", help="Bound on each kind of sample files on the host.")]
     = DEFAULT_MAX_BYTES / (1 << 20),
     quiet_s: Annotated[float, typer.Option("--quiet-s", help="An nvidia-smi silent this long is hung: killed, noted.")]
@@ -64,7 +73,7 @@ def _run(targets: list[str], playbook_path: str | None, limit: str | None, as_js
     specs = select_hosts(book, targets, limit)
     results = on_hosts(specs, lambda host: fn(host, book))
     codes = []
-    for name, r in results.items():
+    for r in results.values():
         if isinstance(r, BaseException):
             codes.append(int(getattr(r, "exit_code", ExitCode.FAILED)))
         elif not r.ok:  # nothing was started on that host
@@ -92,12 +101,15 @@ def render(st: SamplerStatus) -> None:
     if st.outcome == "failed":
         err.print(text(f"swapctl: {st.host}: the GPU sampler did not start: {st.reason or st.note}"), style="bold red")
         return
-    what = f"{st.outcome}: " if st.outcome else ""
-    if st.running:
-        out.print(text(f"{st.host}: {what}GPU sampler pid {st.pid} following daemon pid {st.daemon_pid} "
-                       f"since {st.since}"))
+    following = f"pid {st.pid} following daemon pid {st.daemon_pid} since {st.since}"
+    if st.outcome == "stopped":
+        out.print(text(f"{st.host}: GPU sampler stopped"))
+    elif st.outcome == "not running":
+        out.print(text(f"{st.host}: no GPU sampler was running"))
+    elif st.running:
+        out.print(text(f"{st.host}: GPU sampler {st.outcome + ': ' if st.outcome else ''}{following}"))
     else:
-        out.print(text(f"{st.host}: {what}no GPU sampler running"))
+        out.print(text(f"{st.host}: no GPU sampler running"))
     total = sum(f.size for f in st.files)
     out.print(text(f"  {len(st.files)} sample files, {size(total / 1024)} in {st.directory}"))
     if st.note:

@@ -11,11 +11,12 @@ from .. import playbook as pb
 from ..remote import connect
 from ..swap.deploy import Swap
 from ..swap.releases import releases_newest_first
-from .common import JsonOpt, PlaybookOpt, guarded, out, print_json, select_hosts, text
+from .common import JsonOpt, PlaybookOpt, guarded, out, print_json, select_hosts, stacked, text, when
 
 
 def history(
-    host: Annotated[str, typer.Argument(help="A host name or user@address:port.")],
+    host: Annotated[str, typer.Argument(
+        metavar="HOST", help="A host name, user@address:port, or an ssh_config alias.")],
     playbook: PlaybookOpt = None,
     json: JsonOpt = False,
 ) -> None:
@@ -37,25 +38,30 @@ def _history(target: str, playbook_path: str | None, as_json: bool) -> int:
                                  for i, r in enumerate(ordered, 1)],
                     "journal": entries})
         return 0
+    # 80 columns in a pipe: short fields stack two to a cell, so the long ones (the build, the command
+    # line, the steps) keep a real width and fold; --json has every field whole.
     t = Table(title=f"{spec.name}: releases", title_justify="left")
-    for col in ("#", "", "release", "created", "by", "source", "status"):
-        t.add_column(col, no_wrap=True)  # ids are copied into `rollback --to`: never broken
-    t.add_column("build", overflow="fold")  # which instrumentation it was built with
-    t.add_column("command line", overflow="fold")
+    t.add_column("#", no_wrap=True)
+    t.add_column("", no_wrap=True)
+    t.add_column("release\nsource, status", no_wrap=True)  # the id is copied into `rollback --to`: never broken
+    t.add_column("created\nby", no_wrap=True, overflow="ellipsis", max_width=19)
+    t.add_column("build\ncommand line", overflow="fold", ratio=1)
     for i, r in enumerate(ordered, 1):
         args = (r.build or {}).get("args", {})
-        built = " ".join(f"{k}={v}" for k, v in args.items()) or ("docker" if r.build else "")
-        t.add_row(str(i), "*" if r.id == current else "", text(r.id), text(r.created[:19]), text(r.by),
-                  text(r.source), text(r.status), text(built), text(" ".join(r.argv or ())), style="red" if r.status == "bad" else None)
+        built = " ".join(f"{k}={v}" for k, v in args.items()) or ("docker" if r.build else "-")
+        t.add_row(str(i), "*" if r.id == current else "", stacked(r.id, f"{r.source}, {r.status}"),
+                  stacked(when(r.created), r.by or "-"), stacked(built, " ".join(r.argv or ()) or "-"),
+                  style="red" if r.status == "bad" else None)
     out.print(t)
     j = Table(title="journal", title_justify="left")
-    for col in ("when", "action", "from", "to", "outcome"):
-        j.add_column(col, no_wrap=True)
-    j.add_column("who", overflow="fold")
-    j.add_column("steps (s)", overflow="fold")
+    j.add_column("when\nwho", no_wrap=True, overflow="ellipsis", max_width=19)
+    j.add_column("action\noutcome", no_wrap=True)
+    j.add_column("from\nto", no_wrap=True)
+    j.add_column("steps (s)", overflow="fold", ratio=1)
     for e in entries:
         steps = " ".join(f"{k}={v:.2f}" for k, v in (e.get("steps") or {}).items())
-        j.add_row(text(str(e.get("time", ""))[:19]), text(e.get("action", "")), text((e.get("from") or "-")[:12]),
-                  text((e.get("to") or "-")[:12]), text(e.get("outcome", "")), text(e.get("by", "")), text(steps))
+        j.add_row(stacked(when(str(e.get("time", ""))), e.get("by") or "-"),
+                  stacked(e.get("action", ""), e.get("outcome", "")),
+                  stacked(str(e.get("from") or "-")[:12], str(e.get("to") or "-")[:12]), text(steps))
     out.print(j)
     return 0

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from functools import partial
+from typing import Annotated, Callable
 
 import typer
 
@@ -15,27 +16,30 @@ from .fleet import CanaryOpt, CanaryWaitOpt, Fleet, MaxFailOpt, ParallelOpt, dry
 
 
 def rollback(
-    hosts: Annotated[list[str], typer.Argument(help="Host names, user@address:port, or @group.")],
+    hosts: Annotated[list[str], typer.Argument(
+        metavar="HOST", help="Host names, user@address:port, ssh_config aliases, or @group.")],
     to: Annotated[str | None, typer.Option("--to", help="A sha256 prefix or an index from `swapctl history`.")] = None,
     playbook: PlaybookOpt = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show the plan; change nothing.")] = False,
-    parallel: ParallelOpt = 1,
-    canary: CanaryOpt = 0,
+    parallel: ParallelOpt = None,
+    canary: CanaryOpt = None,
     canary_wait: CanaryWaitOpt = None,
     max_fail: MaxFailOpt = None,
     limit: LimitOpt = None,
     json: JsonOpt = False,
 ) -> None:
     """Go back to the previous known-good release (or --to one), started exactly as it ran."""
-    fleet = Fleet(parallel, canary, canary_wait, max_fail, limit)
+    fleet = partial(Fleet.of, parallel=parallel, canary=canary, canary_wait=canary_wait, max_fail=max_fail,
+                    limit=limit)  # what the command line leaves out comes from the playbook
     guarded(lambda: _rollback(hosts, to, playbook, yes, dry_run, fleet, json))
 
 
 def _rollback(targets: list[str], to: str | None, playbook_path: str | None, yes: bool, dry_run: bool,
-              fleet: Fleet, as_json: bool) -> int:
+              fleet_of: Callable[[pb.RolloutSpec], Fleet], as_json: bool) -> int:
     book = pb.load(playbook_path)
     book.require_daemon()
+    fleet = fleet_of(book.rollout)
     specs = select_fleet(book, targets, fleet, yes, dry_run, "roll back")
     many = len(specs) > 1
 

@@ -11,6 +11,7 @@ from .. import sandbox as sb
 from .common import guarded, out, text
 
 app = typer.Typer(help="A local sandbox host: a real sshd on loopback running the stand-in prover.",
+                  rich_markup_mode=None,
                   no_args_is_help=True)
 DirOpt = Annotated[Path, typer.Option("--dir", help="Where the sandbox lives.")]
 

@@ -12,11 +12,12 @@ from ..errors import ExitCode, SwapctlError
 from ..facts.status import HostStatus, gather
 from ..masking import masked_env
 from ..remote.group import on_hosts
-from .common import JsonOpt, LimitOpt, PlaybookOpt, duration, err, gib, guarded, out, print_json, select_hosts, size, text, worst
+from .common import JsonOpt, LimitOpt, PlaybookOpt, duration, err, gib, guarded, out, print_json, select_hosts, size, stacked, text, when, worst
 
 
 def status(
-    hosts: Annotated[list[str], typer.Argument(help="Host names, user@address:port, or @group.")],
+    hosts: Annotated[list[str], typer.Argument(
+        metavar="HOST", help="Host names, user@address:port, ssh_config aliases, or @group.")],
     playbook: PlaybookOpt = None,
     limit: LimitOpt = None,
     json: JsonOpt = False,
@@ -83,19 +84,19 @@ def render(st: HostStatus) -> None:
     if st.gpu_error:
         out.print(text(f"GPUs: {st.gpu_error}"), style="yellow")
     else:
+        # at 80 columns: two readings to a cell, whole; the throttle reasons (a list) fold in what is left
         g = Table(title="GPUs", title_justify="left")
-        for col in ("#", "name", "memory", "util", "temp", "power", "sm clock", "throttle", "ecc", "pcie"):
-            g.add_column(col)
+        for col in ("#", "name\npcie", "memory\nutil", "power\ntemp", "sm clock", "ecc"):
+            g.add_column(col, no_wrap=True)
+        g.add_column("throttle", overflow="fold", ratio=1)
         for gpu in st.gpus:
             ecc = "-" if gpu.ecc_uncorrected is None else str(gpu.ecc_uncorrected)
             g.add_row(
-                str(gpu.index), text(gpu.name),
-                f"{gpu.memory_used_mib or 0:.0f}/{gpu.memory_total_mib or 0:.0f} MiB",
-                f"{gpu.utilization_pct or 0:.0f}%", f"{gpu.temperature_c or 0:.0f}C",
-                f"{gpu.power_w or 0:.0f}/{gpu.power_limit_w or 0:.0f} W",
-                f"{gpu.sm_clock_mhz or 0:.0f}/{gpu.max_sm_clock_mhz or 0:.0f}",
-                text(",".join(gpu.active_throttles) or "-"), ecc,
-                text(f"gen{gpu.pcie_gen} x{gpu.pcie_width}"),
+                str(gpu.index), stacked(gpu.name, f"gen{gpu.pcie_gen} x{gpu.pcie_width}"),
+                f"{gpu.memory_used_mib or 0:.0f}/{gpu.memory_total_mib or 0:.0f} MiB\n{gpu.utilization_pct or 0:.0f}%",
+                f"{gpu.power_w or 0:.0f}/{gpu.power_limit_w or 0:.0f} W\n{gpu.temperature_c or 0:.0f}C",
+                f"{gpu.sm_clock_mhz or 0:.0f}/{gpu.max_sm_clock_mhz or 0:.0f}", ecc,
+                text(", ".join(gpu.active_throttles) or "-"),
                 style="red" if gpu.ecc_uncorrected or gpu.active_throttles else None,
             )
         out.print(g)
@@ -115,15 +116,19 @@ def render(st: HostStatus) -> None:
     for d in st.disks:
         out.print(text(f"disk {d.path}: {gib(d.avail_kib)} free of {gib(d.size_kib)} ({d.mount})"))
     if st.releases:
+        # at 80 columns: short fields stacked two to a cell, the command line gets the rest (as in history)
         r = Table(title="releases", title_justify="left")
-        for col in ("", "sha256", "created", "by", "status", "command line"):
-            r.add_column(col, overflow="fold")
+        r.add_column("", no_wrap=True)
+        r.add_column("sha256\nstatus", no_wrap=True)
+        r.add_column("created\nby", no_wrap=True, overflow="ellipsis", max_width=19)
+        r.add_column("command line", overflow="fold", ratio=1)
         for rel in st.releases:  # a manifest read from the host: any field may be of any type
             sha = str(rel.get("sha256") or "")[:12]
             argv = rel.get("argv") or []
             current = st.current_release is not None and bool(sha) and sha in st.current_release
-            r.add_row("*" if current else "", text(sha), text(rel.get("created", "")), text(rel.get("by", "")),
-                      text(rel.get("status", "")), text(" ".join(map(str, argv)) if isinstance(argv, list) else argv))
+            r.add_row("*" if current else "", stacked(sha, rel.get("status", "")),
+                      stacked(when(str(rel.get("created", ""))), rel.get("by") or "-"),
+                      text(" ".join(map(str, argv)) if isinstance(argv, list) else argv))
         out.print(r)
     else:
         out.print("releases: none (swapctl has not deployed here)")

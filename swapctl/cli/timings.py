@@ -11,6 +11,8 @@ from rich.table import Table
 
 from .. import playbook as pb
 from ..errors import BadInput
+from ..logs.gpu import PARTS
+from ..logs.gpu import report as gpu_report
 from ..logs.timings import PHASE_SHARE, by_release, compare, parse_files
 from ..remote import connect
 from ..swap.deploy import Swap
@@ -31,6 +33,8 @@ def timings(
     plot: Annotated[Path | None, typer.Option("--plot", help="Also draw the timeline as a PNG here.")] = None,
     run: Annotated[str, typer.Option("--run", help="Which daemon runs of the log: N (1 is the first), last, or all.")
                    ] = "all",
+    samples: Annotated[list[Path] | None, typer.Option(
+        "--samples", help="GPU sample files (nvidia-smi dmon); default: those fetch-logs put beside the log.")] = None,
     playbook: PlaybookOpt = None,
     json: JsonOpt = False,
 ) -> None:
@@ -39,7 +43,7 @@ def timings(
         guarded(lambda: _bad(f"--run {run!r}: give a run's number (1 is the first), last, or all"))
     if by_release:
         guarded(lambda: _by_release([str(p) for p in paths or []], dest, playbook, json))
-    guarded(lambda: _timings(paths or [], compare_, all_phases, json, plot, run))
+    guarded(lambda: _timings(paths or [], compare_, all_phases, json, plot, run, samples))
 
 
 def _bad(message: str) -> int:
@@ -76,19 +80,34 @@ def _by_release(targets: list[str], dest: Path, playbook_path: str | None, as_js
     return 0
 
 
-def _read(paths: list[Path], run: str = "all") -> dict:
+def _readable(paths: list[Path]) -> None:
     for p in paths:
         if not os.access(p, os.R_OK) or p.is_dir():
             reason = "a directory" if p.is_dir() else "missing" if not p.exists() else "not readable"
             raise BadInput(f"{p}: cannot read ({reason})")
+
+
+def _samples(logs: list[Path], given: list[Path] | None) -> list:
+    """The GPU samples named, or those fetch-logs saved beside the logs (DEST/<host>/)."""
+    from ..gpu.samples import read_samples, samples_in
+
+    if given:
+        files = [f for p in given for f in (sorted(p.glob("gpu-samples-*.dmon")) if p.is_dir() else [p])]
+        _readable(files)
+        return read_samples(files)
+    return [s for d in sorted({p.parent for p in logs}) for s in samples_in(d)]
+
+
+def _read(paths: list[Path], run: str = "all", samples: list | None = None) -> dict:
+    _readable(paths)
     log = parse_files([str(p) for p in paths])
     try:
-        return log.report(run)
+        return gpu_report(log, run, samples)
     except IndexError:
         raise BadInput(f"--run {run}: {', '.join(map(str, paths))} holds {len(log.runs)} daemon run(s)") from None
 
 
-def _plot(paths: list[Path], png: Path, run: str) -> None:
+def _plot(paths: list[Path], png: Path, run: str, samples: list) -> None:
     from ..logs import plot as timeline
 
     streams = [open(p, "rb") for p in paths]
@@ -97,16 +116,62 @@ def _plot(paths: list[Path], png: Path, run: str) -> None:
     finally:
         for st in streams:
             st.close()
+    views = None
+    if samples:  # the GPU's counters under each run's bars, through each run's epoch
+        epochs = [r.epoch for r in parse_files([str(p) for p in paths]).runs]
+        if len(epochs) == len(runs):
+            views = [{"epoch": e, "samples": samples} if e else {} for e in epochs]
     if run != "all":
-        runs = runs[-1:] if run == "last" else runs[int(run) - 1:int(run)]
+        pick = slice(len(runs) - 1, None) if run == "last" else slice(int(run) - 1, int(run))
+        runs, views = runs[pick], views[pick] if views else None
     if not any(runs):
         raise BadInput(f"no TIMELINE lines in {', '.join(map(str, paths))}: nothing to plot (a TIMING=1 build "
                        f"writes them)")
     try:
-        timeline.draw(runs, str(png), " ".join(p.name for p in paths))
+        timeline.draw(runs, str(png), " ".join(p.name for p in paths), views)
     except ImportError:
         raise BadInput("--plot needs matplotlib: pip install 'swapctl[plot]'") from None
     err.print(text(f"timeline: {png}"))
+
+
+PART_MARKS = {"kernels": "█", "gpu_phase": "█", "copy_wait": "▓", "phase_no_kernel": "▒", "barrier": "░",
+              "queued": ":", "synthesis": "·"}
+SHORT = {"kernels": "kernels", "gpu_phase": "GPU phase", "copy_wait": "waiting for the copy",
+         "phase_no_kernel": "GPU phase, no kernel", "barrier": "barrier waits", "queued": "queued, not started",
+         "synthesis": "waiting for synthesis"}
+
+
+def _gpu_said(report: dict) -> None:
+    """GPU busy from the GPU's own counters, PCIe RX, and where each GPU's time went, as one bar each."""
+    busy = report.get("gpu_busy")
+    if not busy:
+        out.print(text("GPU busy: no GPU samples (the sampler's files, fetched with the log; --samples FILE)"),
+                  style="dim", soft_wrap=True)
+    else:
+        for g, b in busy.items():
+            rx = (f"; PCIe RX {_mbps(b['rx_in_phase_mbps'])} in the GPU phases, {_mbps(b['rx_outside_mbps'])} outside"
+                  if b["rx_in_phase_mbps"] is not None else "")
+            out.print(f"GPU busy, GPU {g}: {_pct1(b['busy_mean'])} (nvidia-smi dmon sm%, {b['samples']} samples){rx}",
+                      style="bold", soft_wrap=True)
+    where = report.get("where_time_goes")
+    if where:
+        out.print("where the time goes (of wall time):")
+        for g, w in where.items():
+            parts = w["parts"]
+            bar = "".join(PART_MARKS[k] * round(f * 50) for k, f in parts.items())
+            out.print(text(f"  GPU {g} [{bar:<50}] " + ", ".join(f"{SHORT[k]} {f * 100:.0f}%" for k, f in parts.items()
+                                                              if f >= 0.005)), soft_wrap=True)
+            if w["largest_idle_cause"]:
+                out.print(text(f"  GPU {g} idles most while: {PARTS[w['largest_idle_cause']]}"), style="yellow",
+                          soft_wrap=True)
+
+
+def _pct1(v: float | None) -> str:
+    return "-" if v is None else f"{v:.1f}%"
+
+
+def _mbps(v: float | None) -> str:
+    return "-" if v is None else f"{v:,.0f} MB/s"
 
 
 def _per_gpu(report: dict, key: str) -> str:
@@ -137,9 +202,10 @@ def _ms(v: float | None) -> str:
 
 
 def _timings(paths: list[Path], pair: tuple[Path, Path] | None, all_phases: bool, as_json: bool,
-             plot: Path | None, run: str) -> int:
+             plot: Path | None, run: str, sample_paths: list[Path] | None) -> int:
     if pair:
-        before, after = _read([pair[0]], run), _read([pair[1]], run)
+        before = _read([pair[0]], run, _samples([pair[0]], sample_paths))
+        after = _read([pair[1]], run, _samples([pair[1]], sample_paths))
         result = compare(before, after)
         if as_json:
             print_json(result)
@@ -158,12 +224,16 @@ def _timings(paths: list[Path], pair: tuple[Path, Path] | None, all_phases: bool
         for key, label in (("gpu_phase_share", "GPU phase share (held GPU / wall; not how busy the GPU is)"),
                            ("timeline_share", "GPU_START..GPU_END share (overstates)")):
             out.print(f"{label}: {_pct(result[key]['before'])} -> {_pct(result[key]['after'])}")
+        for g in sorted(set(before.get("gpu_busy") or {}) | set(after.get("gpu_busy") or {})):
+            b, a = ((side.get("gpu_busy") or {}).get(g, {}).get("busy_mean") for side in (before, after))
+            out.print(f"GPU busy, GPU {g} (dmon sm%): {_pct1(b)} -> {_pct1(a)}", style="bold")
         return 0
     if not paths:
         raise BadInput("give log files to read, or --compare BEFORE AFTER")
-    report = _read(paths, run)
+    found = _samples(paths, sample_paths)
+    report = _read(paths, run, found)
     if plot:
-        _plot(paths, plot, run)
+        _plot(paths, plot, run, found)
     if as_json:
         print_json(report)
         return 0
@@ -183,6 +253,7 @@ def _timings(paths: list[Path], pair: tuple[Path, Path] | None, all_phases: bool
     out.print(text(f"  = {PHASE_SHARE}"), style="dim", soft_wrap=True)
     out.print(f"GPU_START..GPU_END share: {_per_gpu(report, 'timeline_share')} "
               "(overstates: it counts the host's waits inside the GPU phase)", soft_wrap=True)
+    _gpu_said(report)
     if report["pageable_share"] is not None:
         out.print(f"partitions from pageable memory (is_pinned=false): {_pct(report['pageable_share'])} "
                   f"of {report['partitions']}")

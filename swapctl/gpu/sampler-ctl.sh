@@ -37,6 +37,7 @@ state() {
 if [ "$action" != start ]; then
   cd -- "$dir" 2>/dev/null || { [ "$action" = stop ] && echo NOT_RUNNING; echo IDLE; exit 0; }
   if [ "$action" = stop ]; then
+    exec 8>>gpu-sampler.ctl.lock; flock -w 30 8
     if running; then stop_it "by request"; echo STOPPED; else echo NOT_RUNNING; fi
   fi
   state
@@ -45,6 +46,8 @@ fi
 pid=$1; max=$2; quiet=$3; interval=$4; query=$5; fields=$6
 why=$(mkdir -p -m 700 -- "$dir" 2>&1) || { echo "FAILED $why" | head -n 1; exit 0; }
 cd -- "$dir" || exit 1
+# one start or stop at a time: two starts at once would each clear the other's pid file
+exec 8>>gpu-sampler.ctl.lock; flock -w 30 8
 # the notes stay small: rewritten to their last lines now and then (fetch-logs then starts a new copy)
 if [ -f gpu-sampler.notes ] && [ "$(stat -c %s gpu-sampler.notes)" -gt 65536 ]; then
   tail -n 200 gpu-sampler.notes > gpu-sampler.notes.tmp && mv -f gpu-sampler.notes.tmp gpu-sampler.notes
@@ -64,7 +67,7 @@ rm -f gpu-sampler.pid
 # detached as the daemon is: its own session, no fd left on this SSH channel, HUP ignored
 ( trap '' HUP; exec setsid bash --norc -c 'exec -a swapctl-gpu-sampler bash --norc gpu-sampler.sh "$@"' \
     swapctl-gpu-sampler "$pid" "$max" "$quiet" "$interval" "$query" "$fields" ) \
-  < /dev/null > /dev/null 2> gpu-sampler.err &
+  < /dev/null > /dev/null 2> gpu-sampler.err 8>&- &
 child=$!
 i=0
 while [ "$i" -lt 200 ]; do  # 10 s: it writes its pid file once it holds the lock

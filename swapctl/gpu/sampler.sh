@@ -1,11 +1,12 @@
 # swapctl's GPU sampler: records nvidia-smi's periodic output while one daemon process lives.
 #
 # Run by sampler-ctl.sh (start), detached (setsid, its own process group, every fd away from the SSH
-# session), in its directory, as `swapctl-gpu-sampler DAEMON_PID MAX_BYTES QUIET_S INTERVAL_S QUERY`:
-# - daemon: the pid it follows, with that process's start time (a reused pid is not the daemon);
+# session), in its directory, as
+# `swapctl-gpu-sampler DAEMON_PID MAX_BYTES QUIET_S INTERVAL_S QUERY FIELDS`:
+# - DAEMON_PID: the pid it follows, with that process's start time (a reused pid is not the daemon);
 # - MAX_BYTES: the bound on each kind's files: KEEP segments of MAX_BYTES/KEEP, the oldest removed;
 # - QUIET_S: an nvidia-smi that prints nothing for this long is hung: it is killed, and that is noted;
-# - INTERVAL_S: dmon's -d; QUERY: 1 to record --query-gpu every 500 ms as well.
+# - INTERVAL_S: dmon's -d; QUERY: 1 to record --query-gpu=FIELDS every 500 ms as well.
 # Segments are append-only and never renamed, so fetch-logs copies each one incrementally by name.
 # It holds gpu-sampler.lock (fd 9) while it runs; nvidia-smi never inherits it, so a hung nvidia-smi
 # (a driver fault can leave it unkillable) never keeps the next sampler out.
@@ -34,9 +35,12 @@ alive() { started "$pid"; [ "$st" = "$since" ]; }
 # went away: NVML's teardown). One stuck in the driver may outlive both; it is never waited on.
 end_smi() {
   kill -TERM "$smi" 2>/dev/null
+  smi_gone || kill -KILL "$smi" 2>/dev/null
+}
+smi_gone() {  # within 3 s; a zombie has exited
   i=0
-  while [ "$i" -lt 30 ]; do started "$smi"; [ -z "$st" ] && return; sleep 0.1; i=$((i + 1)); done
-  kill -KILL "$smi" 2>/dev/null
+  while [ "$i" -lt 30 ]; do started "$smi"; [ -z "$st" ] && return 0; sleep 0.1; i=$((i + 1)); done
+  return 1
 }
 
 # record KIND PREFIX EXT ARGS...: nvidia-smi ARGS into PREFIX-RUN-NNNN.EXT segments
@@ -58,9 +62,9 @@ record() {
       return
     fi
     if [ "$rc" -ne 0 ] && [ -z "$line" ]; then  # end of its output
-      if alive; then
-        wait "$smi"; code=$?
-        note "$kind: nvidia-smi ended (exit $code): ${last:-no output}; no $kind samples until the sampler is started again"
+      if alive; then  # it closed its output: its exit status says why, unless it hangs on (then KILL)
+        if smi_gone; then wait "$smi"; code="exit $?"; else kill -KILL "$smi" 2>/dev/null; code="killed"; fi
+        note "$kind: nvidia-smi ended ($code): ${last:-no output}; no $kind samples until the sampler is started again"
       else
         note "$kind: done: the daemon (pid $pid) exited"
       fi
@@ -99,7 +103,8 @@ $line"; else head=$line; inhead=1; fi ;;
 
 printf '%s %s %s %s\n' "$$" "$pid" "$since" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" > gpu-sampler.pid.tmp &&
   mv -f gpu-sampler.pid.tmp gpu-sampler.pid
-note "started: following the daemon (pid $pid), at most $max bytes of each kind of samples"
+if [ "$max" -ge 1048576 ]; then bound="$(( max / 1048576 )) MiB"; else bound="$max bytes"; fi
+note "started: following the daemon (pid $pid), at most $bound of each kind of samples"
 record dmon gpu-samples dmon dmon -s ut -d "$interval" -o DT &
 if [ "$query" = 1 ]; then
   record query gpu-query csv --query-gpu="$fields" --format=csv -lms 500 &

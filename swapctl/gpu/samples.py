@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import re
 import statistics
+from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Iterable
 
 from ..facts.nvidia import _ALIASES, _num
 
@@ -78,12 +78,12 @@ def parse_dmon(text: str) -> list[Sample]:
         tokens = line.split()
         if not columns or len(tokens) != len(columns):
             continue  # an error nvidia-smi printed, a line cut off by a rotation or a kill
-        row = dict(zip(columns, tokens))
+        row = dict(zip(columns, tokens, strict=True))
         try:
             gpu = int(row["gpu"])
             when = None
             if "date" in row and "time" in row:
-                when = datetime.strptime(row["date"] + row["time"], "%Y%m%d%H:%M:%S").replace(tzinfo=timezone.utc)
+                when = datetime.strptime(row["date"] + row["time"], "%Y%m%d%H:%M:%S").replace(tzinfo=UTC)
         except ValueError:
             continue
         samples.append(Sample(time=when, gpu=gpu, sm_pct=_value(row.get("sm", "")), mem_pct=_value(row.get("mem", "")),
@@ -92,7 +92,7 @@ def parse_dmon(text: str) -> list[Sample]:
 
 
 def _query_time(value: str) -> datetime:
-    return datetime.strptime(value, "%Y/%m/%d %H:%M:%S.%f").replace(tzinfo=timezone.utc)
+    return datetime.strptime(value, "%Y/%m/%d %H:%M:%S.%f").replace(tzinfo=UTC)
 
 
 def parse_query(text: str) -> list[Sample]:
@@ -109,7 +109,7 @@ def parse_query(text: str) -> list[Sample]:
             continue
         if not header or len(values) != len(header):
             continue
-        row = dict(zip(header, values))
+        row = dict(zip(header, values, strict=True))
         try:
             when = _query_time(row["timestamp"])
             gpu = int(row.get("index", "0"))
@@ -147,6 +147,66 @@ def windows(samples: Iterable[Sample], start: datetime, end: datetime, source: s
     return {g: window(samples, start, end, g, source) for g in gpus}
 
 
+@dataclass(frozen=True)
+class PhaseSplit:
+    """One GPU's samples split by how much of each one's period fell inside the given phases (the log's
+    GPU phases, say) and outside them: what RX and sm% were during the phases against between them."""
+
+    gpu: int
+    inside_s: float  # sample time covered by the phases
+    outside_s: float
+    inside_sm: float | None
+    outside_sm: float | None
+    inside_rx_mbps: float | None
+    outside_rx_mbps: float | None
+
+
+# The time a reading stands for. dmon prints whole seconds, for a reading taken somewhere in that second
+# over the second before it: centred on the printed second, +-0.5 s. query-gpu prints milliseconds, for
+# the -lms period just ended.
+_PERIOD = {DMON: (timedelta(seconds=-0.5), timedelta(seconds=0.5)), QUERY: (timedelta(seconds=-0.5), timedelta(0))}
+
+
+def _union(intervals: Iterable[tuple[datetime, datetime]]) -> list[tuple[datetime, datetime]]:
+    merged: list[tuple[datetime, datetime]] = []
+    for a, b in sorted(i for i in intervals if i[1] > i[0]):
+        if merged and a <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], b))
+        else:
+            merged.append((a, b))
+    return merged
+
+
+def phase_split(samples: Iterable[Sample], phases: Iterable[tuple[datetime, datetime]], start: datetime,
+                end: datetime, gpu: int, source: str = DMON) -> PhaseSplit:
+    """Means of sm% and RX weighted by the share of each reading's period inside `phases` (overlapping
+    phases, two workers on one GPU, count once), against the rest; readings with start <= time < end."""
+    merged = _union(phases)
+    lo, hi = _PERIOD[source]
+    sums = {k: [0.0, 0.0] for k in ("in_sm", "out_sm", "in_rx", "out_rx")}  # weighted sum, weight
+    inside_s = outside_s = 0.0
+    for s in samples:
+        if s.gpu != gpu or s.source != source or s.time is None or not start <= s.time < end:
+            continue
+        a, b = s.time + lo, s.time + hi
+        span = (b - a).total_seconds()
+        inside = sum(max(0.0, (min(b, q) - max(a, p)).total_seconds()) for p, q in merged) / span
+        inside_s += inside * span
+        outside_s += (1 - inside) * span
+        for key, value in (("sm", s.sm_pct), ("rx", s.rx_mbps)):
+            if value is not None:
+                for where, w in (("in", inside), ("out", 1 - inside)):
+                    sums[f"{where}_{key}"][0] += w * value
+                    sums[f"{where}_{key}"][1] += w
+
+    def mean(key: str) -> float | None:
+        total, weight = sums[key]
+        return total / weight if weight > 1e-9 else None
+
+    return PhaseSplit(gpu=gpu, inside_s=inside_s, outside_s=outside_s, inside_sm=mean("in_sm"),
+                      outside_sm=mean("out_sm"), inside_rx_mbps=mean("in_rx"), outside_rx_mbps=mean("out_rx"))
+
+
 # The sampler's file names on the host, kept as they are by fetch-logs (see swapctl.gpu.sampler).
 DMON_GLOB = "gpu-samples-*.dmon"
 QUERY_GLOB = "gpu-query-*.csv"
@@ -163,7 +223,7 @@ def read_samples(paths: Iterable[str | Path]) -> list[Sample]:
         parsed = parse_query(text) if path.suffix == ".csv" else parse_dmon(text)
         for s in parsed:
             seen.setdefault((s.source, s.time, s.gpu) if s.time else (s.source, len(seen)), s)
-    far = datetime.min.replace(tzinfo=timezone.utc)
+    far = datetime.min.replace(tzinfo=UTC)
     return sorted(seen.values(), key=lambda s: (s.time or far, s.gpu, s.source))
 
 

@@ -66,29 +66,100 @@ def runs(streams: Iterable[IO[bytes]]) -> list[Lanes]:
     return [r for r in out if r]
 
 
-def draw(runs: list[Lanes], path: str, title: str) -> None:
-    """Writes the timeline as a PNG (matplotlib, no display needed): one axis per daemon run, each on
-    its own time axis (offsets start again with each run)."""
+def draw(runs: list[Lanes], path, title: str, gpu: list[dict] | None = None) -> None:
+    """Writes the timeline as a PNG (matplotlib, no display needed) to a path or a binary file: one axis
+    per daemon run, each on its own time axis (offsets start again with each run). `gpu`, one per run:
+    {"epoch": datetime, "samples": [Sample]}; its sm% and PCIe RX are drawn under that run's bars."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
 
-    heights = [1.2 + 0.7 * len(lanes) for lanes in runs]
-    fig, axes = plt.subplots(len(runs), 1, figsize=(14, sum(heights)), squeeze=False,
-                             gridspec_kw={"height_ratios": heights})
-    for i, (lanes, [ax]) in enumerate(zip(runs, axes)):
-        names = sorted(lanes, key=lambda n: (n != "synthesis", n))
-        for row, name in enumerate(names):
-            for phase in COLOURS:
-                bars = [(s / 1000, (e - s) / 1000) for p, s, e in lanes[name] if p == phase]
-                if bars:
-                    ax.broken_barh(bars, (row - 0.35, 0.7), facecolors=COLOURS[phase])
-        ax.set_yticks(range(len(names)), names)
-        ax.set_xlabel("seconds since this run's daemon started")
-        ax.set_title(f"{title}: run {i + 1} of {len(runs)}" if len(runs) > 1 else title)
+    rows = []
+    for i, lanes in enumerate(runs):
+        rows.append(("lanes", i, 1.2 + 0.7 * len(lanes)))
+        if gpu and i < len(gpu) and gpu[i]:
+            rows.append(("gpu", i, 2.0))
+    fig, axes = plt.subplots(len(rows), 1, figsize=(14, sum(h for *_, h in rows)), squeeze=False,
+                             gridspec_kw={"height_ratios": [h for *_, h in rows]})
+    bars_ax = {}
+    for (kind, i, _), [ax] in zip(rows, axes):
+        if kind == "lanes":
+            _lanes(ax, runs[i], f"{title}: run {i + 1} of {len(runs)}" if len(runs) > 1 else title)
+            bars_ax[i] = ax
+        else:
+            _gpu(ax, gpu[i], bars_ax[i])
     axes[0][0].legend(handles=[Patch(color=c, label=p) for p, c in COLOURS.items()], loc="upper right")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, format="png")
+    plt.close(fig)
+
+
+def _lanes(ax, lanes: Lanes, title: str) -> None:
+    names = sorted(lanes, key=lambda n: (n != "synthesis", n))
+    for row, name in enumerate(names):
+        for phase in COLOURS:
+            bars = [(s / 1000, (e - s) / 1000) for p, s, e in lanes[name] if p == phase]
+            if bars:
+                ax.broken_barh(bars, (row - 0.35, 0.7), facecolors=COLOURS[phase])
+    ax.set_yticks(range(len(names)), names)
+    ax.set_xlabel("seconds since this run's daemon started")
+    ax.set_title(title)
+
+
+def _gpu(ax, view: dict, bars) -> None:
+    """The GPU's own counters on the run's time axis: sm% per GPU, and PCIe RX on a second scale."""
+    epoch, samples = view["epoch"], view["samples"]
+    lo, hi = bars.get_xlim()  # this run's seconds: the samples of other runs stay off its axis
+    samples = [s for s in samples if s.time and lo <= (s.time - epoch).total_seconds() <= hi]
+    ax.sharex(bars)
+    rx_ax = ax.twinx()
+    for g in sorted({s.gpu for s in samples}):
+        mine = [s for s in samples if s.gpu == g and s.time]
+        t = [(s.time - epoch).total_seconds() for s in mine]
+        ax.step(t, [s.sm_pct for s in mine], where="pre", color="#55a868", label=f"GPU {g} sm%")
+        rx = [(ti, s.rx_mbps) for ti, s in zip(t, mine) if s.rx_mbps is not None]
+        if rx:
+            rx_ax.step(*zip(*rx), where="pre", color="#dd8452", alpha=0.7, label=f"GPU {g} PCIe RX")
+    ax.set_ylim(0, 100)
+    ax.set_ylabel("sm %")
+    rx_ax.set_ylabel("RX MB/s")
+    ax.legend(loc="upper left", fontsize="small")
+    rx_ax.legend(loc="upper right", fontsize="small")
+    ax.set_title("the GPU's own counters (nvidia-smi dmon, 1 s samples)", fontsize="small")
+
+
+WHERE_COLOURS = {"kernels": "#55a868", "gpu_phase": "#55a868", "copy_wait": "#dd8452", "phase_no_kernel": "#ccb974",
+                 "barrier": "#8172b2", "queued": "#64b5cd", "synthesis": "#c44e52"}
+
+
+def where_bars(rows: list[tuple[str, dict[str, float]]], path) -> None:
+    """One stacked bar per (label, parts): where each build's GPU time went, adding up to 100%."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(12, 0.8 + 0.6 * len(rows)))
+    for y, (label, parts) in enumerate(rows):
+        left = 0.0
+        for k, f in parts.items():
+            ax.barh(y, f * 100, left=left, color=WHERE_COLOURS.get(k, "#999999"), label=k if y == 0 else None)
+            if f >= 0.06:
+                ax.text(left + f * 50, y, f"{f * 100:.0f}%", ha="center", va="center", fontsize="small")
+            left += f * 100
+    ax.set_yticks(range(len(rows)), [r[0] for r in rows])
+    ax.set_xlim(0, 100)
+    ax.set_xlabel("% of wall time")
+    handles, labels = [], []
+    for y, (_, parts) in enumerate(rows):
+        for k in parts:
+            if k not in labels:
+                labels.append(k)
+                handles.append(plt.Rectangle((0, 0), 1, 1, color=WHERE_COLOURS.get(k, "#999999")))
+    ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.35), ncol=4, fontsize="small")
+    ax.set_title("where the GPU's time went")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110, format="png")
     plt.close(fig)

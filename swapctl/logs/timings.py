@@ -27,6 +27,7 @@ NTT_FIELD = re.compile(rb"\b(\w++)=(-?\d+(?:\.\d+)?)ms\b")
 # over TIMELINE lines joined after a newline each: the literal newline lets the search run at memchr speed
 TL_OFFSET = re.compile(rb"\n(\d+(?:\.\d+)?),")
 # GPU_START / GPU_END with the worker and partition of their detail (worker=W,partition=N[,gpu_ms=X])
+TL_QUEUE = re.compile(rb"\n(\d+(?:\.\d+)?),(GPU_QUEUE|GPU_PICKUP),")
 TL_GPU = re.compile(rb"\n(\d+(?:\.\d+)?),(GPU_START|GPU_END),([^,\n]*),worker=(\d+),partition=(\d+)")
 # the run's first line (cuzk-daemon/src/main.rs:63)
 START = b"cuzk-daemon starting"
@@ -115,6 +116,8 @@ class Run:
     held: dict[bytes, float] = field(default_factory=dict)  # worker -> mutex_held_ms of its calls
     # worker -> its GPU phases (GPU_START..GPU_END) as flat start, end offsets
     intervals: dict[bytes, array] = field(default_factory=dict)
+    queued: array = field(default_factory=lambda: array("d"))  # GPU_QUEUE offsets: a partition for the GPUs
+    picked: array = field(default_factory=lambda: array("d"))  # GPU_PICKUP offsets: a worker took one
     _open: dict = field(default_factory=dict, repr=False)  # (job, worker, partition) -> GPU_START offset
     _gaps: array = field(default_factory=lambda: array("d"), repr=False)
     _last_end: dict = field(default_factory=dict, repr=False)  # worker -> last GPU_END offset
@@ -174,7 +177,7 @@ class Run:
         if timeline:
             self._timeline(timeline)
             if self.epoch is None:
-                self._anchor(chunk, timeline[0])
+                self._anchor(chunk, timeline)
         if b"mutex_held_ms" in text:
             self._calls_in(chunk)
         if tracing:
@@ -205,11 +208,14 @@ class Run:
             self.jobs += len(found)
         self.add_fields(fields, "ms", message, prefix=prefix)
 
-    def _anchor(self, chunk: bytes, first_timeline: bytes) -> None:
-        """The wall time of offset 0: the first tracing line after a TIMELINE line, less its offset."""
-        at = chunk.find(b"TIMELINE," + first_timeline)
+    def _anchor(self, chunk: bytes, timeline: list[bytes]) -> None:
+        """The wall time of offset 0, from a SYNTH_END line and the tracing line cuzk writes right after it
+        (`partition synthesis complete, pushing to GPU queue`, engine.rs:1752-1763): that line's time,
+        less the SYNTH_END's offset. (A SYNTH_START is followed by synthesis, seconds of it.)"""
+        line = next((t for t in timeline if b",SYNTH_END," in t[:40]), None)
+        at = chunk.find(b"TIMELINE," + line) if line else -1
         m = TRACING.search(chunk, at) if at >= 0 else None
-        offset = TL_OFFSET.match(b"\n" + first_timeline)
+        offset = TL_OFFSET.match(b"\n" + line) if line else None
         if m and offset:
             self.epoch = _ts(m.group(1)) - timedelta(milliseconds=float(offset.group(1)))
 
@@ -248,6 +254,8 @@ class Run:
             elif o > last:
                 last = o
         self.timeline_first_ms, self.timeline_last_ms = first, last
+        for offset, event in TL_QUEUE.findall(text):
+            (self.queued if event == b"GPU_QUEUE" else self.picked).append(float(offset))
         opened, last_end, gaps, intervals = self._open, self._last_end, self._gaps, self.intervals
         for offset, event, job, worker, partition in TL_GPU.findall(text):
             offset = float(offset)
@@ -284,6 +292,8 @@ class Run:
             if not self._match(worker, prove_start):
                 self._unheld.append((worker, prove_start))
         self._calls.extend(b._calls)
+        self.queued.extend(b.queued)
+        self.picked.extend(b.picked)
         self.unmatched_held_ms += b.unmatched_held_ms
         for worker, held in b.held.items():
             self.held[worker] = self.held.get(worker, 0.0) + held
@@ -760,7 +770,10 @@ def compare(before: dict, after: dict) -> dict:
         a = after["phases"].get(name, {}).get("p50")
         rows[name] = {"before_p50": b, "after_p50": a,
                       "change_pct": (a - b) / b * 100 if a is not None and b else None}
-    return {"phases": rows, **{k: {"before": before[k], "after": after[k]} for k in SHARES}}
+    gpu_busy = {g: {"before": (before.get("gpu_busy") or {}).get(g, {}).get("busy_mean"),
+                    "after": (after.get("gpu_busy") or {}).get(g, {}).get("busy_mean")}
+                for g in sorted(set(before.get("gpu_busy") or {}) | set(after.get("gpu_busy") or {}))}
+    return {"phases": rows, **{k: {"before": before[k], "after": after[k]} for k in SHARES}, "gpu_busy": gpu_busy}
 
 
 class _Range:

@@ -9,12 +9,15 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+import paramiko
 import tomlkit
 from tomlkit.exceptions import ParseError
 
 from ..errors import PlaybookError
+from .inventory import load_inventory
 
 DEFAULT_PLAYBOOK = "swapctl.toml"
+SSH_CONFIGS = ("~/.ssh/config", "/etc/ssh/ssh_config")  # the files `ssh NAME` reads, as fabric does
 HOST_KEY_POLICIES = ("strict", "accept-new")
 TRANSPORTS = ("ssh", "local")
 
@@ -66,6 +69,16 @@ class MemorySpec:
 
 
 @dataclass(frozen=True)
+class RolloutSpec:
+    """How `deploy @group` and `rollback @group` go when the command line does not say."""
+
+    parallel: int = 1
+    canary: int = 0
+    canary_wait_s: float | None = None
+    max_fail: str | None = None  # "2" hosts or "10%" of them, as --max-fail takes it
+
+
+@dataclass(frozen=True)
 class Playbook:
     path: str
     hosts: dict[str, HostSpec] = field(default_factory=dict)
@@ -75,6 +88,7 @@ class Playbook:
     log_paths: tuple[str, ...] = ()
     keep_releases: int = 5
     build: dict = field(default_factory=dict)  # the [build] table, read by swapctl.build
+    rollout: RolloutSpec = RolloutSpec()
 
     def require_daemon(self) -> DaemonSpec:
         """The daemon section, complete enough to change a host."""
@@ -114,6 +128,12 @@ _SCHEMA: dict[str, dict[str, tuple[str, bool]]] = {
         "release_timeout_s": ("num", False),
         "gpu_slack_mib": ("num", False),
     },
+    "rollout": {
+        "parallel": ("int", False),
+        "canary": ("int", False),
+        "canary_wait_s": ("num", False),
+        "max_fail": ("budget", False),
+    },
     "logs": {"paths": ("strlist", False)},
     "releases": {"keep": ("int", False)},
     # Read by `swapctl build`; checked there.
@@ -125,7 +145,7 @@ _SCHEMA: dict[str, dict[str, tuple[str, bool]]] = {
         "platform": ("str", False),
     },
 }
-_TOP = ("hosts", "groups", "daemon", "memory", "logs", "releases", "build")
+_TOP = ("hosts", "groups", "daemon", "memory", "rollout", "logs", "releases", "build")
 _KIND_NAMES = {
     "str": "a string",
     "int": "an integer",
@@ -133,6 +153,7 @@ _KIND_NAMES = {
     "bool": "true or false",
     "strlist": "a list of strings",
     "strtable": "a table of strings",
+    "budget": 'a number of hosts or a percentage ("10%")',
 }
 
 
@@ -190,6 +211,8 @@ class _Loader:
             "bool": isinstance(value, bool),
             "strlist": isinstance(value, list) and all(isinstance(v, str) for v in value),
             "strtable": isinstance(value, dict) and all(isinstance(v, str) for v in value.values()),
+            "budget": isinstance(value, int) and not isinstance(value, bool) and value >= 0
+            or isinstance(value, str) and re.fullmatch(r"\d+(\.\d+)?%", value) is not None,
         }[kind]
         if not ok:
             raise self.fail(f"must be {_KIND_NAMES[kind]}, not {value!r}", table, key)
@@ -199,28 +222,35 @@ class _Loader:
 
 
 def load(path: str | os.PathLike[str] | None = None, *, required: bool = True) -> Playbook:
-    """Reads and validates a playbook. Without `required`, a missing default file is an empty playbook."""
+    """Reads and validates a playbook. Without `required`, a missing default file is an empty playbook.
+    $SWAPCTL_INVENTORY (`swapctl -i FILE`) names an Ansible inventory whose hosts and groups it adds."""
     explicit = path is not None or "SWAPCTL_PLAYBOOK" in os.environ
     path = str(path or os.environ.get("SWAPCTL_PLAYBOOK") or DEFAULT_PLAYBOOK)
+    inventory = os.environ.get("SWAPCTL_INVENTORY") or None
     try:
         text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
         if not explicit and not required:
-            return Playbook(path=path)
+            return parse("", path, inventory=inventory)
         raise PlaybookError(path, "no such playbook; run `swapctl init` to write one, or pass -p FILE") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise PlaybookError(path, f"cannot read: {exc}") from None
-    return parse(text, path)
+    return parse(text, path, inventory=inventory)
 
 
-def parse(text: str, path: str = DEFAULT_PLAYBOOK) -> Playbook:
-    """Validates playbook text; every error names the file, line, key and fix."""
+def parse(text: str, path: str = DEFAULT_PLAYBOOK, inventory: str | None = None) -> Playbook:
+    """Validates playbook text; every error names the file, line, key and fix. `inventory` (else the
+    playbook's own `inventory` key, relative to its file) adds an Ansible inventory's hosts and groups;
+    the playbook's [hosts] and [groups] win over the inventory's of the same name."""
     try:
         doc = tomlkit.parse(text).unwrap()
     except ParseError as exc:
         reason = str(exc).split(" at line ")[0]
         raise PlaybookError(path, f"TOML syntax error: {reason} (fix the TOML at that line)", line=exc.line) from None
     ld = _Loader(path, text)
+    if "inventory" in doc:
+        where = ld.check_type(doc.pop("inventory"), "str", "", "inventory")
+        inventory = inventory or str(Path(path).parent / os.path.expanduser(where))
     for key in doc:
         if key not in _TOP:
             close = difflib.get_close_matches(key, _TOP, n=1)
@@ -228,6 +258,9 @@ def parse(text: str, path: str = DEFAULT_PLAYBOOK) -> Playbook:
             raise ld.fail(f"unknown table ({hint})", "", key)
 
     hosts: dict[str, HostSpec] = {}
+    groups: dict[str, tuple[str, ...]] = {}
+    if inventory:
+        hosts, groups = load_inventory(inventory)
     for name, data in ld.table(doc, "hosts").items():
         table = f"hosts.{name}"
         if not isinstance(data, dict):
@@ -244,12 +277,11 @@ def parse(text: str, path: str = DEFAULT_PLAYBOOK) -> Playbook:
             raise ld.fail(f"must be a TCP port (1-65535), not {port}", table, "port")
         hosts[name] = HostSpec(name=name, **values)
 
-    groups: dict[str, tuple[str, ...]] = {}
     for name, members in ld.table(doc, "groups").items():
         members = ld.check_type(members, "strlist", "groups", name)
         for member in members:
             if member not in hosts:
-                raise ld.fail(f"names host {member!r}, which is not under [hosts]", "groups", name)
+                raise ld.fail(f"names host {member!r}, which is not under [hosts] or in the inventory", "groups", name)
         groups[name] = tuple(members)
 
     d = ld.section(ld.table(doc, "daemon"), "daemon", "daemon")
@@ -271,6 +303,11 @@ def parse(text: str, path: str = DEFAULT_PLAYBOOK) -> Playbook:
     logs = ld.section(ld.table(doc, "logs"), "logs", "logs")
     releases = ld.section(ld.table(doc, "releases"), "releases", "releases")
     build = ld.section(ld.table(doc, "build"), "build", "build")
+    rollout = ld.section(ld.table(doc, "rollout"), "rollout", "rollout")
+    if rollout.get("parallel", 1) < 1:
+        raise ld.fail("must be at least 1 (1: one host at a time)", "rollout", "parallel")
+    if "max_fail" in rollout:
+        rollout["max_fail"] = str(rollout["max_fail"])
     keep = releases.get("keep", 5)
     if keep < 2:
         raise ld.fail("must be at least 2 (the current release and one to roll back to)", "releases", "keep")
@@ -283,14 +320,27 @@ def parse(text: str, path: str = DEFAULT_PLAYBOOK) -> Playbook:
         log_paths=tuple(logs.get("paths", ())),
         keep_releases=keep,
         build=build,
+        rollout=RolloutSpec(**rollout),
     )
 
 
 _ADHOC = re.compile(r"^(?:(?P<user>[^@\s]+)@)?(?P<address>\[[0-9a-fA-F:]+\]|[^@:\s]+)(?::(?P<port>\d+))?$")
 
 
-def resolve_host(playbook: Playbook, target: str) -> HostSpec:
-    """A HOST argument: a name under [hosts], or user@address:port (user and port optional)."""
+def ssh_config_aliases(paths: tuple[str, ...] = SSH_CONFIGS) -> set[str]:
+    """The names `Host` lines of the ssh_config files give literally (patterns like `gpu*` left out)."""
+    names: set[str] = set()
+    for path in paths:
+        try:
+            names |= paramiko.SSHConfig.from_path(os.path.expanduser(path)).get_hostnames()
+        except (OSError, UnicodeDecodeError, paramiko.ssh_exception.ConfigParseError):
+            continue  # missing or unreadable: ssh would go on without it too
+    return {name for name in names if not set(name) & set("*?!")}
+
+
+def resolve_host(playbook: Playbook, target: str, ssh_aliases: set[str] | None = None) -> HostSpec:
+    """A HOST argument: a name under [hosts], user@address:port (user and port optional), or a bare
+    `Host` alias of ~/.ssh/config, which then decides address, port, user and keys as for `ssh NAME`."""
     if target in playbook.hosts:
         return playbook.hosts[target]
     if "@" in target or ":" in target:
@@ -303,7 +353,10 @@ def resolve_host(playbook: Playbook, target: str) -> HostSpec:
                 user=m["user"],
             )
         raise PlaybookError(playbook.path, f"host {target!r} is not user@address:port", key="HOST")
+    if target in (ssh_config_aliases() if ssh_aliases is None else ssh_aliases):
+        return HostSpec(name=target, address=target)
     known = ", ".join(playbook.hosts) or "none"
     close = difflib.get_close_matches(target, playbook.hosts, n=1)
     hint = f"did you mean {close[0]!r}?" if close else f"hosts in the playbook: {known}"
-    raise PlaybookError(playbook.path, f"unknown host {target!r} ({hint}); add [hosts.{target}] or use user@address:port", key="hosts")
+    raise PlaybookError(playbook.path, f"unknown host {target!r} ({hint}); add [hosts.{target}], a `Host {target}` "
+                        f"in ~/.ssh/config, or use user@address:port", key="hosts")

@@ -1,0 +1,61 @@
+"""How a running daemon was started: its exact argv, where its output goes, its cwd, and the lines of
+its log that say it is ready. For `swapctl init --from HOST`; a command plus a pure parser."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from ..remote import Cmd
+from .status import split_sections
+
+LAUNCH_SCRIPT = r"""
+pid=$1
+printf '==> argv\n'; tr '\0' '\n' < "/proc/$pid/cmdline"
+printf '\n==> stdout\n'; readlink "/proc/$pid/fd/1"
+printf '==> cwd\n'; readlink "/proc/$pid/cwd"
+printf '==> ready\n'
+log=$(readlink "/proc/$pid/fd/1")
+case $log in /*) [ -f "$log" ] && grep -a -m 5 -i -E 'ready|listening|serving' -- "$log";; esac
+exit 0
+"""
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_WORD_READY = re.compile(r"\b(ready|listening|serving)\b", re.I)
+
+
+@dataclass(frozen=True)
+class Launch:
+    argv: tuple[str, ...]
+    stdout: str | None  # the regular file its stdout goes to; None for a pipe, socket, tty or /dev/null
+    cwd: str | None
+    ready_lines: tuple[str, ...]  # log lines that look like its ready line, oldest first
+
+
+def launch_cmd(pid: int) -> Cmd:
+    return Cmd.script(LAUNCH_SCRIPT, str(pid), label="launch")
+
+
+def parse_launch(text: str) -> Launch:
+    s = split_sections(text)
+    stdout = s.get("stdout", "").strip()
+    return Launch(
+        argv=tuple(line for line in s.get("argv", "").split("\n") if line != "") if s.get("argv") else (),
+        stdout=stdout if stdout.startswith("/") and not stdout.startswith(("/dev/", "/proc/")) else None,
+        cwd=s.get("cwd", "").strip() or None,
+        ready_lines=tuple(_ANSI.sub("", line) for line in s.get("ready", "").splitlines() if line.strip()),
+    )
+
+
+def propose_ready(lines: tuple[str, ...]) -> str | None:
+    """An extended regex for the ready line: its message up to the ready word, without the timestamp,
+    level and target before it or the address after it ("cuzk-daemon ready")."""
+    for line in lines:
+        m = _WORD_READY.search(line)
+        if not m:
+            continue
+        head = line[:m.start()]
+        start = max(head.rfind(": ") + 2 if ": " in head else 0, 0)
+        phrase = (head[start:] + m.group()).strip()
+        if phrase:
+            return re.sub(r"([.^$*+?()\[\]{}|\\])", r"\\\1", phrase)
+    return None

@@ -1,0 +1,116 @@
+"""Is a change real or noise? Two samples of one phase's times, compared the way Go's benchstat does.
+
+- The change is that of the medians, with a 95% confidence interval from a bootstrap of the median
+  difference (resampling each side with replacement; a fixed seed, so a verdict is reproducible).
+- Significance from the Mann-Whitney U test (two-sided, normal approximation with tie correction):
+  no assumption that the times are normally distributed, which GPU phase times are not.
+- A change is significant when p < ALPHA, the interval excludes 0 and the medians differ by more than
+  RESOLUTION (cuzk prints whole milliseconds: a median that moves from 5 to 6 ms under a busier machine
+  is the print's rounding, not the build); otherwise it is noise (`~`).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+from typing import Sequence
+
+ALPHA = 0.05
+RESAMPLES = 2000
+MIN_N = 4  # fewer values a side: no verdict
+RESOLUTION = 1.0  # ms: what the logs print
+
+
+@dataclass(frozen=True)
+class Change:
+    """One phase, before against after."""
+
+    n_before: int
+    n_after: int
+    median_before: float
+    median_after: float
+    spread_before: float  # 95% CI half-width of the median, as a fraction of it (benchstat's ±)
+    spread_after: float
+    delta: float | None  # (after - before) / before, of the medians
+    low: float | None  # the 95% interval of delta
+    high: float | None
+    p: float | None  # Mann-Whitney U, two-sided
+
+    @property
+    def significant(self) -> bool:
+        return (self.p is not None and self.p < ALPHA and self.low is not None and self.high is not None
+                and (self.low > 0 or self.high < 0) and abs(self.median_after - self.median_before) > RESOLUTION)
+
+    def line(self, name: str, unit: str = "ms") -> str:
+        """`ntt_kernels  182ms ± 3%  70ms ± 2%  -61.5% (p=0.000 n=40+40)`, `~` where it is noise."""
+        before = f"{_num(self.median_before)}{unit} ± {self.spread_before * 100:.0f}%"
+        after = f"{_num(self.median_after)}{unit} ± {self.spread_after * 100:.0f}%"
+        n = f"n={self.n_before}+{self.n_after}"
+        if self.p is None or self.delta is None:
+            return f"{name}  {before}  {after}  ? ({n}: too few values)"
+        change = f"{self.delta * 100:+.1f}%" if self.significant else "~"
+        return f"{name}  {before}  {after}  {change} (p={self.p:.3f} {n})"
+
+
+def _num(v: float) -> str:
+    return f"{v:,.0f}" if abs(v) >= 10 else f"{v:.2g}"
+
+
+def median(values: Sequence[float]) -> float:
+    s = sorted(values)
+    n = len(s)
+    return (s[(n - 1) // 2] + s[n // 2]) / 2
+
+
+def mann_whitney_p(a: Sequence[float], b: Sequence[float]) -> float:
+    """Two-sided p of the Mann-Whitney U test, normal approximation with tie correction."""
+    n1, n2 = len(a), len(b)
+    pooled = sorted([(v, 0) for v in a] + [(v, 1) for v in b])
+    ranks_a, ties, i = 0.0, 0.0, 0
+    while i < len(pooled):
+        j = i
+        while j < len(pooled) and pooled[j][0] == pooled[i][0]:
+            j += 1
+        rank = (i + j + 1) / 2  # the mean of ranks i+1 .. j
+        ranks_a += rank * sum(1 for k in range(i, j) if pooled[k][1] == 0)
+        t = j - i
+        ties += t ** 3 - t
+        i = j
+    u = ranks_a - n1 * (n1 + 1) / 2
+    n = n1 + n2
+    sigma2 = n1 * n2 / 12 * ((n + 1) - ties / (n * (n - 1)))
+    if sigma2 <= 0:
+        return 1.0  # every value the same
+    z = (abs(u - n1 * n2 / 2) - 0.5) / math.sqrt(sigma2)  # with continuity correction
+    return max(0.0, min(1.0, math.erfc(max(z, 0.0) / math.sqrt(2))))
+
+
+def _bootstrap(values: Sequence[float], rng: random.Random, resamples: int) -> list[float]:
+    n = len(values)
+    return [median(rng.choices(values, k=n)) for _ in range(resamples)]
+
+
+def _interval(draws: list[float]) -> tuple[float, float]:
+    s = sorted(draws)
+    return s[int(0.025 * (len(s) - 1))], s[int(0.975 * (len(s) - 1))]
+
+
+def compare(before: Sequence[float], after: Sequence[float], seed: int = 1, resamples: int = RESAMPLES) -> Change:
+    """The change of the medians from `before` to `after`, with its interval and significance."""
+    rng = random.Random(seed)
+    mb = median(before) if before else math.nan
+    ma = median(after) if after else math.nan
+    if len(before) < MIN_N or len(after) < MIN_N:
+        return Change(len(before), len(after), mb, ma, 0.0, 0.0, None, None, None, None)
+    boot_b, boot_a = _bootstrap(before, rng, resamples), _bootstrap(after, rng, resamples)
+    spread = [(hi - lo) / 2 / abs(m) if m else 0.0 for (lo, hi), m in
+              ((_interval(boot_b), mb), (_interval(boot_a), ma))]
+    delta = (ma - mb) / mb if mb else None
+    low = high = None
+    if mb:
+        ratios = [(a - b) / b for a, b in zip(boot_a, boot_b) if b]
+        if ratios:
+            low, high = _interval(ratios)
+    return Change(len(before), len(after), mb, ma, spread[0], spread[1], delta, low, high,
+                  mann_whitney_p(before, after))

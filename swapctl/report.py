@@ -1,0 +1,93 @@
+"""An experiment's verdict as one self-contained HTML file: tables, and the pictures as inline PNGs, so
+it opens in a browser with no server and travels as one attachment."""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from pathlib import Path
+
+from .experiment import Side, Verdict
+from .logs import plot
+from .logs.gpu import PARTS
+from .logs.timings import _Range
+
+STYLE = """body{font:14px/1.4 system-ui,sans-serif;margin:2em;max-width:1200px}
+table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:.25em .6em;text-align:right}
+th:first-child,td:first-child{text-align:left}.sig{font-weight:bold}.noise{color:#888}
+.verdict{font-size:1.2em;background:#f4f4f4;padding:.6em;border-left:4px solid #55a868}img{max-width:100%}"""
+
+
+def _png(draw) -> str:
+    buf = io.BytesIO()
+    draw(buf)
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+def _pct(x: float | None, scale: float = 100) -> str:
+    return "-" if x is None else f"{x * scale:.1f}%"
+
+
+def _sides(a: Side, b: Side) -> str:
+    rows = [("proofs", a.proofs, b.proofs), ("partitions", a.partitions, b.partitions),
+            ("wall (s)", f"{a.wall_s:.1f}", f"{b.wall_s:.1f}"),
+            ("proofs per hour", f"{a.proofs_per_hour or 0:,.1f}", f"{b.proofs_per_hour or 0:,.1f}"),
+            ("GPU phase share", _pct(a.phase_share), _pct(b.phase_share))]
+    for g in sorted(set(a.gpu_busy) | set(b.gpu_busy)):
+        rows.append((f"GPU {g} busy (dmon sm%)", _pct(a.gpu_busy.get(g), 1), _pct(b.gpu_busy.get(g), 1)))
+    body = "".join(f"<tr><td>{html.escape(str(n))}</td><td>{x}</td><td>{y}</td></tr>" for n, x, y in rows)
+    return f"<table><tr><th></th><th>before</th><th>B</th></tr>{body}</table>"
+
+
+def _phases(v: Verdict) -> str:
+    rows = []
+    for name, c in v.phases.items():
+        cls = "sig" if c.significant else "noise"
+        change = f"{c.delta * 100:+.1f}%" if c.significant and c.delta is not None else "~"
+        ci = f"[{c.low * 100:+.1f}%, {c.high * 100:+.1f}%]" if c.low is not None else "-"
+        p = "-" if c.p is None else f"{c.p:.3f}"
+        rows.append(f"<tr class={cls}><td>{html.escape(name)}</td><td>{c.median_before:,.1f} ± "
+                    f"{c.spread_before * 100:.0f}%</td><td>{c.median_after:,.1f} ± {c.spread_after * 100:.0f}%</td>"
+                    f"<td>{change}</td><td>{ci}</td><td>{p}</td><td>{c.n_before}+{c.n_after}</td></tr>")
+    head = "<tr><th>phase (ms)</th><th>before p50</th><th>B p50</th><th>change</th><th>95% CI</th><th>p</th><th>n</th></tr>"
+    return f"<table>{head}{''.join(rows)}</table>"
+
+
+def write_html(path: Path, v: Verdict, host: str, binary: str, win, offsets: tuple[int, int]) -> None:
+    """The report: the verdict line, both builds' figures, every phase, where the time went, and each
+    build's timeline with the GPU's counters under it."""
+    samples = win.samples()
+    pictures = []
+    with open(win.local, "rb") as f:
+        size = f.seek(0, 2)
+        for label, (lo, hi) in (("before", (offsets[0], offsets[1])), ("B", (offsets[1], size))):
+            lanes = plot.runs([_Range(f, lo, hi)])[-1:]
+            runs = [r for r in (v.before if label == "before" else v.after).report.get("runs", [])][-1:]
+            views = None
+            side_runs = win.runs(lo, hi)[-1:]
+            if samples and side_runs and side_runs[0].epoch:
+                views = [{"epoch": side_runs[0].epoch, "samples": samples}]
+            if lanes:
+                pictures.append((label, _png(lambda buf, lanes=lanes, views=views, label=label:
+                                             plot.draw(lanes, buf, f"{host}: {label}", views))))
+            del runs
+    where_rows = [(f"{label} GPU {g}", parts) for label, s in (("before", v.before), ("B", v.after))
+                  for g, parts in s.where.items()]
+    where = _png(lambda buf: plot.where_bars(where_rows, buf)) if where_rows else None
+    legend = "".join(f"<li><b>{html.escape(k)}</b>: {html.escape(t)}</li>" for k, t in PARTS.items())
+    imgs = "".join(f"<h3>timeline: {html.escape(label)}</h3><img alt='timeline {html.escape(label)}' src='{src}'>"
+                   for label, src in pictures)
+    doc = f"""<!doctype html><html><head><meta charset="utf-8"><title>swapctl experiment: {html.escape(host)}</title>
+<style>{STYLE}</style></head><body>
+<h1>swapctl experiment on {html.escape(host)}</h1>
+<p>B = <code>{html.escape(binary)}</code></p>
+<p class="verdict">{html.escape(v.summary)}</p>
+<h2>the two builds</h2>{_sides(v.before, v.after)}
+<h2>phases</h2><p>medians with the 95% interval of the change (bootstrap of the median difference) and the
+Mann-Whitney U p; <code>~</code>: not significant.</p>{_phases(v)}
+<h2>where the time goes</h2>{f"<img alt='where the time goes' src='{where}'>" if where else "<p>no GPU phases</p>"}
+<ul>{legend}</ul>
+{imgs}
+</body></html>"""
+    path.write_text(doc)

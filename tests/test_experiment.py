@@ -1,0 +1,151 @@
+"""swapctl experiment on a real sshd host with real prover processes: the pageable and the pinned build
+of the stand-in, a build against itself, a build that crashes, a baseline too small, Ctrl-C in the window,
+and the HTML report rendered by a real headless browser (Debian's chromium)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lab import build_prover, prover_config, swapctl, wait_until
+from swapctl.logs.stats import compare, mann_whitney_p
+
+# the copy of 48 MiB a partition dominates ntt_kernels in the pageable build; the pinned build overlaps it
+COPY = dict(memory_mib=8, jobs=-1, partitions=8, partition_mib=48, synth_ms=5, gpu_ms=20)
+# no copy to speak of: ntt_kernels is a 5 ms busy loop in either build
+STEADY = dict(memory_mib=8, jobs=-1, partitions=4, partition_mib=1, synth_ms=5, gpu_ms=20)
+
+
+@pytest.fixture(scope="module")
+def builds(lab_dir):
+    return {kind: build_prover(lab_dir / "bin" / f"prover-x-{kind}", TIMING="1", PINNED=pinned, TAG=f"x-{kind}")
+            for kind, pinned in (("pageable", "0"), ("pinned", "1"), ("again", "0"))}
+
+
+def run(box, *args, timeout=180):
+    return swapctl("experiment", "lab", "-p", str(box.playbook_path), "--dest", str(box.workdir / "logs"),
+                   "--yes", *args, timeout=timeout)
+
+
+def test_pinned_against_pageable_calls_ntt_kernels_faster_with_an_interval_that_excludes_zero(
+        box, builds, swapctl_env, tmp_path):
+    pid = box.start_by_hand(builds["pageable"], config=prover_config(**COPY))
+    report = tmp_path / "r.html"
+    r = run(box, "--binary", str(builds["pinned"]), "--for", "6s", "--baseline", "4s", "--min-proofs", "4",
+            "--then", "rollback", "--json", "--report", str(report))
+    assert r.returncode == 0, r.stderr
+    v = json.loads(r.stdout)
+    ntt = v["phases"]["ntt_kernels"]
+    assert ntt["significant"] and ntt["delta"] < -0.2 and ntt["high"] < 0, ntt
+    assert v["before"]["proofs"] >= 4 and v["after"]["proofs"] >= 4
+    assert v["summary"].startswith("ntt_kernels -") and "proofs/h" in v["summary"]
+    # rolled back: the pageable build runs again, with the same command line
+    [now] = box.daemons()
+    assert now != pid and _sha(f"/proc/{now}/exe") == _sha(builds["pageable"])
+    assert Path(f"/proc/{now}/cmdline").read_bytes().split(b"\0")[1:3] == [b"--config", str(box.config).encode()]
+    assert "rolled back" in r.stderr
+    journal = [json.loads(j) for j in (box.data / ".swapctl" / "cuzk" / "journal.jsonl").read_text().splitlines()]
+    [entry] = [e for e in journal if e.get("action") == "experiment"]
+    assert entry["decision"] == "rollback" and entry["verdict"] == v["summary"]
+    doc = report.read_text()
+    assert "ntt_kernels" in doc and doc.count("data:image/png;base64,") >= 2 and "http" not in doc.split("<body>")[1]
+    _screenshot_shows_the_report(report, tmp_path)
+
+
+def _screenshot_shows_the_report(report: Path, tmp_path: Path) -> None:
+    """The report in a real headless browser: the tables and the pictures render (no server, no network)."""
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    assert browser, "chromium is needed for this test (.ci/run installs it: apt-get install chromium)"
+    shot = tmp_path / "shot.png"
+    subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", f"--screenshot={shot}",
+                    "--window-size=1200,2400", f"file://{report}"], check=True, capture_output=True, timeout=120)
+    from matplotlib import image
+
+    pixels = image.imread(str(shot))
+    assert pixels.shape[0] >= 2000 and pixels.shape[1] >= 1100
+    colours = {tuple(p) for p in (pixels[::8, ::8, :3] * 255).astype(int).reshape(-1, 3)}
+    assert len(colours) > 40, "the screenshot is nearly blank: the report did not render"
+
+
+def test_a_build_against_itself_is_no_significant_change(box, builds, swapctl_env):
+    box.start_by_hand(builds["pageable"], config=prover_config(**STEADY))
+    r = run(box, "--binary", str(builds["again"]), "--for", "4s", "--baseline", "3s", "--min-proofs", "4",
+            "--then", "keep", "--json")
+    assert r.returncode == 0, r.stderr
+    v = json.loads(r.stdout)
+    assert not v["phases"]["ntt_kernels"]["significant"]
+    assert "~" in v["phases"]["ntt_kernels"]["line"]
+    assert "keeping B" in r.stderr
+    [pid] = box.daemons()
+    assert _sha(f"/proc/{pid}/exe") == _sha(builds["again"])  # B runs: kept
+
+
+def test_a_build_that_crashes_is_rolled_back_by_the_deploy_and_the_verdict_says_so(
+        box, builds, prover_crash, swapctl_env):
+    old = box.start_by_hand(builds["pageable"], config=prover_config(**STEADY))
+    r = run(box, "--binary", str(prover_crash), "--for", "4s", "--baseline", "3s", "--min-proofs", "2")
+    assert r.returncode == 4, r.stderr
+    assert "B did not come up" in r.stderr
+    [now] = box.daemons()
+    assert now != old and _sha(f"/proc/{now}/exe") == _sha(builds["pageable"])  # started again by the rollback
+
+
+def test_a_baseline_too_small_changes_nothing(box, builds, swapctl_env):
+    pid = box.start_by_hand(builds["pageable"], config=prover_config(**{**STEADY, "jobs": 0}))
+    r = run(box, "--binary", str(builds["pinned"]), "--baseline", "1s", "--min-proofs", "3")
+    assert r.returncode == 3, r.stderr
+    assert "baseline too small" in r.stderr and "Nothing changed" in r.stderr
+    assert box.daemons() == [pid]
+
+
+def test_ctrl_c_in_the_window_rolls_back_and_says_so(box, builds, swapctl_env):
+    box.start_by_hand(builds["pageable"], config=prover_config(**STEADY))
+    proc = subprocess.Popen([sys.executable, "-m", "swapctl", "experiment", "lab", "-p", str(box.playbook_path),
+                             "--dest", str(box.workdir / "logs"), "--yes", "--binary", str(builds["pinned"]),
+                             "--for", "60s", "--baseline", "3s", "--min-proofs", "2", "--then", "keep"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONFAULTHANDLER": "1"})
+    lines = []
+    wait_until(lambda: lines.append(proc.stderr.readline()) or "window:" in lines[-1], timeout=90,
+               what="the window's first progress line")
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    err = "".join(lines) + err
+    assert "interrupted in the window: rolling back" in err and "rolled back" in err
+    assert proc.returncode == 3
+    [pid] = box.daemons()
+    assert _sha(f"/proc/{pid}/exe") == _sha(builds["pageable"])  # the build before B
+
+
+def _sha(path) -> str:
+    import hashlib
+
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize("a,b,p", [
+    ([1, 2, 3, 4, 5], [6, 7, 8, 9, 10], 0.0122),  # U = 0: z = (12.5 - 0.5) / sqrt(25 * 11 / 12)
+    ([1, 2, 3, 4, 5], [1, 2, 3, 4, 5], 1.0),
+    ([5] * 6, [5] * 6, 1.0),
+])
+def test_mann_whitney_p_by_hand(a, b, p):
+    assert mann_whitney_p(a, b) == pytest.approx(p, abs=5e-4)
+
+
+def test_the_interval_of_a_clear_change_excludes_zero_and_of_none_includes_it():
+    before = [100 + (i % 7) for i in range(40)]
+    faster = [60 + (i % 5) for i in range(40)]
+    c = compare(before, faster)
+    assert c.significant and c.low < c.delta < c.high < 0 and c.delta == pytest.approx((62 - 103) / 103)
+    same = compare(before, list(reversed(before)))
+    assert not same.significant and same.low <= 0 <= same.high
+    one_ms = compare([5.0] * 30 + [6.0] * 10, [6.0] * 30 + [5.0] * 10)  # the print's rounding, not a change
+    assert one_ms.p < 0.05 and not one_ms.significant
+    assert "~" in same.line("x") and "-39.8%" in c.line("x")
