@@ -75,6 +75,10 @@ class RemoteTimeout(SwapctlError):
     pass
 
 
+class RemoteOutputTooLarge(SwapctlError):
+    """A host sent more than swapctl reads back from that command: a line or an output past its cap."""
+
+
 class RolledBack(SwapctlError):
     exit_code = ExitCode.ROLLED_BACK
 

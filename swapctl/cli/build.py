@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.text import Text
 
 from .. import build as builder
 from .. import playbook as pb
@@ -45,7 +44,7 @@ def run(book: pb.Playbook, pairs: list[str], output: str, verbose: bool) -> buil
     with err.status(text(f"building {spec.dockerfile} {shown}")) as status:
         def line(s: str) -> None:
             if verbose:
-                err.print(Text(s), style="dim")
+                err.print(text(s), style="dim")
             elif s.startswith("Step "):
                 status.update(text(f"building: {s[:120]}"))
 

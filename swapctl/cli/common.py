@@ -14,6 +14,7 @@ from rich.text import Text
 
 from .. import playbook as pb
 from ..errors import BadInput, ExitCode, SwapctlError
+from .terminal import log_lines, visible
 
 PlaybookOpt = Annotated[
     str | None,
@@ -27,15 +28,22 @@ out = Console(highlight=False)
 err = Console(stderr=True, highlight=False, soft_wrap=True)  # an error stays one line
 
 
-def text(value: object) -> Text:
-    """Remote text as plain text: never read as rich markup, control codes stripped."""
-    return Text("" if value is None else str(value))
+def text(value: object, *, newlines: bool = False) -> Text:
+    """Remote text as plain text: never read as rich markup, every control character shown as `\\xNN`
+    (tab kept; newlines too with `newlines`). The one way anything from a host reaches the terminal."""
+    return Text(visible("" if value is None else str(value), newlines=newlines))
+
+
+def stacked(*fields: object) -> Text:
+    """Fields stacked in one table cell, one a line, each shown as text() shows it: a newline inside a
+    remote field is written out, so it cannot forge the line below."""
+    return Text("\n").join(text(f) for f in fields)
 
 
 def fail(exc: SwapctlError) -> NoReturn:
-    err.print(Text(f"swapctl: {exc}", style="bold red"))
+    err.print(text(f"swapctl: {exc}"), style="bold red")
     if exc.detail and exc.detail.strip() not in str(exc):
-        err.print(Text(exc.detail.rstrip()[-4000:]), style="dim")
+        err.print(log_lines(exc.detail.rstrip()[-4000:]), style="dim")  # a log tail: its colours, no more
     raise typer.Exit(int(exc.exit_code))
 
 

@@ -14,6 +14,7 @@ from ..gpu.sampler import fetch_patterns
 from ..logs.fetch import Fetched, LogFetcher
 from ..remote.group import on_hosts
 from .common import JsonOpt, PlaybookOpt, err, guarded, out, print_json, select_hosts, text, worst
+from .terminal import log_lines
 
 
 def fetch_logs(
@@ -49,8 +50,14 @@ def _fetch(targets: list[str], dest: Path, follow: bool, playbook_path: str | No
     specs = select_hosts(book, targets)
     # the GPU sampler's segments and notes come too, under their own names (swapctl.gpu.sampler)
     samples = fetch_patterns(book.daemon.state_dir) if book.daemon.binary else []
-    results = on_hosts(specs, lambda host: LogFetcher(
-        host, dest, since=_since_deploy(host, book) if since_deploy else None).fetch(patterns + samples))
+
+    def one(host) -> list[Fetched]:
+        fetcher = LogFetcher(host, dest, since=_since_deploy(host, book) if since_deploy else None)
+        fetched = fetcher.fetch(patterns + samples)
+        _refused(host.name, fetcher.refused)
+        return fetched
+
+    results = on_hosts(specs, one)
     codes = []
     for name, r in results.items():
         if isinstance(r, BaseException):
@@ -72,6 +79,12 @@ def _fetch(targets: list[str], dest: Path, follow: bool, playbook_path: str | No
     return worst(codes)
 
 
+def _refused(host: str, names: list[str]) -> None:
+    """Names the host listed outside logs.paths (or not UTF-8): never fetched, and said so."""
+    for name in names:
+        err.print(text(f"swapctl: {host}: not fetched, outside logs.paths: {name}"), style="yellow")
+
+
 def _line(host: str, f: Fetched) -> None:
     note = " (rotated or truncated on the host: new local copy)" if f.restarted else ""
     ratio = f", {f.wire_bytes:,} on the wire ({f.method})" if f.new_bytes else ""
@@ -83,14 +96,17 @@ def _follow(spec: pb.HostSpec, dest: Path, patterns: list[str]) -> None:
     from ..remote import connect
 
     with connect(spec) as host:
-        fetcher = LogFetcher(host, dest)
+        fetcher, warned = LogFetcher(host, dest), set()
         try:
             while True:
-                for f in fetcher.fetch(patterns):
+                fetched = fetcher.fetch(patterns)
+                _refused(spec.name, [n for n in fetcher.refused if n not in warned])  # once each
+                warned.update(fetcher.refused)
+                for f in fetched:
                     if f.new_bytes:
                         with open(f.local, "rb") as fh:
                             fh.seek(-f.new_bytes, 2)
-                            out.print(text(fh.read().decode("utf-8", "replace").rstrip("\n")))
+                            out.print(log_lines(fh.read().decode("utf-8", "replace").rstrip("\n")))
                 time.sleep(1)
         except KeyboardInterrupt:
             err.print("stopped following")

@@ -281,7 +281,7 @@ def summary(results: dict[str, Result | str], why_skipped: str) -> None:
             how = f"{up.get('method', '')}" + (f", {r.upload_mb_s:.0f} MB/s" if r.upload_mb_s else "")
             mem = r.steps.get("memory")
             ready = r.steps.get("ready")
-            t.add_row(text(name), r.outcome, how, "" if mem is None else f"{mem:.2f} s",
+            t.add_row(text(name), r.outcome, text(how), "" if mem is None else f"{mem:.2f} s",
                       "" if ready is None else f"{ready:.2f} s", text(r.message),
                       style="green" if r.outcome in ("deployed", "rolled-back") else None)
     out.print(t)

@@ -11,7 +11,7 @@ from .. import playbook as pb
 from ..remote import connect
 from ..swap.deploy import Swap
 from ..swap.releases import releases_newest_first
-from .common import JsonOpt, PlaybookOpt, guarded, out, print_json, select_hosts, text, when
+from .common import JsonOpt, PlaybookOpt, guarded, out, print_json, select_hosts, stacked, text, when
 
 
 def history(
@@ -49,8 +49,8 @@ def _history(target: str, playbook_path: str | None, as_json: bool) -> int:
     for i, r in enumerate(ordered, 1):
         args = (r.build or {}).get("args", {})
         built = " ".join(f"{k}={v}" for k, v in args.items()) or ("docker" if r.build else "-")
-        t.add_row(str(i), "*" if r.id == current else "", text(f"{r.id}\n{r.source}, {r.status}"),
-                  text(f"{when(r.created)}\n{r.by or '-'}"), text(f"{built}\n{' '.join(r.argv or ()) or '-'}"),
+        t.add_row(str(i), "*" if r.id == current else "", stacked(r.id, f"{r.source}, {r.status}"),
+                  stacked(when(r.created), r.by or "-"), stacked(built, " ".join(r.argv or ()) or "-"),
                   style="red" if r.status == "bad" else None)
     out.print(t)
     j = Table(title="journal", title_justify="left")
@@ -60,8 +60,8 @@ def _history(target: str, playbook_path: str | None, as_json: bool) -> int:
     j.add_column("steps (s)", overflow="fold", ratio=1)
     for e in entries:
         steps = " ".join(f"{k}={v:.2f}" for k, v in (e.get("steps") or {}).items())
-        j.add_row(text(f"{when(str(e.get('time', '')))}\n{e.get('by') or '-'}"),
-                  text(f"{e.get('action', '')}\n{e.get('outcome', '')}"),
-                  text(f"{(e.get('from') or '-')[:12]}\n{(e.get('to') or '-')[:12]}"), text(steps))
+        j.add_row(stacked(when(str(e.get("time", ""))), e.get("by") or "-"),
+                  stacked(e.get("action", ""), e.get("outcome", "")),
+                  stacked(str(e.get("from") or "-")[:12], str(e.get("to") or "-")[:12]), text(steps))
     out.print(j)
     return 0

@@ -17,6 +17,7 @@ from rich.text import Text
 
 from ..swap.deploy import Event
 from .common import err, text
+from .terminal import log_line
 
 
 class Reporter:
@@ -49,7 +50,7 @@ class Reporter:
             return
         self.close()
         if e.log_line is not None:
-            err.print(Text("  | ") + Text.from_ansi(e.log_line), style="dim")
+            err.print(Text("  | ") + log_line(e.log_line), style="dim")
             return
         if e.step == "memory" and e.message.startswith("MemAvailable"):
             now = time.monotonic()
@@ -94,9 +95,9 @@ class FleetView:
             if e.step == "upload" and e.total:
                 row[1], row[2] = "", (e.done or 0, e.total, e.wire)
             elif e.log_line is not None:
-                row[1] = Text.from_ansi(e.log_line).plain
+                row[1] = log_line(e.log_line).plain
             else:
-                row[1] = e.message
+                row[1] = e.message  # shown through text() in __rich__
         if e.step == "rollback":
             self.console.print(text(f"{host} rollback: {e.message}"), style="bold red")
 

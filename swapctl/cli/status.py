@@ -10,8 +10,9 @@ from rich.table import Table
 from .. import playbook as pb
 from ..errors import ExitCode, SwapctlError
 from ..facts.status import HostStatus, gather
+from ..masking import masked_env
 from ..remote.group import on_hosts
-from .common import JsonOpt, LimitOpt, PlaybookOpt, duration, err, gib, guarded, out, print_json, select_hosts, size, text, when, worst
+from .common import JsonOpt, LimitOpt, PlaybookOpt, duration, err, gib, guarded, out, print_json, select_hosts, size, stacked, text, when, worst
 
 
 def status(
@@ -43,6 +44,7 @@ def _status(targets: list[str], playbook_path: str | None, as_json: bool, limit:
                 doc[name] = {"error": str(result), "exit_code": int(code)}
             else:
                 doc[name] = {k: v for k, v in result.__dict__.items() if k != "processes"}
+                doc[name]["releases"] = [_shown(r, book.daemon.secret_env) for r in result.releases]
         print_json({"hosts": doc})
     else:
         for name, result in results.items():
@@ -51,6 +53,13 @@ def _status(targets: list[str], playbook_path: str | None, as_json: bool, limit:
             else:
                 render(result)
     return worst(codes)
+
+
+def _shown(release: dict, secret_env: tuple[str, ...]) -> dict:
+    """A release's manifest as --json shows it: its environment's secrets masked (swapctl.masking)."""
+    if "env" not in release:
+        return release
+    return {**release, "env": masked_env(release["env"], secret_env)}
 
 
 def render(st: HostStatus) -> None:
@@ -83,7 +92,7 @@ def render(st: HostStatus) -> None:
         for gpu in st.gpus:
             ecc = "-" if gpu.ecc_uncorrected is None else str(gpu.ecc_uncorrected)
             g.add_row(
-                str(gpu.index), text(f"{gpu.name}\ngen{gpu.pcie_gen} x{gpu.pcie_width}"),
+                str(gpu.index), stacked(gpu.name, f"gen{gpu.pcie_gen} x{gpu.pcie_width}"),
                 f"{gpu.memory_used_mib or 0:.0f}/{gpu.memory_total_mib or 0:.0f} MiB\n{gpu.utilization_pct or 0:.0f}%",
                 f"{gpu.power_w or 0:.0f}/{gpu.power_limit_w or 0:.0f} W\n{gpu.temperature_c or 0:.0f}C",
                 f"{gpu.sm_clock_mhz or 0:.0f}/{gpu.max_sm_clock_mhz or 0:.0f}", ecc,
@@ -113,11 +122,13 @@ def render(st: HostStatus) -> None:
         r.add_column("sha256\nstatus", no_wrap=True)
         r.add_column("created\nby", no_wrap=True, overflow="ellipsis", max_width=19)
         r.add_column("command line", overflow="fold", ratio=1)
-        for rel in st.releases:
-            current = st.current_release is not None and rel.get("sha256", "")[:12] in st.current_release
-            r.add_row("*" if current else "", text(f"{rel.get('sha256', '')[:12]}\n{rel.get('status', '')}"),
-                      text(f"{when(rel.get('created', ''))}\n{rel.get('by') or '-'}"),
-                      text(" ".join(rel.get("argv", []))))
+        for rel in st.releases:  # a manifest read from the host: any field may be of any type
+            sha = str(rel.get("sha256") or "")[:12]
+            argv = rel.get("argv") or []
+            current = st.current_release is not None and bool(sha) and sha in st.current_release
+            r.add_row("*" if current else "", stacked(sha, rel.get("status", "")),
+                      stacked(when(str(rel.get("created", ""))), rel.get("by") or "-"),
+                      text(" ".join(map(str, argv)) if isinstance(argv, list) else argv))
         out.print(r)
     else:
         out.print("releases: none (swapctl has not deployed here)")

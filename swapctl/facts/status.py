@@ -15,7 +15,7 @@ bin=$1; state=$2; PS_FORMAT=$3; GPU_FIELDS=$4; GPU_APPS=$5; shift 5
 sec() { printf '\n==> %s\n' "$1"; }
 sec host; uname -m; uname -n
 sec self; echo "$$"
-sec ps; ps -ww -eo "$PS_FORMAT"
+sec ps; ps -ww -eo "$PS_FORMAT" | cut -c 1-65536  # any user's argv: a line of it is enough
 sec links; find /proc/[0-9]*/exe /proc/[0-9]*/cwd -maxdepth 0 -printf '%p\t%l\n' 2>/dev/null
 sec meminfo; cat /proc/meminfo
 sec loadavg; cat /proc/loadavg
@@ -38,7 +38,8 @@ if [ -n "$state" ] && [ -d "$g" ]; then
   tail -n 1 -- "$g/gpu-sampler.notes" 2>/dev/null
 fi
 sec releases
-for m in "$state"/releases/*/manifest.json; do [ -f "$m" ] && { tr -d '\n' < "$m"; echo; }; done
+# a manifest over 1 MiB is no manifest swapctl wrote: cut, it does not parse, and is not shown
+for m in "$state"/releases/*/manifest.json; do [ -f "$m" ] && { head -c 1048576 -- "$m" | tr -d '\n'; echo; }; done
 exit 0
 """
 
@@ -148,9 +149,11 @@ def parse_status(host: str, text: str, daemon: DaemonSpec, df_paths: list[str]) 
     releases = []
     for line in s.get("releases", "").splitlines():
         try:
-            releases.append(json.loads(line))
+            manifest = json.loads(line)
         except json.JSONDecodeError:
             continue  # a manifest being rewritten; the next status shows it
+        if isinstance(manifest, dict):  # read from the host: what is no JSON object is no manifest
+            releases.append(manifest)
     return HostStatus(
         host=host,
         arch=host_lines[0].strip(),
@@ -165,7 +168,7 @@ def parse_status(host: str, text: str, daemon: DaemonSpec, df_paths: list[str]) 
         disks=tuple(disks),
         load=system.parse_loadavg(s.get("loadavg", "")),
         current_release=s.get("current", "").strip() or None,
-        releases=tuple(sorted(releases, key=lambda r: r.get("created", ""))),
+        releases=tuple(sorted(releases, key=lambda r: str(r.get("created", "")))),
         processes=tuple(procs),
         swapping=s.get("swapping", "").strip() == "yes",
         gpu_sampler=_sampler_line(s.get("gpu-sampler", "")),

@@ -7,7 +7,10 @@ start into a new local name: generations are never mixed.
 
 from __future__ import annotations
 
+import fnmatch
 import json
+import posixpath
+import re
 import zlib
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -15,24 +18,81 @@ from typing import Callable
 
 import zstandard
 
+from ..errors import BadInput, RemoteCommandFailed, RemoteOutputTooLarge
 from ..remote import Cmd, Host
 
+# The listing is NUL-separated: a file name may hold any byte but NUL, newlines included, and a name
+# holding "\nFILE 1 99 .profile\n" once made a newline-separated listing name root's ~/.profile. Each
+# file is `FILE <inode> <size>\0<path as globbed>\0<path resolved>\0`; the resolved path (symlinks
+# followed) is what is read, and both must match a configured pattern (checked here, not trusted).
 LIST = r"""
 IFS='
 '
-printf 'TOOLS %s %s\n' "$(command -v zstd >/dev/null 2>&1 && echo zstd)" "$(command -v gzip >/dev/null 2>&1 && echo gzip)"
-for pat; do for f in $pat; do [ -f "$f" ] && stat -c 'FILE %i %s %n' -- "$f"; done; done
+printf 'TOOLS %s %s\0' "$(command -v zstd >/dev/null 2>&1 && echo zstd)" "$(command -v gzip >/dev/null 2>&1 && echo gzip)"
+for pat; do for f in $pat; do
+  [ -f "$f" ] || continue
+  real=$(readlink -f -- "$f" && echo x) || continue
+  real=${real%?x}  # kept whole: $(...) alone would drop a name's trailing newlines
+  info=$(stat -L -c '%i %s' -- "$real") || continue
+  printf 'FILE %s\0%s\0%s\0' "$info" "$f" "$real"
+done; done
 exit 0
 """
 
+# Reads what it opened, not what the name says a moment later: the file is opened once, and the path
+# /proc/self/fd names must still be the listed one and a regular file (a symlink swapped in meanwhile,
+# or a FIFO that would block, is refused).
 READ = r"""
 f=$1; off=$2; len=$3; method=$4
-tail -c "+$((off + 1))" -- "$f" | head -c "$len" | case "$method" in
+[ -f "$f" ] && [ ! -L "$f" ] || { echo "$f is no longer a regular file" >&2; exit 3; }
+exec 3< "$f" || exit 3
+opened=$(readlink "/proc/$$/fd/3" && echo x); opened=${opened%?x}
+[ "$opened" = "$f" ] && [ -f "/proc/$$/fd/3" ] || { echo "$f changed while it was opened" >&2; exit 3; }
+tail -c "+$((off + 1))" <&3 | head -c "$len" | case "$method" in
   zstd) zstd -q -c -3 ;;
   gzip) gzip -1 -c ;;
   *) cat ;;
 esac
 """
+
+MAX_LISTING = 16 << 20  # bytes of listing read back: some 100,000 files
+
+
+def within(path: str, patterns: list[str]) -> bool:
+    """Whether `path` is absolute, normal (no `.`, `..` or `//`) and matches one of the glob `patterns`
+    component by component, as the host's shell globbed it (`*` never crosses a `/`)."""
+    if not path.startswith("/") or posixpath.normpath(path) != path:
+        return False
+    parts = path.split("/")
+    for pattern in patterns:
+        pieces = pattern.split("/")
+        if len(pieces) == len(parts) and all(fnmatch.fnmatchcase(a, p) for a, p in zip(parts, pieces)):
+            return True
+    return False
+
+
+def parse_listing(raw: bytes, patterns: list[str]) -> tuple[list[str], list[tuple[int, int, str, str]], list[str]]:
+    """LIST's output -> (tools, [(inode, size, path, resolved)], refused names). A record whose names are
+    not UTF-8 or lie outside `patterns` is refused, never fetched."""
+    fields = raw.split(b"\0")
+    tools = fields[0].decode("ascii", "replace").split()[1:] if fields and fields[0].startswith(b"TOOLS") else []
+    files, refused = [], []
+    i = 1
+    while i + 2 < len(fields):
+        head, path_b, real_b = fields[i:i + 3]
+        i += 3
+        words = head.split()
+        try:
+            path, real = path_b.decode("utf-8"), real_b.decode("utf-8")
+        except UnicodeDecodeError:
+            refused.append(path_b.decode("utf-8", "replace"))
+            continue
+        if len(words) != 3 or words[0] != b"FILE" or not all(w.isdigit() for w in words[1:]) \
+                or not within(path, patterns) or not within(real, patterns):
+            refused.append(path if real == path else f"{path} -> {real}")
+            continue
+        files.append((int(words[1]), int(words[2]), path, real))
+    return tools, files, refused
 
 
 @dataclass(frozen=True)
@@ -65,6 +125,7 @@ class LogFetcher:
         self.state_path = self.dir / ".swapctl-fetch.json"
         self.state: dict[str, dict] = json.loads(self.state_path.read_text()) if self.state_path.exists() else {}
         self.on_bytes = on_bytes or (lambda name, n: None)
+        self.refused: list[str] = []  # names the last listing held that are outside the patterns
 
     def _save(self) -> None:
         tmp = self.state_path.with_suffix(".tmp")
@@ -72,7 +133,7 @@ class LogFetcher:
         tmp.replace(self.state_path)
 
     def _new_name(self, remote: str) -> str:
-        base = PurePosixPath(remote).name
+        base = re.sub(r"[\x00-\x1f\x7f]", "_", PurePosixPath(remote).name)  # a local name with no newline
         if remote in self.since:
             base = f"{base}.{self.since[remote][1]}"
         taken = {s["local"] for s in self.state.values()} | {p.name for p in self.dir.iterdir()}
@@ -82,16 +143,27 @@ class LogFetcher:
         return name
 
     def fetch(self, patterns: list[str]) -> list[Fetched]:
-        listing = self.host.run(Cmd.script(LIST, *patterns, label="list-logs")).stdout.splitlines()
-        tools = listing[0].split()[1:] if listing and listing[0].startswith("TOOLS") else []
-        method = "zstd" if "zstd" in tools else "gzip" if "gzip" in tools else "plain"
-        results = []
-        for line in listing[1:]:
-            _, inode, size, path = line.split(" ", 3)
-            results.append(self._one(path, int(inode), int(size), method))
-        return results
+        """Fetches the new bytes of every file the patterns match; names refused are in `self.refused`."""
+        relative = [p for p in patterns if not p.startswith("/")]
+        if relative:
+            raise BadInput(f"logs.paths: {relative[0]!r} is not an absolute path; give the full path on the host")
+        listing = bytearray()
 
-    def _one(self, remote: str, inode: int, size: int, method: str) -> Fetched:
+        def keep(data: bytes) -> None:
+            listing.extend(data)
+            if len(listing) > MAX_LISTING:
+                raise RemoteOutputTooLarge(f"the log listing is over {MAX_LISTING >> 20} MiB; narrow logs.paths",
+                                           host=self.host.name)
+
+        cmd = Cmd.script(LIST, *patterns, label="list-logs")
+        code, err = self.host.stream_bytes(cmd, keep)
+        if code != 0:
+            raise RemoteCommandFailed(self.host.name, str(cmd), code, err.decode("utf-8", "replace"))
+        tools, files, self.refused = parse_listing(bytes(listing), patterns)
+        method = "zstd" if "zstd" in tools else "gzip" if "gzip" in tools else "plain"
+        return [self._one(path, inode, size, method, real) for inode, size, path, real in files]
+
+    def _one(self, remote: str, inode: int, size: int, method: str, real: str) -> Fetched:
         start, tag = self.since.get(remote, (0, ""))
         key = f"{remote}@{tag}" if tag else remote
         known = self.state.get(key)
@@ -122,11 +194,9 @@ class LogFetcher:
                         self.on_bytes(remote, len(data))
 
                 code, err = self.host.stream_bytes(
-                    Cmd.script(READ, remote, str(offset), str(size - offset), method, label="read-log"),
+                    Cmd.script(READ, real, str(offset), str(size - offset), method, label="read-log"),
                     write, timeout=3600)
             if code != 0:
-                from ..errors import RemoteCommandFailed
-
                 raise RemoteCommandFailed(self.host.name, f"read {remote}", code, err.decode(errors="replace"))
         new = start + (local.stat().st_size if local.exists() else 0) - offset
         return Fetched(remote=remote, local=str(local), new_bytes=new, wire_bytes=wire, method=method,

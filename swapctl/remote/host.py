@@ -10,7 +10,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import BinaryIO, Callable, Iterable
 
-from ..errors import RemoteCommandFailed, RemoteTimeout
+from ..errors import RemoteCommandFailed, RemoteOutputTooLarge, RemoteTimeout
 from .cmd import Cmd
 
 LineSink = Callable[[str], None]
@@ -35,20 +35,28 @@ class Host(ABC):
     name: str
 
     def run(self, cmd: Cmd, *, stdin: bytes | None = None, timeout: float = 120, check: bool = True,
-            hint: str = "") -> Result:
-        """Runs `cmd` to completion; raises RemoteCommandFailed on a non-zero exit when `check`."""
-        out: list[str] = []
-        result = self.stream(cmd, out.append, stdin=stdin, timeout=timeout)
+            hint: str = "", max_output: int | None = None) -> Result:
+        """Runs `cmd` to completion; raises RemoteCommandFailed on a non-zero exit when `check`, and
+        RemoteOutputTooLarge past `max_output` bytes of stdout (MAX_OUTPUT), lines cut to MAX_LINE."""
+        lines = _Lines(None, self._too_large(cmd), max_output or MAX_OUTPUT)
+        code, err = self.stream_bytes(cmd, lines.feed, stdin=stdin, timeout=timeout)
+        result = Result(cmd, code, lines.finish(), err.decode("utf-8", "replace"))
         if check and not result.ok:
             tail = (result.stderr or result.stdout)[-2000:]
             raise RemoteCommandFailed(self.name, str(cmd), result.exit_code, tail, hint)
         return result
 
     def stream(self, cmd: Cmd, on_line: LineSink, *, stdin: bytes | None = None, timeout: float = 120) -> Result:
-        """Runs `cmd`, handing each stdout line to `on_line` as it arrives."""
+        """Runs `cmd`, handing each stdout line to `on_line` as it arrives (cut to MAX_LINE); the Result
+        keeps at most MAX_OUTPUT bytes of it, and never raises for more: a swap streams to its end."""
         lines = _Lines(on_line)
         code, err = self.stream_bytes(cmd, lines.feed, stdin=stdin, timeout=timeout)
         return Result(cmd, code, lines.finish(), err.decode("utf-8", "replace"))
+
+    def _too_large(self, cmd: Cmd) -> Callable[[int], RemoteOutputTooLarge]:
+        return lambda cap: RemoteOutputTooLarge(
+            f"`{cmd}` sent more than {cap >> 20} MiB, more than swapctl reads back; a file it reads on the host "
+            f"(a manifest, the journal) has grown past any real size: look at it", host=self.name)
 
     @abstractmethod
     def stream_bytes(self, cmd: Cmd, on_data: Callable[[bytes], None], *, stdin: bytes | None = None,
@@ -117,24 +125,68 @@ class Prepared:
             self._close()
 
 
-class _Lines:
-    """Splits a byte stream into text lines as data arrives."""
+# What swapctl reads back from a host is bounded: a hostile or broken host can send a line or an output of
+# any size. A process's argv and environment together are at most 6 MiB on Linux (ARG_MAX's ceiling), 8 MiB
+# as base64: no line swapctl needs is longer than MAX_LINE. Longer lines are cut, the rest counted, not kept.
+MAX_LINE = 10 << 20
+MAX_OUTPUT = 256 << 20  # bytes of stdout kept for a Result: run() raises past it, stream() stops keeping
+MAX_STDERR = 1 << 20  # the last bytes of stderr kept: an error shows only its tail
 
-    def __init__(self, sink: LineSink):
-        self.sink, self.buf, self.all = sink, b"", bytearray()
+
+def keep_tail(buf: bytearray, data: bytes, cap: int = MAX_STDERR) -> None:
+    """Appends `data` to `buf`, keeping only its last `cap` bytes (in amortized linear time)."""
+    buf += data
+    if len(buf) > 2 * cap:
+        del buf[:-cap]
+
+
+class _Lines:
+    """Splits a byte stream into text lines as data arrives. Each byte is scanned for a newline once (the
+    pending line is never split again: that was quadratic on a long line), a line is cut at MAX_LINE, and
+    at most `max_output` bytes are kept; past that `too_large` is raised, or without it nothing more kept."""
+
+    def __init__(self, sink: LineSink | None, too_large: Callable[[int], Exception] | None = None,
+                 max_output: int = MAX_OUTPUT):
+        self.sink, self.too_large, self.max_output = sink, too_large, max_output
+        self.line, self.cut = bytearray(), 0
+        self.kept, self.dropped = bytearray(), 0
 
     def feed(self, data: bytes) -> None:
-        self.all += data
-        self.buf += data
-        *lines, self.buf = self.buf.split(b"\n")
-        for line in lines:
-            self.sink(line.decode("utf-8", "replace"))
+        view, start = memoryview(data), 0
+        while (nl := data.find(b"\n", start)) >= 0:
+            self._add(view[start:nl])
+            self._end(newline=True)
+            start = nl + 1
+        if start < len(data):
+            self._add(view[start:])
+
+    def _add(self, piece: memoryview) -> None:
+        room = MAX_LINE - len(self.line)
+        if len(piece) > room:
+            self.cut += len(piece) - room
+            piece = piece[:room]
+        self.line += piece
+
+    def _end(self, newline: bool) -> None:
+        if self.sink is not None:
+            text = self.line.decode("utf-8", "replace")
+            self.sink(f"{text} [swapctl: {self.cut} more bytes of this line not read]" if self.cut else text)
+        size = len(self.line) + newline
+        if len(self.kept) + size <= self.max_output:
+            self.kept += self.line
+            if newline:
+                self.kept += b"\n"
+        else:
+            self.dropped += size
+            if self.too_large:
+                raise self.too_large(self.max_output)
+        self.line.clear()
+        self.cut = 0
 
     def finish(self) -> str:
-        if self.buf:
-            self.sink(self.buf.decode("utf-8", "replace"))
-            self.buf = b""
-        return self.all.decode("utf-8", "replace")
+        if self.line or self.cut:
+            self._end(newline=False)
+        return self.kept.decode("utf-8", "replace")
 
 
 class LocalHost(Host):
@@ -169,17 +221,23 @@ class LocalHost(Host):
         deadline = time.monotonic() + timeout
         with selectors.DefaultSelector() as sel:
             sel.register(proc.stdout, selectors.EVENT_READ, on_data)  # type: ignore[arg-type]
-            sel.register(proc.stderr, selectors.EVENT_READ, err.extend)  # type: ignore[arg-type]
-            while sel.get_map():
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise self._killed_late(proc, cmd, timeout)
-                for key, _ in sel.select(remaining):
-                    data = os.read(key.fd, 65536)
-                    if data:
-                        key.data(data)
-                    else:
-                        sel.unregister(key.fileobj)
+            sel.register(proc.stderr, selectors.EVENT_READ, lambda d: keep_tail(err, d))  # type: ignore[arg-type]
+            try:
+                while sel.get_map():
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        raise self._killed_late(proc, cmd, timeout)
+                    for key, _ in sel.select(remaining):
+                        data = os.read(key.fd, 65536)
+                        if data:
+                            key.data(data)
+                        else:
+                            sel.unregister(key.fileobj)
+            except BaseException:  # too much output, or Ctrl-C: the command does not run on unread
+                if proc.poll() is None:
+                    os.killpg(proc.pid, 9)
+                    proc.wait()
+                raise
         try:  # its output closed, yet it may go on running
             return proc.wait(timeout=max(deadline - time.monotonic(), 0)), bytes(err)
         except subprocess.TimeoutExpired:
@@ -225,7 +283,7 @@ class LocalHost(Host):
     def hold(self, cmd: Cmd, timeout: float = 30) -> Held:
         proc = self._popen(cmd, stdin=True)
         assert proc.stdout
-        first = proc.stdout.readline().decode("utf-8", "replace").rstrip("\n")
+        first = proc.stdout.readline(MAX_LINE).decode("utf-8", "replace").rstrip("\n")
 
         def closer() -> None:
             if proc.stdin:

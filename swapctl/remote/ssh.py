@@ -22,7 +22,7 @@ import paramiko
 from ..errors import HostKeyError, Refused, RemoteTimeout, Unreachable
 from ..playbook import HostSpec
 from .cmd import Cmd
-from .host import Held, Host, Prepared, Progress, Result
+from .host import MAX_LINE, MAX_OUTPUT, Held, Host, Prepared, Progress, Result, keep_tail
 
 CONNECT_TIMEOUT_S = 15
 WINDOW_SIZE = 64 << 20  # paramiko's 2 MiB default window starves bulk transfers
@@ -199,10 +199,15 @@ class SshHost(Host):
                 # Whether it had ended is read before the output is drained: the transport thread may take
                 # the host's EOF and close between two reads here, and then all the output is in already.
                 ended = chan.closed or not transport.is_active()
+                # the deadline is checked after every read: a host that keeps data waiting is held to it too
                 while chan.recv_ready():
                     on_data(chan.recv(1 << 16))
+                    if time.monotonic() > deadline:
+                        raise self._late(cmd, timeout)
                 while chan.recv_stderr_ready():
-                    err += chan.recv_stderr(1 << 16)
+                    keep_tail(err, chan.recv_stderr(1 << 16))
+                    if time.monotonic() > deadline:
+                        raise self._late(cmd, timeout)
                 if chan.eof_received and not chan.recv_ready() and not chan.recv_stderr_ready():
                     break
                 if ended:  # closed or cut off before it sent EOF: its output is incomplete
@@ -220,6 +225,12 @@ class SshHost(Host):
         finally:
             self._close(chan)
 
+    def _bounded(self, out: bytearray, data: bytes, cmd: Cmd) -> None:
+        """Keeps a sending command's output, up to MAX_OUTPUT."""
+        out += data
+        if len(out) > MAX_OUTPUT:
+            raise self._too_large(cmd)(MAX_OUTPUT)
+
     def prepare(self, cmd: Cmd) -> Prepared:
         chan = self._open_channel(cmd)
         return Prepared(cmd, lambda chunks, timeout: self._send(chan, cmd, chunks, timeout), lambda: self._close(chan))
@@ -233,7 +244,7 @@ class SshHost(Host):
                 for chunk in chunks:
                     chan.sendall(chunk)
                     while chan.recv_ready():
-                        out += chan.recv(1 << 16)
+                        self._bounded(out, chan.recv(1 << 16), cmd)
             except OSError:
                 if not chan.exit_status_ready() or not transport.is_active():
                     raise  # it did not stop reading by itself: the link went
@@ -249,11 +260,15 @@ class SshHost(Host):
                     raise self._late(cmd, timeout)
                 select.select([chan], [], [], 0.5)
                 while chan.recv_ready():
-                    out += chan.recv(1 << 16)
+                    self._bounded(out, chan.recv(1 << 16), cmd)
+                    if time.monotonic() > deadline:
+                        raise self._late(cmd, timeout)
+                while chan.recv_stderr_ready():
+                    keep_tail(err, chan.recv_stderr(1 << 16))
             while chan.recv_ready():
-                out += chan.recv(1 << 16)
+                self._bounded(out, chan.recv(1 << 16), cmd)
             while chan.recv_stderr_ready():
-                err += chan.recv_stderr(1 << 16)
+                keep_tail(err, chan.recv_stderr(1 << 16))
             code = chan.recv_exit_status()
             if code == -1:  # paramiko's "closed without an exit status": the session was killed
                 raise self._lost(self._what(cmd), transport)
@@ -290,13 +305,13 @@ class SshHost(Host):
     def hold(self, cmd: Cmd, timeout: float = 30) -> Held:
         chan = self._open_channel(cmd)
         transport = chan.get_transport()
-        buf = b""
+        buf = bytearray()
         deadline = time.monotonic() + timeout
         while True:
             ended = chan.closed or not transport.is_active()  # read before the drain, as in stream_bytes
-            while chan.recv_ready():
+            while chan.recv_ready() and b"\n" not in buf and len(buf) < MAX_LINE:  # its first line is all we want
                 buf += chan.recv(4096)
-            if b"\n" in buf or chan.eof_received:
+            if b"\n" in buf or chan.eof_received or len(buf) >= MAX_LINE:
                 break
             if ended:
                 self._close(chan)
@@ -305,7 +320,7 @@ class SshHost(Host):
                 self._close(chan)
                 raise RemoteTimeout(f"`{cmd}` said nothing within {timeout:.0f} s", host=self.name)
             select.select([chan], [], [], 0.5)
-        return Held(buf.split(b"\n", 1)[0].decode("utf-8", "replace"), lambda: self._close(chan))
+        return Held(bytes(buf[:MAX_LINE]).split(b"\n", 1)[0].decode("utf-8", "replace"), lambda: self._close(chan))
 
     def close(self) -> None:
         with self._lock:
