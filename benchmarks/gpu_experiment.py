@@ -134,7 +134,8 @@ def main() -> None:
         except ValueError as exc:
             summary["error"] = repr(exc)
         # what the sampler recorded and the log, for tests/data (one file each: at most 8 come back)
-        (out / "gpu-samples.dmon").write_text("".join(p.read_text() for p in sorted(fetched.glob("gpu-samples-*.dmon"))))
+        segments = sorted(fetched.glob("gpu-samples-*.dmon"))
+        (out / "gpu-samples.dmon").write_text("".join(p.read_text() for p in segments))
         shutil.copy(fetched / "cuzk.log", out / "cuzk.log")
         (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
         print(json.dumps(summary, indent=1, default=str), flush=True)

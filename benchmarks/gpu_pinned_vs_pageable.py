@@ -108,8 +108,8 @@ def main() -> None:
         try:
             c = json.loads(cmp.stdout)
             summary.update({k: c["phases"].get(k) for k in ("ntt_kernels", "coset_intt_sync", "gpu_total_ms", "synth_ms")})
-            summary["gpu_busy_fraction"] = c["gpu_busy_fraction"]
-            summary["timeline_busy_fraction"] = c["timeline_busy_fraction"]
+            summary["gpu_phase_share"] = c["gpu_phase_share"]
+            summary["timeline_share"] = c["timeline_share"]
             st = json.loads(status.stdout)["hosts"]["h200"]
             summary["status_gpus"] = [(g["name"], g["memory_used_mib"], g["utilization_pct"]) for g in st["gpus"]]
             summary["status_gpu_processes"] = st["gpu_processes"]

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from lab import build_prover, prover_config, swapctl, wait_until
 from swapctl.logs.stats import compare, mann_whitney_p
+
+from lab import build_prover, prover_config, swapctl, wait_until
 
 # the copy of 48 MiB a partition dominates ntt_kernels in the pageable build; the pinned build overlaps it
 COPY = dict(memory_mib=8, jobs=-1, partitions=8, partition_mib=48, synth_ms=5, gpu_ms=20)

@@ -24,7 +24,9 @@ from ..gpu.samples import samples_in
 from ..logs.fetch import LogFetcher
 from ..logs.timings import Run, _Range, parse
 from ..remote import connect
-from ..swap.deploy import Swap, deploy as run_deploy, rollback as run_rollback
+from ..swap.deploy import Swap
+from ..swap.deploy import deploy as run_deploy
+from ..swap.deploy import rollback as run_rollback
 from .common import JsonOpt, PlaybookOpt, err, guarded, out, print_json, select_hosts, text
 from .deploy import _confirm, show_plan
 
