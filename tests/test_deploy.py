@@ -311,6 +311,21 @@ def test_deploy_with_no_daemon_running_starts_it(box, prover):
     assert cmdline(pid) == [str(box.binary), "--config", str(box.config)]
 
 
+def test_first_deploy_that_never_gets_ready_is_stopped_and_says_no_daemon_runs(box, prover_noready):
+    """Nothing ran before and no release is there: the failed daemon is stopped, not left running."""
+    box.write_playbook(daemon={"ready_timeout_s": 1})
+    box.config.write_text(prover_config())
+    r = deploy(box, prover_noready)
+    assert r.returncode == 5, r.stderr
+    assert "there is no earlier release to go back to: no daemon runs now" in r.stderr
+    assert f"its log: {box.log} from byte" in r.stderr
+    assert box.daemons() == []
+    entry = journal(box)[-1]
+    assert entry["action"] == "auto-rollback" and entry["outcome"] == "no-daemon"
+    assert entry["from"] == sha(prover_noready) and entry["to"] is None
+    assert entry["failed_log"].startswith(f"{box.log} from byte")
+
+
 def test_ready_line_is_seen_when_the_daemon_goes_quiet_after_it(box, prover, prover_b):
     """mawk, Debian's and Ubuntu's awk, fills its input buffer before it reads a line from a pipe: a
     daemon that prints its ready line and then nothing for a while must still be seen as ready."""

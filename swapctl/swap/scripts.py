@@ -173,7 +173,8 @@ for d in "$@"; do rm -rf -- "$d"; done
 #            | fb_target fb_cwd fb_command fb_journal | stable_ms | K=V... command...   (an empty pid skips the stop;
 #            an empty fb_target: no fallback; fb_command is a rendered Cmd, fb_journal a JSON object
 #            without its closing brace)
-SWAP = ALIVE + r"""
+# stop_daemon pid grace_ms group unit: SIGTERM, SIGKILL after the grace period; prints KIDS, SIGKILL, STOPPED.
+STOP_DAEMON = ALIVE + r"""
 stop_daemon() {
   pid=$1; grace_ms=$2; group=$3; unit=$4
   kids=$(ps -eo pid=,ppid= | awk -v root="$pid" '{p[$1]=$2} END {for (x in p) {y=p[x]; while (y in p && y != root && y > 1) y=p[y]; if (y == root) printf "%s ", x}}')
@@ -196,7 +197,9 @@ stop_daemon() {
   now; echo "STOPPED $(( NOW - start ))"
   WATCH="$pid $kids"
 }
+"""
 
+SWAP = STOP_DAEMON + r"""
 wait_memory() {
   timeout_ms=$1; min_kib=$2; gpu_max=$3
   now; start=$NOW; n=0; used=""
@@ -301,7 +304,7 @@ printf '%s, "pid": %s, "log_offset": %s, "time": "%s"}\n' "$fb_journal" "$!" "$o
 """
 
 # Stops a daemon and nothing more (a failed start with nothing to go back to).
-STOP_ONLY = SWAP.split("pid=$1; grace_ms=$2")[0] + r"""
+STOP_ONLY = STOP_DAEMON + r"""
 stop_daemon "$1" "$2" 1 ""
 """
 
