@@ -20,7 +20,7 @@ from ..errors import (BadInput, LockHeld, Refused, RolledBack, SwapctlError, Unk
                       RemoteTimeout)
 from ..facts.status import HostStatus, gather, split_sections
 from ..playbook import Playbook
-from ..remote import Cmd, Host, Prepared, Secret
+from ..remote import Cmd, Host, Piece, Prepared, Result, Secret
 from . import elf, scripts, upload
 from .releases import (Release, now_iso, parse_releases, previous_good, record_local, releases_newest_first, to_prune,
                        who_am_i)
@@ -176,8 +176,8 @@ class Swap:
     def emit(self, step: str, message: str = "", **kw) -> None:
         self.events(Event(step, message, **kw))
 
-    def run(self, body: str, *args, label: str, bash: bool = False, timeout: float = 120, **kw):
-        return self.host.run(scripts.script(body, *args, label=label, bash=bash), timeout=timeout, **kw)
+    def run(self, cmd: Cmd, *, check: bool = True) -> Result:
+        return self.host.run(cmd, check=check)
 
     def timed(self, step: str, started: float) -> None:
         self.steps[step] = round(time.monotonic() - started, 3)
@@ -195,7 +195,8 @@ class Swap:
         pid = str(status.daemons[0].pid) if status.daemons else ""
         # with args in the playbook the config files are known now: checked here, not in a command of their own
         configs = _config_paths(self.daemon_spec.args) if self.daemon_spec.args is not None else []
-        out = self.run(scripts.INSPECT, pid, self.daemon_spec.binary, self.state, *configs, label="inspect").stdout
+        out = self.run(scripts.command("inspect.sh", *configs, pid=pid, bin=self.daemon_spec.binary,
+                                       state=self.state)).stdout
         facts = split_sections(out)
         self._configs_missing = (tuple(configs), facts.get("missing", "").splitlines())
         return status, facts
@@ -225,8 +226,8 @@ class Swap:
         """The host's releases, the one the binary path points at, and its journal: from INSPECT's output
         (run here without a daemon pid when `facts` is not given)."""
         if facts is None:
-            facts = split_sections(self.run(scripts.INSPECT, "", self.daemon_spec.binary, self.state,
-                                            label="inspect").stdout)
+            facts = split_sections(self.run(scripts.command("inspect.sh", pid="", bin=self.daemon_spec.binary,
+                                                            state=self.state)).stdout)
         kind, _, target = facts.get("binary", "missing").partition(" ")
         current = PurePosixPath(target).parent.name if kind == "link" else None
         journal = []
@@ -297,7 +298,7 @@ class Swap:
             return
         checked, missing = self._configs_missing
         if tuple(paths) != checked:  # the arguments came from the running daemon: check its files now
-            missing = self.run(scripts.CHECK_FILES, *paths, label="configs").stdout.splitlines()
+            missing = self.run(scripts.command("check_files.sh", *paths, label="configs")).stdout.splitlines()
         if missing:
             raise BadInput(f"config file {missing[0]} named in the daemon's arguments is missing on the host "
                            f"(create it, or fix daemon.args)", host=self.host.name)
@@ -390,7 +391,7 @@ class Swap:
     def lock(self) -> None:
         self.emit("lock", "taking the host's deploy lock")
         info = json.dumps({"by": who_am_i(), "since": now_iso(), "pid": os.getpid()})
-        held = self.host.hold(scripts.script(scripts.LOCK, self.state, info, label="lock"))
+        held = self.host.hold(scripts.command("lock.sh", dir=self.state, info=info))
         if held.first_line == "SWAPPING":
             held.close()
             raise self._swapping()
@@ -449,7 +450,7 @@ class Swap:
 
     def prepare_upload(self, plan: Plan) -> None:
         """Starts the host side of the upload now, before the lock: its shell start-up (.bashrc) then runs
-        beside the lock's instead of after it. It acts only when the upload begins (scripts.RECEIVE)."""
+        beside the lock's instead of after it. It acts only when the upload begins (sh/receive.sh)."""
         if plan.new.id in plan.releases:  # nothing to send
             return
         sender, partial = self._uploader(plan)
@@ -469,7 +470,8 @@ class Swap:
                 raise KeyboardInterrupt
 
         sender = upload.Uploader(self.host, plan.binary.path, new.size, tmp,
-                                 (new.dir(st), new.name, new.sha256, _manifest(new)), progress, plan.host_zstd)
+                                 {"dir": new.dir(st), "name": new.name, "sha": new.sha256, "manifest": _manifest(new)},
+                                 progress, plan.host_zstd)
         return sender, dict(plan.partials).get(tmp, 0)
 
     def discard_upload(self) -> None:
@@ -527,14 +529,14 @@ class Swap:
             return False
 
     def _write_manifest(self, rel: Release) -> None:
-        self.run(scripts.WRITE_FILE, f"{rel.dir(self.state)}/manifest.json", _manifest(rel), label="manifest")
+        self.run(scripts.command("write_file.sh", path=f"{rel.dir(self.state)}/manifest.json", text=_manifest(rel),
+                                 label="manifest"))
 
     def backup(self, plan: Plan) -> None:
         for src, rel in plan.to_save:
             self.emit("backup", f"saving {rel.source} release {rel.id} from {src}")
-            body = scripts.SAVE_RUNNING if src.startswith("/proc/") else scripts.SAVE_FILE
-            arg = src.split("/")[2] if src.startswith("/proc/") else src
-            self.run(body, arg, rel.dir(self.state), rel.name, _manifest(rel), label="backup")
+            self.run(scripts.command("backup.sh", src=src, dir=rel.dir(self.state), name=rel.name,
+                                     manifest=_manifest(rel)))
 
     def gpu_limits(self, status: HostStatus, pids: list[int]) -> str:
         """Per GPU, the most memory it may still use once the daemon's own is released."""
@@ -561,17 +563,17 @@ class Swap:
         env = [Secret(f"{k}={v}") if k in spec.secret_env else f"{k}={v}" for k, v in rel.env or ()]
         return env + command
 
-    def _fallback_args(self, target: Release, fallback: Release | None) -> list:
+    def _fallback_inputs(self, target: Release, fallback: Release | None) -> dict[str, Piece]:
         """What the swap script needs to go back to `fallback` by itself if this deploy loses its connection
-        and `target` fails: its path, cwd, command line (rendered once, as the channel would) and journal line."""
+        and `target` fails: its path, cwd, command line (rendered once, as the channel would), and what its
+        journal line names (the host writes that line whole)."""
         if fallback is None:
-            return ["", "", "", ""]
-        entry = {"action": "auto-rollback", "by": f"{self.host.name} itself (swapctl lost its connection)",
-                 "host": self.host.name, "from": target.sha256, "to": fallback.sha256, "current": fallback.id,
-                 "outcome": "rolled-back", "reason": "not ready, and no swapctl listening"}
+            return {"fb_target": "", "fb_cwd": "", "fb_cmd": "", "fb_host": "", "fb_from": "", "fb_to": "",
+                    "fb_current": ""}
         command = Cmd("env", "-i", *self.command_for(fallback)).render()
-        return [fallback.path(self.state), fallback.cwd or "/", Secret(command),
-                json.dumps(entry, sort_keys=True)[:-1]]
+        return {"fb_target": fallback.path(self.state), "fb_cwd": fallback.cwd or "/", "fb_cmd": Secret(command),
+                "fb_host": self.host.name, "fb_from": target.sha256, "fb_to": fallback.sha256,
+                "fb_current": fallback.id}
 
     def swap(self, old: Daemon | None, target: Release, gpu_max: str,
              fallback: Release | None = None) -> "SwapRun":
@@ -616,15 +618,15 @@ class Swap:
             elif word == "FAILED":
                 run.failure = rest
 
-        args = [str(old.pid) if old else "", str(grace), "1" if old and old.group_leader else "0",
-                (old.unit or "") if old else "", str(int(mem.release_timeout_s * 1000)),
-                str(int(mem.min_available_gib * (1 << 20))), gpu_max, spec.binary, target.path(self.state),
-                target.cwd or "/", spec.log, spec.ready_log, str(int(spec.ready_timeout_s)),
-                str(spec.ready_port or ""), *self._fallback_args(target, fallback),
-                str(int(spec.ready_stable_s * 1000))]
+        cmd = scripts.command(
+            "swap.sh", *self.command_for(target), bash=bool(spec.ready_port),  # /dev/tcp is bash's
+            pid=str(old.pid) if old else "", grace_ms=grace, group="1" if old and old.group_leader else "0",
+            unit=(old.unit or "") if old else "", timeout_ms=int(mem.release_timeout_s * 1000),
+            min_kib=int(mem.min_available_gib * (1 << 20)), gpu_max=gpu_max, bin=spec.binary,
+            target=target.path(self.state), cwd=target.cwd or "/", log=spec.log, re=spec.ready_log,
+            ready_s=int(spec.ready_timeout_s), port=str(spec.ready_port or ""),
+            stable_ms=int(spec.ready_stable_s * 1000), **self._fallback_inputs(target, fallback))
         self.emit("stop" if old else "memory", f"SIGTERM to {old.pid}" if old else "checking memory")
-        cmd = scripts.script(scripts.SWAP, *args, *self.command_for(target), label="swap",
-                             bash=bool(spec.ready_port))  # /dev/tcp is bash's
         self.host.stream(cmd, line, timeout=spec.stop_grace_s + mem.release_timeout_s + spec.ready_timeout_s +
                          spec.ready_stable_s + 120)
         if run.failure.startswith("another swap"):  # it waited 30 s for swap.lock and stopped nothing
@@ -645,15 +647,16 @@ class Swap:
             f"now: find what holds the memory, then `swapctl deploy` again", host=self.host.name)
 
     def log_tail(self, offset: int, lines: int = 20) -> str:
-        return self.run(scripts.TAIL, self.daemon_spec.log, str(offset), str(lines), label="tail", check=False).stdout
+        return self.run(scripts.command("tail.sh", path=self.daemon_spec.log, offset=offset, lines=lines),
+                        check=False).stdout
 
     def journal(self, entry: dict) -> None:
         entry = {"time": now_iso(), "by": who_am_i(), "host": self.host.name, **entry}
         if self.sent is not None:
             entry["upload"] = self.sent.record()
         try:
-            self.run(scripts.APPEND_LINE, f"{self.state}/journal.jsonl", json.dumps(entry, sort_keys=True),
-                     label="journal")
+            self.run(scripts.command("append_line.sh", path=f"{self.state}/journal.jsonl",
+                                     text=json.dumps(entry, sort_keys=True), label="journal"))
         finally:
             record_local(entry)
 
@@ -666,7 +669,7 @@ class Swap:
         """Removes releases beyond keep_releases (never those in `protect`) and `stale` partial uploads."""
         gone = to_prune(releases, self.book.keep_releases, protect)
         if gone or stale:
-            self.run(scripts.REMOVE_RELEASE, *[r.dir(self.state) for r in gone], *stale, label="prune")
+            self.run(scripts.command("remove.sh", *[r.dir(self.state) for r in gone], *stale, label="prune"))
         return [r.id for r in gone]
 
 
@@ -754,7 +757,7 @@ def _roll_back(sw: Swap, plan: Plan, failed: Release, fallback: Release | None, 
     victim = _victim(back.pid) if back.pid else None
     if fallback is None:
         if victim:
-            sw.run(scripts.STOP_ONLY, str(victim.pid), str(int(sw.daemon_spec.stop_grace_s * 1000)), label="stop")
+            sw.run(scripts.command("stop.sh", pid=victim.pid, grace_ms=int(sw.daemon_spec.stop_grace_s * 1000)))
         sw.journal({**entry, "to": None, "outcome": "no-daemon"})
         raise UnknownState(f"{failed.id} failed ({back.why}) and there is no earlier release to go back to: "
                            f"no daemon runs now; its log: {log}", host=sw.host.name, detail=tail)

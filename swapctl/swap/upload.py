@@ -4,7 +4,7 @@ Methods, best first: nothing (the host has the release), a zstd patch against a 
 (`--patch-from`: a rebuilt binary costs kilobytes), a zstd stream whose level follows the link, or
 pipelined SFTP when the host has no zstd. Every method writes to one temporary name per release, so an
 interrupted upload resumes from the bytes already there, and the host checks the sha256 before the
-file becomes a release (scripts.INSTALL).
+file becomes a release (sh/install.sh, sh/receive.sh).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Callable, Iterator
 
 import zstandard
@@ -255,10 +256,11 @@ class Patch:
 class Uploader:
     """Sends one local binary to a temporary name on one host and installs it as a release there."""
 
-    def __init__(self, host: Host, path: str, size: int, tmp: str, install_args: tuple[Piece, ...],
+    def __init__(self, host: Host, path: str, size: int, tmp: str, install: Mapping[str, Piece],
                  progress: Progress, host_zstd: bool):
+        """`install`: the release's dir, name, sha and manifest, as sh/install.sh takes them."""
         self.host, self.path, self.size, self.tmp = host, path, size, tmp
-        self.install_args, self.progress, self.host_zstd = install_args, progress, host_zstd
+        self.install, self.progress, self.host_zstd = dict(install), progress, host_zstd
         self.wire = 0
         self.ready: Prepared | None = None  # the first receive, started ahead
 
@@ -335,12 +337,12 @@ class Uploader:
                 if (full := self._disk_full()) is None:
                     raise
                 return Sent("sftp", self.wire, time.monotonic() - started, resumed_from=offset), full
-        report = self.host.run(scripts.script(scripts.INSTALL, self.tmp, *self.install_args, label="install")).stdout
+        report = self.host.run(scripts.command("install.sh", tmp=self.tmp, **self.install)).stdout
         return Sent("sftp", self.wire, time.monotonic() - started, resumed_from=offset), report
 
     def _disk_full(self) -> str | None:
         """After a failed write: "NOSPACE free_kib" (the partial file removed) when the disk is full."""
-        free = self.host.run(scripts.script(scripts.FREE_KIB, self.tmp, label="df"), check=False).stdout.strip()
+        free = self.host.run(scripts.command("free_kib.sh", path=self.tmp, label="df"), check=False).stdout.strip()
         if free.isdigit() and int(free) * 1024 < self.size:
             self.host.run(Cmd("rm", "-f", "--", self.tmp), check=False)
             return f"NOSPACE {free}"
@@ -352,8 +354,7 @@ class Uploader:
             yield chunk
 
     def _receive_cmd(self, offset: int, base: str) -> Cmd:
-        return scripts.script(scripts.RECEIVE, self.tmp, str(offset), base, str(self.size), *self.install_args,
-                              label="receive", bash=True)
+        return scripts.command("receive.sh", tmp=self.tmp, off=offset, base=base, size=self.size, **self.install)
 
     def _receive(self, chunks: Iterator[bytes], offset: int, base: str) -> str:
         cmd = self._receive_cmd(offset, base)
