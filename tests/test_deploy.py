@@ -108,6 +108,17 @@ def test_crash_at_start_rolls_back_to_old_daemon_with_same_args(box, prover, pro
     assert journal(box)[-1]["action"] == "auto-rollback" and journal(box)[-1]["outcome"] == "rolled-back"
 
 
+def test_auto_rollback_journal_keeps_the_failed_deploys_own_step_times(box, prover, prover_crash):
+    """The failed deploy waited 1.5 s for the old daemon's memory holder; the rollback swap waited for none."""
+    box.start_by_hand(prover, prover_config(child_hold_mib=8, child_linger_ms=1500))
+    r = deploy(box, prover_crash)
+    assert r.returncode == 4, r.stderr
+    entry = journal(box)[-1]
+    assert entry["action"] == "auto-rollback"
+    assert set(entry["steps"]) >= {"lock", "upload", "backup", "stop", "memory", "start"}
+    assert entry["steps"]["memory"] >= 1.2 and entry["rollback_steps"]["memory"] < 1.2
+
+
 def test_never_ready_rolls_back_after_timeout(box, prover, prover_noready):
     box.write_playbook(daemon={"ready_timeout_s": 1})
     box.start_by_hand(prover)

@@ -22,6 +22,7 @@ from ..facts.status import HostStatus, gather, split_sections
 from ..playbook import Playbook
 from ..remote import Cmd, Host, Piece, Prepared, Result, Secret
 from . import elf, scripts, upload
+from .report import SwapParser, SwapReport, Word, parse_lock, parse_swap
 from .releases import (Release, now_iso, parse_releases, previous_good, record_local, releases_newest_first, to_prune,
                        who_am_i)
 
@@ -392,17 +393,18 @@ class Swap:
         self.emit("lock", "taking the host's deploy lock")
         info = json.dumps({"by": who_am_i(), "since": now_iso(), "pid": os.getpid()})
         held = self.host.hold(scripts.command("lock.sh", dir=self.state, info=info))
-        if held.first_line == "SWAPPING":
+        said = parse_lock(held.first_line)
+        if said.word is Word.SWAPPING:
             held.close()
             raise self._swapping()
-        if held.first_line.startswith("FAILED") or not held.first_line:
+        if said.word in (Word.FAILED, None):
             held.close()
-            why = held.first_line.removeprefix("FAILED").strip() or "the lock script ended without a word"
+            why = said.detail or "the lock script ended without a word"
             raise Refused(f"cannot take the deploy lock in {self.state}: {why}; check the host's disk "
                           f"(`df -h {self.state}`, is it full or read-only?)", host=self.host.name)
-        if held.first_line != "LOCKED":
+        if said.word is not Word.LOCKED:
             held.close()
-            detail = held.first_line.removeprefix("HELD ").strip()
+            detail = said.detail
             try:
                 who = json.loads(detail)
                 detail = f"{who['by']} (pid {who['pid']}) since {who['since']}"
@@ -502,24 +504,20 @@ class Swap:
         early, self._frames = self._frames, None
         ready, self._ready = self._ready, None
         sent, report = sender.run(partial, base, made, early, ready)
-        if report.startswith("NOSPACE"):
-            free = report.split()[1]
-            raise Refused(f"the host's disk filled up during the upload ({free} KiB free in {st}/releases); the "
-                          f"partial upload was removed and the daemon runs on: free some space and deploy again",
+        if report.failure is Word.NOSPACE:
+            raise Refused(f"the host's disk filled up during the upload ({report.detail} KiB free in {st}/releases); "
+                          f"the partial upload was removed and the daemon runs on: free some space and deploy again",
                           host=self.host.name)
-        if report.startswith(("MISMATCH", "BROKEN", "SHORT")):
+        if report.damaged:
             self.host.run(Cmd("rm", "-f", "--", sender.tmp), check=False)
-            what = report.split("\n")[0]
-            raise Refused(f"the upload arrived corrupted ({what[:120]}; expected sha256 {new.id}); it was removed "
-                          f"and nothing changed: deploy again", host=self.host.name)
-        missing = [line[8:] for line in report.splitlines() if line.startswith("MISSING ")]
-        if missing:
+            raise Refused(f"the upload arrived corrupted ({report.summary()[:120]}; expected sha256 {new.id}); it "
+                          f"was removed and nothing changed: deploy again", host=self.host.name)
+        if report.missing:
             self.host.run(Cmd("rm", "-rf", "--", new.dir(st)), check=False)
-            lib = missing[0].strip()
-            raise BadInput(f"{plan.binary.path} needs a library the host lacks: {lib} (install it on the host, "
-                           f"or link it statically)", host=self.host.name)
-        if "INSTALLED" not in report:
-            raise Refused(f"the upload did not install: {report.strip()[:200] or 'no report'}", host=self.host.name)
+            raise BadInput(f"{plan.binary.path} needs a library the host lacks: {report.missing[0]} (install it on "
+                           f"the host, or link it statically)", host=self.host.name)
+        if not report.installed:
+            raise Refused(f"the upload did not install: {report.summary()[:200]}", host=self.host.name)
         return sent
 
     def _alive(self) -> bool:
@@ -576,48 +574,11 @@ class Swap:
                 "fb_current": fallback.id}
 
     def swap(self, old: Daemon | None, target: Release, gpu_max: str,
-             fallback: Release | None = None) -> "SwapRun":
+             fallback: Release | None = None) -> SwapReport:
         """Stops `old`, waits for its memory, starts `target` and waits for it to be ready: one remote
         script, so nothing waits on a round trip between the old daemon's exit and the new start."""
         spec, mem = self.daemon_spec, self.book.memory
-        run = SwapRun()
-        t = {"begin": time.monotonic()}
         grace = int(spec.stop_grace_s * 1000)
-
-        def line(text: str) -> None:
-            word, _, rest = text.partition(" ")
-            now = time.monotonic()
-            if word == "LOG":
-                self.emit("ready", log_line=rest)
-            elif word == "SIGKILL":
-                self.emit("stop", f"still running after {grace / 1000:g} s: SIGKILL")
-            elif word == "STOPPED":
-                run.stopped, t["stopped"] = True, now
-                self.steps["stop"] = round(now - t["begin"], 3)
-                self.emit("stop", f"stopped in {int(rest) / 1000:.2f} s")
-            elif word == "R":
-                run.reading = rest.split()
-                self.emit("memory", f"MemAvailable {int(run.reading[1]) / (1 << 20):.1f} GiB, holding: "
-                                    f"{run.reading[2] if len(run.reading) > 2 else '-'}")
-            elif word in ("DONE", "TIMEOUT"):
-                run.memory_ok, t["memory"] = word == "DONE", now
-                self.steps["memory"] = round(now - t.get("stopped", t["begin"]), 3)
-            elif word == "STARTED":
-                pid, offset = rest.split()
-                run.pid, run.offset, t["started"] = int(pid), int(offset), now
-                self.steps["start"] = round(now - t["memory"], 3)
-                self.emit("start", f"started {target.id} as pid {pid}")
-            elif word == "READY":
-                run.ready_seen = True
-                self.steps["ready"] = round(now - t["started"], 3)
-                self.emit("ready", f"{target.id} is ready")
-            elif word == "WATCH":
-                self.emit("ready", f"ready; it must stay up {int(rest) / 1000:g} s (daemon.ready_stable_s)")
-            elif word == "ALIVE":
-                run.alive = rest == "1"
-            elif word == "FAILED":
-                run.failure = rest
-
         cmd = scripts.command(
             "swap.sh", *self.command_for(target), bash=bool(spec.ready_port),  # /dev/tcp is bash's
             pid=str(old.pid) if old else "", grace_ms=grace, group="1" if old and old.group_leader else "0",
@@ -626,25 +587,61 @@ class Swap:
             target=target.path(self.state), cwd=target.cwd or "/", log=spec.log, re=spec.ready_log,
             ready_s=int(spec.ready_timeout_s), port=str(spec.ready_port or ""),
             stable_ms=int(spec.ready_stable_s * 1000), **self._fallback_inputs(target, fallback))
-        self.emit("stop" if old else "memory", f"SIGTERM to {old.pid}" if old else "checking memory")
+        parser = SwapParser(time.monotonic())
+
+        def line(text: str) -> None:
+            word, rest = parser.feed(text, time.monotonic())
+            if word is not None:
+                self._progress(word, rest, parser.report, target, grace)
+
+        if old:
+            self.emit("stop", f"systemctl stop {old.unit}" if old.unit else f"SIGTERM to {old.pid}")
+        else:
+            self.emit("memory", "checking memory")
         self.host.stream(cmd, line, timeout=spec.stop_grace_s + mem.release_timeout_s + spec.ready_timeout_s +
                          spec.ready_stable_s + 120)
+        run = parser.finish(time.monotonic())
         if run.failure.startswith("another swap"):  # it waited 30 s for swap.lock and stopped nothing
             raise LockHeld(f"{run.failure}; this one stopped nothing: wait for it to end, then check "
                            f"`swapctl status {self.host.name}`", host=self.host.name)
-        if "ready" not in self.steps and "started" in t:
-            self.steps["ready"] = round(time.monotonic() - t["started"], 3)
         return run
 
-    def memory_error(self, run: "SwapRun") -> UnknownState:
+    def _progress(self, word: Word, rest: str, so_far: SwapReport, target: Release, grace_ms: int) -> None:
+        """The event a line of the swap script is worth, if any."""
+        if word is Word.LOG:
+            self.emit("ready", log_line=rest)
+        elif word is Word.SIGKILL:
+            self.emit("stop", f"still running after {grace_ms / 1000:g} s: SIGKILL")
+        elif word is Word.STOPPED:
+            kids = f"; waiting for its descendants too ({len(so_far.kids)})" if so_far.kids else ""
+            self.emit("stop", f"stopped in {int(rest) / 1000:.2f} s{kids}")
+        elif word is Word.R and so_far.reading:
+            r = so_far.reading
+            holding = ",".join(map(str, r.alive)) or "-"
+            self.emit("memory", f"MemAvailable {r.avail_kib / (1 << 20):.1f} GiB, holding: {holding}")
+        elif word is Word.STARTED:
+            self.emit("start", f"started {target.id} as pid {so_far.pid}")
+        elif word is Word.READY:
+            self.emit("ready", f"{target.id} is ready")
+        elif word is Word.WATCH:
+            self.emit("ready", f"ready; it must stay up {int(rest) / 1000:g} s (daemon.ready_stable_s)")
+        elif word is Word.EXITED and not so_far.ready_seen:
+            self.emit("ready", f"{target.id} exited before it was ready")
+
+    def memory_error(self, run: SwapReport) -> UnknownState:
         mem, r = self.book.memory, run.reading
-        avail = int(r[1]) / (1 << 20) if len(r) > 1 else 0
-        holders = r[2] if len(r) > 2 and r[2] != "-" else "none"
-        gpu = f", GPU memory used {r[3]}" if len(r) > 3 else ""
+        avail = r.avail_kib / (1 << 20) if r else 0
+        holders = ",".join(map(str, r.alive)) if r and r.alive else "none"
+        gpu = f", GPU memory used {r.gpu_used}" if r and r.gpu_used else ""
         return UnknownState(
             f"memory not back after {mem.release_timeout_s:g} s: MemAvailable {avail:.1f} GiB "
             f"(need {mem.min_available_gib:g}), old processes still alive: {holders}{gpu}; no daemon runs "
             f"now: find what holds the memory, then `swapctl deploy` again", host=self.host.name)
+
+    def stop_only(self, pid: int) -> SwapReport:
+        """Stops a daemon swapctl started and nothing more (a failed start with nothing to go back to)."""
+        out = self.run(scripts.command("stop.sh", pid=pid, grace_ms=int(self.daemon_spec.stop_grace_s * 1000)))
+        return parse_swap((0.0, line) for line in out.stdout.splitlines())
 
     def log_tail(self, offset: int, lines: int = 20) -> str:
         return self.run(scripts.command("tail.sh", path=self.daemon_spec.log, offset=offset, lines=lines),
@@ -673,33 +670,6 @@ class Swap:
         return [r.id for r in gone]
 
 
-@dataclass
-class SwapRun:
-    """What the swap script reported."""
-
-    stopped: bool = False
-    memory_ok: bool = False
-    reading: list = field(default_factory=list)  # the last memory reading: ms avail_kib alive gpu_used
-    pid: int | None = None
-    offset: int = 0
-    ready_seen: bool = False
-    alive: bool = False
-    failure: str = ""
-
-    @property
-    def ready(self) -> bool:
-        return self.ready_seen and self.alive
-
-    def why_not(self, timeout: float) -> str:
-        if self.failure:
-            return f"it could not be started ({self.failure})"
-        if self.ready_seen:
-            return "it printed its ready line, then exited"
-        if not self.alive:
-            return "it exited before it was ready"
-        return f"not ready after {timeout:g} s"
-
-
 def _victim(pid: int) -> Daemon:
     """A daemon swapctl started itself (setsid: it leads its process group)."""
     return Daemon(pid=pid, sha256="", size=0, argv=(), cwd="/", env=(), unit=None, group_leader=True,
@@ -722,28 +692,29 @@ def swap_in(sw: Swap, plan: Plan, target: Release, action: str, fallback: Releas
         raise UnknownState(f"{exc.message} while swapping: the host finishes the swap by itself (stop, memory "
                            f"wait, start); check with `swapctl status {sw.host.name}` before deploying again",
                            host=sw.host.name) from None
+    steps = {**sw.steps, **run.steps}  # this attempt's own: a rollback swap after it times itself apart
     if not run.memory_ok:
         sw.journal({"action": action, "from": old_sha, "to": target.sha256, "outcome": "no-daemon",
-                    "steps": sw.steps, "reason": "memory not back"})
+                    "steps": steps, "reason": "memory not back"})
         raise sw.memory_error(run)
     try:
         if sw.interrupts.count >= 2 and fallback:
-            raise _GoBack("a second Ctrl-C", run.pid, run.offset)
+            raise _GoBack("a second Ctrl-C", run, steps)
         if not run.ready:
-            raise _GoBack(run.why_not(sw.daemon_spec.ready_timeout_s), run.pid, run.offset)
+            raise _GoBack(run.why_not(sw.daemon_spec.ready_timeout_s), run, steps)
     except _GoBack as back:
         return _roll_back(sw, plan, target, fallback, back, outcome)
-    outcome.outcome, outcome.pid, outcome.steps = "deployed" if action == "deploy" else "rolled-back", run.pid, sw.steps
+    outcome.outcome, outcome.pid, outcome.steps = "deployed" if action == "deploy" else "rolled-back", run.pid, steps
     outcome.log_offset = run.offset
     sw.journal({"action": action, "from": old_sha, "to": target.sha256, "current": target.id,
-                "outcome": outcome.outcome, "pid": run.pid, "log_offset": run.offset, "steps": sw.steps})
+                "outcome": outcome.outcome, "pid": run.pid, "log_offset": run.offset, "steps": steps})
     return outcome
 
 
 class _GoBack(Exception):
-    def __init__(self, why: str, pid: int | None = None, offset: int = 0):
+    def __init__(self, why: str, run: SwapReport, steps: dict[str, float]):
         super().__init__(why)
-        self.why, self.pid, self.offset = why, pid, offset
+        self.why, self.pid, self.offset, self.steps = why, run.pid, run.offset, steps
 
 
 def _roll_back(sw: Swap, plan: Plan, failed: Release, fallback: Release | None, back: _GoBack,
@@ -753,15 +724,19 @@ def _roll_back(sw: Swap, plan: Plan, failed: Release, fallback: Release | None, 
     sw.mark(failed, "bad")
     log = f"{sw.daemon_spec.log} from byte {back.offset}"
     entry = {"action": "auto-rollback" if outcome.action == "deploy" else "rollback", "from": failed.sha256,
-             "steps": sw.steps, "failed_log": log, "reason": back.why}
+             "steps": back.steps, "failed_log": log, "reason": back.why}
     victim = _victim(back.pid) if back.pid else None
     if fallback is None:
-        if victim:
-            sw.run(scripts.command("stop.sh", pid=victim.pid, grace_ms=int(sw.daemon_spec.stop_grace_s * 1000)))
-        sw.journal({**entry, "to": None, "outcome": "no-daemon"})
+        stopped = sw.stop_only(victim.pid).stopped if victim else True
+        sw.journal({**entry, "to": None, "outcome": "no-daemon" if stopped else "unknown"})
+        if not stopped:
+            raise UnknownState(f"{failed.id} failed ({back.why}), there is no earlier release to go back to, and "
+                               f"stopping it did not finish: check `swapctl status {sw.host.name}`; its log: {log}",
+                               host=sw.host.name, detail=tail)
         raise UnknownState(f"{failed.id} failed ({back.why}) and there is no earlier release to go back to: "
                            f"no daemon runs now; its log: {log}", host=sw.host.name, detail=tail)
     run = sw.swap(victim, fallback, "")
+    entry["rollback_steps"] = run.steps
     if not run.memory_ok:
         sw.journal({**entry, "to": fallback.sha256, "outcome": "no-daemon"})
         raise sw.memory_error(run)

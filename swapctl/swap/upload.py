@@ -27,6 +27,7 @@ import zstandard
 from ..errors import Refused
 from ..remote import Cmd, Host, Piece, Prepared
 from . import scripts
+from .report import InstallReport, Word, parse_install
 
 CHUNK = 4 << 20  # one zstd frame per chunk: the level can change between frames
 # The levels the stream moves along (0 would mean zstd's default, 3). Negative levels trade ratio for
@@ -278,9 +279,9 @@ class Uploader:
         return partial if 0 < partial < self.size else 0
 
     def run(self, partial: int, base: Base | None, made: Patch | None = None, early: Frames | None = None,
-            ready: Prepared | None = None) -> tuple[Sent, str]:
+            ready: Prepared | None = None) -> tuple[Sent, InstallReport]:
         """Sends the binary (resuming after `partial` bytes when it can) and installs it; returns how it went
-        and INSTALL's report. A patch (`made`, or made now against `base`) that does not reproduce the
+        and what the host's install said. A patch (`made`, or made now against `base`) that does not reproduce the
         binary is retried as a full upload. `made` and `early` (frames compressed during the preflight)
         and `ready` (from prepare()) are released here, used or not."""
         self.ready = ready
@@ -295,7 +296,7 @@ class Uploader:
                 self.ready.close()
 
     def _run(self, partial: int, base: Base | None, made: Patch | None,
-             early: Frames | None) -> tuple[Sent, str]:
+             early: Frames | None) -> tuple[Sent, InstallReport]:
         started = time.monotonic()
         offset = self._resumable(partial)
         if base and self.host_zstd and (made or Patch.possible()):
@@ -305,7 +306,7 @@ class Uploader:
             finally:
                 if patch is not made:
                     patch.release()
-            if not report.startswith(("MISMATCH", "BROKEN", "SHORT")):
+            if not report.damaged:
                 self.progress(self.size, self.wire)
                 return Sent("patch", self.wire, time.monotonic() - started, base=base.id), report
             offset = 0  # the host's copy of the base is not what this machine has: send it all
@@ -337,15 +338,16 @@ class Uploader:
                 if (full := self._disk_full()) is None:
                     raise
                 return Sent("sftp", self.wire, time.monotonic() - started, resumed_from=offset), full
-        report = self.host.run(scripts.command("install.sh", tmp=self.tmp, **self.install)).stdout
+        report = parse_install(self.host.run(scripts.command("install.sh", tmp=self.tmp, **self.install))
+                               .stdout.splitlines())
         return Sent("sftp", self.wire, time.monotonic() - started, resumed_from=offset), report
 
-    def _disk_full(self) -> str | None:
-        """After a failed write: "NOSPACE free_kib" (the partial file removed) when the disk is full."""
+    def _disk_full(self) -> InstallReport | None:
+        """After a failed write: NOSPACE with the KiB free (the partial file removed) when the disk is full."""
         free = self.host.run(scripts.command("free_kib.sh", path=self.tmp, label="df"), check=False).stdout.strip()
         if free.isdigit() and int(free) * 1024 < self.size:
             self.host.run(Cmd("rm", "-f", "--", self.tmp), check=False)
-            return f"NOSPACE {free}"
+            return InstallReport(failure=Word.NOSPACE, detail=free)
         return None
 
     def _counted(self, chunks: Iterator[bytes]) -> Iterator[bytes]:
@@ -356,7 +358,7 @@ class Uploader:
     def _receive_cmd(self, offset: int, base: str) -> Cmd:
         return scripts.command("receive.sh", tmp=self.tmp, off=offset, base=base, size=self.size, **self.install)
 
-    def _receive(self, chunks: Iterator[bytes], offset: int, base: str) -> str:
+    def _receive(self, chunks: Iterator[bytes], offset: int, base: str) -> InstallReport:
         cmd = self._receive_cmd(offset, base)
         ready, self.ready = self.ready, None
         if ready is None or ready.cmd != cmd:
@@ -364,10 +366,10 @@ class Uploader:
                 ready.close()
             ready = self.host.prepare(cmd)
         result = ready.send(itertools.chain([b"GO\n"], self._counted(chunks)), timeout=600)
-        report = result.stdout
         if result.exit_code != 0:
-            report = f"BROKEN exit {result.exit_code}: {result.stderr.strip()[-200:]}"
-        if report.startswith("OFFSET"):
-            raise Refused(f"the partial upload {self.tmp} changed while resuming ({report.split()[1]} bytes, "
+            return InstallReport(failure=Word.BROKEN, detail=f"exit {result.exit_code}: {result.stderr.strip()[-200:]}")
+        report = parse_install(result.stdout.splitlines())
+        if report.failure is Word.OFFSET:
+            raise Refused(f"the partial upload {self.tmp} changed while resuming ({report.detail} bytes, "
                           f"expected {offset}); run the deploy again", host=self.host.name)
         return report

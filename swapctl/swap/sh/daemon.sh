@@ -37,8 +37,9 @@ gpu_ok() {
 }
 
 # wait_memory TIMEOUT_MS MIN_KIB GPU_MAX: until the pids in WATCH are gone, GPU memory is back under
-# GPU_MAX and MemAvailable >= MIN_KIB. Prints readings `R ms avail_kib alive gpu_used`, then DONE ms or
-# TIMEOUT ms (and returns 1).
+# GPU_MAX and MemAvailable >= MIN_KIB. Prints readings `R ms avail_kib alive gpu_used` (alive: pids
+# joined by commas, or - for none; gpu_used only when GPUs are watched), then DONE ms or TIMEOUT ms
+# (and returns 1).
 wait_memory() {
   limit_ms=$1; need_kib=$2; gpu_limits=$3
   now; begin=$NOW; n=0; used=""
@@ -48,12 +49,12 @@ wait_memory() {
     if [ -n "$gpu_limits" ] && [ $((n % 10)) -eq 0 ]; then
       used=$(nvidia-smi --query-gpu=index,memory.used --format=csv,noheader,nounits 2>/dev/null | tr -d ' ' | paste -sd';')
     fi
-    now; ms=$(( NOW - begin ))
+    now; ms=$(( NOW - begin )); holding=${left#,}
     if [ -z "$left" ] && [ "$avail" -ge "$need_kib" ] && gpu_ok "$gpu_limits" "$used"; then
       echo "R $ms $avail - $used"; echo "DONE $ms"; return 0
     fi
-    [ $((n % 20)) -eq 0 ] && echo "R $ms $avail ${left#,} $used"
-    if [ "$ms" -ge "$limit_ms" ]; then echo "R $ms $avail ${left#,} $used"; echo "TIMEOUT $ms"; return 1; fi
+    [ $((n % 20)) -eq 0 ] && echo "R $ms $avail ${holding:--} $used"
+    if [ "$ms" -ge "$limit_ms" ]; then echo "R $ms $avail ${holding:--} $used"; echo "TIMEOUT $ms"; return 1; fi
     sleep 0.01; n=$((n+1))
   done
 }
