@@ -21,15 +21,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parent.parent))
 
-from conftest import Box  # noqa: E402
-from lab import build_prover, make_server, prover_config  # noqa: E402
-
 from swapctl.errors import SwapctlError  # noqa: E402
 from swapctl.playbook import load  # noqa: E402
 from swapctl.remote import connect  # noqa: E402
 from swapctl.remote.cmd import Cmd  # noqa: E402
 from swapctl.remote.host import Host, Prepared, Result  # noqa: E402
 from swapctl.swap import deploy as swap_deploy  # noqa: E402
+
+from conftest import Box  # noqa: E402
+from lab import build_prover, make_server, prover_config  # noqa: E402
 
 OUT = Path(__file__).parent / "data" / "transcripts"
 RECORDED = ("lock", "receive", "install", "swap", "stop")

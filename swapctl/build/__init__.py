@@ -12,9 +12,9 @@ import os
 import tarfile
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable
 
 from ..errors import BadInput, Refused, SwapctlError
 from ..playbook import Playbook

@@ -5,8 +5,9 @@ from __future__ import annotations
 import fnmatch
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import asdict, is_dataclass
-from typing import Annotated, Any, Callable, NoReturn
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console

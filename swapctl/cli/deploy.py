@@ -11,12 +11,22 @@ import typer
 from .. import playbook as pb
 from ..errors import BadInput, Refused, SwapctlError
 from ..remote import connect
-from ..swap.deploy import EventSink, Interrupts, Outcome, Plan, Swap, deploy as run_deploy
+from ..swap.deploy import EventSink, Interrupts, Outcome, Plan, Swap
+from ..swap.deploy import deploy as run_deploy
 from . import build as build_cli
-from .fleet import (CanaryOpt, CanaryWaitOpt, Fleet, MaxFailOpt, ParallelOpt, dry_run_outcome, roll_out,
-                    select_fleet, summary)
 from .build import BuildArgOpt, VerboseOpt
-from .common import JsonOpt, LimitOpt, PlaybookOpt, err, fail, guarded, out, print_json, size, duration, text, worst
+from .common import JsonOpt, LimitOpt, PlaybookOpt, duration, err, fail, guarded, out, print_json, size, text, worst
+from .fleet import (
+    CanaryOpt,
+    CanaryWaitOpt,
+    Fleet,
+    MaxFailOpt,
+    ParallelOpt,
+    dry_run_outcome,
+    roll_out,
+    select_fleet,
+    summary,
+)
 
 
 def deploy(

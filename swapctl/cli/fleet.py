@@ -11,9 +11,10 @@ import io
 import signal
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from typing import Annotated, Callable
+from typing import Annotated
 
 import typer
 from rich.table import Table
@@ -250,7 +251,8 @@ def _after_canary(book: pb.Playbook, results: dict, fleet: Fleet, yes: bool) -> 
         return ""
     if not sys.stdin.isatty():
         raise BadInput("no terminal to confirm the canary on: pass --canary-wait S or --yes")
-    return "" if typer.confirm("the canary is up: go on with the other hosts?", err=True) else "stopped after the canary"
+    go_on = typer.confirm("the canary is up: go on with the other hosts?", err=True)
+    return "" if go_on else "stopped after the canary"
 
 
 def summary(results: dict[str, Result | str], why_skipped: str) -> None:

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from rich.console import Console
 from rich.live import Live
 from rich.markup import escape
-from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn,
-                           TransferSpeedColumn)
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
@@ -77,7 +76,7 @@ class FleetView:
         self.lock = threading.Lock()
         self.live = Live(self, console=console, refresh_per_second=4, transient=True, redirect_stderr=False)
 
-    def __enter__(self) -> "FleetView":
+    def __enter__(self) -> FleetView:
         self.live.start()
         return self
 

@@ -8,7 +8,8 @@ import typer
 
 from .. import playbook as pb
 from ..remote import connect
-from ..swap.deploy import EventSink, Interrupts, Outcome, Swap, rollback as run_rollback
+from ..swap.deploy import EventSink, Interrupts, Outcome, Swap
+from ..swap.deploy import rollback as run_rollback
 from .common import JsonOpt, LimitOpt, PlaybookOpt, guarded
 from .deploy import _confirm, report, show_plan
 from .fleet import CanaryOpt, CanaryWaitOpt, Fleet, MaxFailOpt, ParallelOpt, dry_run_outcome, roll_out, select_fleet

@@ -11,7 +11,21 @@ from .. import playbook as pb
 from ..errors import ExitCode, SwapctlError
 from ..facts.status import HostStatus, gather
 from ..remote.group import on_hosts
-from .common import JsonOpt, LimitOpt, PlaybookOpt, duration, err, gib, guarded, out, print_json, select_hosts, size, text, worst
+from .common import (
+    JsonOpt,
+    LimitOpt,
+    PlaybookOpt,
+    duration,
+    err,
+    gib,
+    guarded,
+    out,
+    print_json,
+    select_hosts,
+    size,
+    text,
+    worst,
+)
 
 
 def status(
@@ -29,7 +43,7 @@ def _status(targets: list[str], playbook_path: str | None, as_json: bool, limit:
     specs = select_hosts(book, targets, limit)
     results = on_hosts(specs, lambda host: gather(host, book.daemon))
     codes = []
-    for name, result in results.items():
+    for result in results.values():
         if isinstance(result, SwapctlError):
             codes.append(int(result.exit_code))
         elif isinstance(result, BaseException):
@@ -44,7 +58,7 @@ def _status(targets: list[str], playbook_path: str | None, as_json: bool, limit:
                 doc[name] = {k: v for k, v in result.__dict__.items() if k != "processes"}
         print_json({"hosts": doc})
     else:
-        for name, result in results.items():
+        for result in results.values():
             if isinstance(result, BaseException):
                 err.print(text(f"swapctl: {result}"), style="bold red")
             else:
@@ -60,7 +74,8 @@ def render(st: HostStatus) -> None:
         f"load: {st.load[0]:.2f} {st.load[1]:.2f} {st.load[2]:.2f}"))
 
     if st.swapping:
-        out.print(text("a swap is in progress on this host (swapctl's swap script holds its lock)"), style="bold yellow")
+        out.print(text("a swap is in progress on this host (swapctl's swap script holds its lock)"),
+                  style="bold yellow")
     if not st.daemons:
         out.print(text("daemon: not running"), style="yellow")
     for p in st.daemons:

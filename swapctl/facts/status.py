@@ -135,7 +135,7 @@ def parse_status(host: str, text: str, daemon: DaemonSpec, df_paths: list[str]) 
 
     disks = [
         system.Disk(path=path, filesystem=d.filesystem, size_kib=d.size_kib, avail_kib=d.avail_kib, mount=d.mount)
-        for path, d in zip(df_paths, system.parse_df(s.get("df", "")))
+        for path, d in zip(df_paths, system.parse_df(s.get("df", "")), strict=False)
     ]
     releases = []
     for line in s.get("releases", "").splitlines():

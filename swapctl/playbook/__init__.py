@@ -80,7 +80,8 @@ class Playbook:
         """The daemon section, complete enough to change a host."""
         for key in ("binary", "log"):
             if not getattr(self.daemon, key):
-                raise PlaybookError(self.path, f"missing; add `{key} = \"/data/...\"` under [daemon]", key=f"daemon.{key}")
+                raise PlaybookError(self.path, f"missing; add `{key} = \"/data/...\"` under [daemon]",
+                                    key=f"daemon.{key}")
         return self.daemon
 
 
@@ -306,4 +307,5 @@ def resolve_host(playbook: Playbook, target: str) -> HostSpec:
     known = ", ".join(playbook.hosts) or "none"
     close = difflib.get_close_matches(target, playbook.hosts, n=1)
     hint = f"did you mean {close[0]!r}?" if close else f"hosts in the playbook: {known}"
-    raise PlaybookError(playbook.path, f"unknown host {target!r} ({hint}); add [hosts.{target}] or use user@address:port", key="hosts")
+    raise PlaybookError(playbook.path, f"unknown host {target!r} ({hint}); add [hosts.{target}] or use "
+                                       f"user@address:port", key="hosts")

@@ -13,8 +13,9 @@ import select
 import socket
 import threading
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterable
+from typing import BinaryIO
 
 import fabric
 import paramiko

@@ -12,19 +12,26 @@ import os
 import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import PurePosixPath
-from typing import Callable
 
-from ..errors import (BadInput, LockHeld, Refused, RolledBack, SwapctlError, UnknownState, Unreachable,
-                      RemoteTimeout)
+from ..errors import BadInput, LockHeld, Refused, RemoteTimeout, RolledBack, SwapctlError, UnknownState, Unreachable
 from ..facts.status import HostStatus, gather, split_sections
 from ..playbook import Playbook
 from ..remote import Cmd, Host, Piece, Prepared, Result, Secret
 from . import elf, scripts, upload
+from .releases import (
+    Release,
+    now_iso,
+    parse_releases,
+    previous_good,
+    record_local,
+    releases_newest_first,
+    to_prune,
+    who_am_i,
+)
 from .report import SwapParser, SwapReport, Word, parse_lock, parse_swap
-from .releases import (Release, now_iso, parse_releases, previous_good, record_local, releases_newest_first, to_prune,
-                       who_am_i)
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 CONFIG_FLAGS = ("-c", "--config")
@@ -380,7 +387,8 @@ class Swap:
                         f"kill -TERM {'-' if d.group_leader else ''}{d.pid}; after {spec.stop_grace_s:g} s: kill -KILL")
         cmds.append(f"wait until pids gone and MemAvailable >= {self.book.memory.min_available_gib:g} GiB "
                     f"(at most {self.book.memory.release_timeout_s:g} s)")
-        cmds.append(f"ln -sfn {new.path(st)} {spec.binary}.swapctl-new && mv -Tf {spec.binary}.swapctl-new {spec.binary}")
+        cmds.append(f"ln -sfn {new.path(st)} {spec.binary}.swapctl-new && "
+                    f"mv -Tf {spec.binary}.swapctl-new {spec.binary}")
         env = " ".join(f"{k}=***" if k in spec.secret_env else f"{k}={v}" for k, v in new.env or ())
         cmds.append(f"cd {new.cwd} && setsid env -i {env} {' '.join(new.argv or ())} >> {spec.log} 2>&1 &")
         cmds.append(f"wait for /{spec.ready_log}/ in {spec.log} (at most {spec.ready_timeout_s:g} s)")

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from enum import Enum
+from enum import StrEnum
 
 
-class Word(str, Enum):
+class Word(StrEnum):
     """Every word a script starts a report line with."""
 
     # lock.sh

@@ -17,10 +17,9 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Mapping
-from typing import Callable, Iterator
 
 import zstandard
 
@@ -187,11 +186,11 @@ class Patch:
     patch. Its process starts at once and a thread collects what it writes, so the patch is made while
     the preflight runs, and a host that comes later finds it made."""
 
-    _made: dict[tuple[Path, str], "Patch"] = {}
+    _made: dict[tuple[Path, str], Patch] = {}
     _guard = threading.Lock()
 
     @classmethod
-    def of(cls, base: Base, new: str) -> "Patch":
+    def of(cls, base: Base, new: str) -> Patch:
         """The patch from `base` to `new`, started now or shared; each caller calls release() once."""
         with cls._guard:
             p = cls._made.get((base.local_path, new))
@@ -235,7 +234,7 @@ class Patch:
         i = 0
         while True:
             with self.cond:
-                self.cond.wait_for(lambda: i < len(self.parts) or self.done)
+                self.cond.wait_for(lambda n=i: n < len(self.parts) or self.done)
                 if i == len(self.parts):
                     if self.error:
                         raise OSError(f"zstd --patch-from failed: {self.error}")
