@@ -92,8 +92,8 @@ def print_json(document: dict) -> None:
 
 def worst(codes: list[int]) -> int:
     """With several hosts, the worst outcome decides: 5 > 4 > 3 > 2 > 1 > 0."""
-    order = [ExitCode.OK, ExitCode.FAILED, ExitCode.BAD_INPUT, ExitCode.REFUSED, ExitCode.ROLLED_BACK,
-             ExitCode.UNKNOWN_STATE]
+    order = [int(c) for c in (ExitCode.OK, ExitCode.FAILED, ExitCode.BAD_INPUT, ExitCode.REFUSED,
+                              ExitCode.ROLLED_BACK, ExitCode.UNKNOWN_STATE)]
     return max(codes, key=order.index, default=0)
 
 

@@ -110,7 +110,7 @@ def parse_status(host: str, text: str, daemon: DaemonSpec, df_paths: list[str]) 
         return False
 
     daemons = tuple(p for p in matches.values() if not under_a_match(p.pid))
-    if len(daemons) > 1:  # `tail -f /data/cuzk.log` matches "cuzk" too: prefer what runs the program itself
+    if regex and len(daemons) > 1:  # `tail -f /data/cuzk.log` matches "cuzk" too: prefer what runs the program itself
         running_it = tuple(p for p in daemons if regex.search(p.args.split(" ", 1)[0]) or
                            (p.exe and regex.search(p.exe)))
         daemons = running_it or daemons

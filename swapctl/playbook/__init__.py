@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -59,6 +59,18 @@ class DaemonSpec:
 
 
 @dataclass(frozen=True)
+class RequiredDaemon(DaemonSpec):
+    """The daemon section once require_daemon() has checked it: what changing a host needs is there."""
+
+    binary: str = ""
+    log: str = ""
+
+    @property
+    def match_regex(self) -> re.Pattern[str]:
+        return re.compile(self.match or PurePosixPath(self.binary).name)
+
+
+@dataclass(frozen=True)
 class MemorySpec:
     min_available_gib: float = 0
     release_timeout_s: float = 900
@@ -76,13 +88,13 @@ class Playbook:
     keep_releases: int = 5
     build: dict = field(default_factory=dict)  # the [build] table, read by swapctl.build
 
-    def require_daemon(self) -> DaemonSpec:
+    def require_daemon(self) -> RequiredDaemon:
         """The daemon section, complete enough to change a host."""
         for key in ("binary", "log"):
             if not getattr(self.daemon, key):
                 raise PlaybookError(self.path, f"missing; add `{key} = \"/data/...\"` under [daemon]",
                                     key=f"daemon.{key}")
-        return self.daemon
+        return RequiredDaemon(**{f.name: getattr(self.daemon, f.name) for f in fields(DaemonSpec)})
 
 
 # key -> (kind, required). Kinds: str, int, num (int or float), bool, strlist, strtable.

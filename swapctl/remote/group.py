@@ -7,7 +7,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 from ..playbook import HostSpec
-from .host import Host, connect
+from . import connect
+from .host import Host
 
 T = TypeVar("T")
 

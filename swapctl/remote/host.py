@@ -241,12 +241,3 @@ class LocalHost(Host):
             closer()
         return Held(first, closer)
 
-
-def connect(spec: HostSpec) -> Host:  # noqa: F821 (import cycle avoided)
-    """A connection for a playbook host; SSH connects lazily on first use."""
-    if spec.transport == "local":
-        return LocalHost(spec.name)
-    from .ssh import SshHost
-
-    return SshHost(spec)
-

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
 
@@ -70,6 +71,12 @@ def command(name: str, /, *args: Piece, label: str | None = None, bash: bool = F
     """The command that runs script `name` with its named `inputs` and its arguments `args`.
 
     `bash` runs an sh script under bash (the swap script, when readiness is a port: /dev/tcp is bash's)."""
+    return command_of(name, inputs, *args, label=label, bash=bash)
+
+
+def command_of(name: str, inputs: Mapping[str, Piece | int], *args: Piece, label: str | None = None,
+               bash: bool = False) -> Cmd:
+    """As `command`, with the inputs in a mapping."""
     script = load(name)
     if set(inputs) != script.inputs:
         wrong = sorted(set(inputs) ^ script.inputs)

@@ -234,7 +234,7 @@ class Patch:
         i = 0
         while True:
             with self.cond:
-                self.cond.wait_for(lambda n=i: n < len(self.parts) or self.done)
+                self.cond.wait_for(lambda: i < len(self.parts) or self.done)  # noqa: B023 (called at once)
                 if i == len(self.parts):
                     if self.error:
                         raise OSError(f"zstd --patch-from failed: {self.error}")
@@ -270,10 +270,10 @@ class Uploader:
         if not self.host_zstd:
             return None
         if base and Patch.possible():
-            return self.host.prepare(self._receive_cmd(0, base.remote_path))
-        return self.host.prepare(self._receive_cmd(self._resumable(partial), ""))
+            return self.host.prepare(self.receive_cmd(0, base.remote_path))
+        return self.host.prepare(self.receive_cmd(self.resumable(partial), ""))
 
-    def _resumable(self, partial: int) -> int:
+    def resumable(self, partial: int) -> int:
         """Where an upload starts when `partial` bytes of it are on the host already."""
         return partial if 0 < partial < self.size else 0
 
@@ -297,7 +297,7 @@ class Uploader:
     def _run(self, partial: int, base: Base | None, made: Patch | None,
              early: Frames | None) -> tuple[Sent, InstallReport]:
         started = time.monotonic()
-        offset = self._resumable(partial)
+        offset = self.resumable(partial)
         if base and self.host_zstd and (made or Patch.possible()):
             patch = made or Patch.of(base, self.path)
             try:
@@ -337,9 +337,12 @@ class Uploader:
                 if (full := self._disk_full()) is None:
                     raise
                 return Sent("sftp", self.wire, time.monotonic() - started, resumed_from=offset), full
-        report = parse_install(self.host.run(scripts.command("install.sh", tmp=self.tmp, **self.install))
-                               .stdout.splitlines())
+        report = parse_install(self.host.run(self.install_cmd()).stdout.splitlines())
         return Sent("sftp", self.wire, time.monotonic() - started, resumed_from=offset), report
+
+    def install_cmd(self) -> Cmd:
+        """What installs a file sent by SFTP (sh/install.sh)."""
+        return scripts.command_of("install.sh", {"tmp": self.tmp, **self.install})
 
     def _disk_full(self) -> InstallReport | None:
         """After a failed write: NOSPACE with the KiB free (the partial file removed) when the disk is full."""
@@ -354,11 +357,12 @@ class Uploader:
             self.wire += len(chunk)
             yield chunk
 
-    def _receive_cmd(self, offset: int, base: str) -> Cmd:
-        return scripts.command("receive.sh", tmp=self.tmp, off=offset, base=base, size=self.size, **self.install)
+    def receive_cmd(self, offset: int, base: str) -> Cmd:
+        return scripts.command_of("receive.sh", {"tmp": self.tmp, "off": offset, "base": base, "size": self.size,
+                                                 **self.install})
 
     def _receive(self, chunks: Iterator[bytes], offset: int, base: str) -> InstallReport:
-        cmd = self._receive_cmd(offset, base)
+        cmd = self.receive_cmd(offset, base)
         ready, self.ready = self.ready, None
         if ready is None or ready.cmd != cmd:
             if ready:
