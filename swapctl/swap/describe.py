@@ -33,7 +33,7 @@ def describe(ctx: Context, plan: Plan, session: Session) -> list[str]:
     stop = (f"systemctl stop {d.unit}" if d and d.unit else
             f"kill -TERM {'-' if d.group_leader else ''}{d.pid}; after {spec.stop_grace_s:g} s: kill -KILL" if d
             else "nothing runs: no stop")
-    env = " ".join(f"{k}=***" if k in spec.secret_env else f"{k}={v}" for k, v in new.env or ())
+    env = f"(its {len(new.env or ())} recorded variables)"  # listed, secrets masked, in the swap command below
     fallback = plan.fallback() if isinstance(plan, DeployPlan) else rollback_fallback(plan)
     out += [f"# {stop}; wait until its pids are gone and MemAvailable >= {ctx.book.memory.min_available_gib:g} GiB "
             f"(at most {ctx.book.memory.release_timeout_s:g} s); ln -sfn {new.path(st)} {spec.binary}; "
