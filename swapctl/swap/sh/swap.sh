@@ -106,11 +106,12 @@ wait_memory "$timeout_ms" "$min_kib" "" >/dev/null 2>&1 || exit 0
 switch_to "$fb_target" || exit 0
 cd -- "$fb_cwd" || exit 0
 off=$(stat -c %s -- "$log" 2>/dev/null || echo 0)
-( trap - PIPE HUP; eval "exec setsid $fb_cmd" ) >> "$log" 2>&1 < /dev/null 8>&- &
-back=$!
-# the journal line, written here whole (keys sorted, as swapctl writes its own lines)
-printf '{"action": "auto-rollback", "by": %s, "current": %s, "from": %s, "host": %s, "log_offset": %s, ' \
+# the journal line is made whole here (keys sorted, as swapctl writes its own), all but the pid before the
+# start, so that it is written in one go right after it
+entry=$(printf '{"action": "auto-rollback", "by": %s, "current": %s, "from": %s, "host": %s, "log_offset": %s, ' \
   "$(json_str "$fb_host itself (swapctl lost its connection)")" "$(json_str "$fb_current")" \
-  "$(json_str "$fb_from")" "$(json_str "$fb_host")" "$off" >> "$state/journal.jsonl"
-printf '"outcome": "rolled-back", "pid": %s, "reason": "not ready, and no swapctl listening", "time": "%s", "to": %s}\n' \
-  "$back" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$(json_str "$fb_to")" >> "$state/journal.jsonl"
+  "$(json_str "$fb_from")" "$(json_str "$fb_host")" "$off")
+rest=$(printf '"reason": "not ready, and no swapctl listening", "time": "%s", "to": %s}' \
+  "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$(json_str "$fb_to")")
+( trap - PIPE HUP; eval "exec setsid $fb_cmd" ) >> "$log" 2>&1 < /dev/null 8>&- &
+printf '%s"outcome": "rolled-back", "pid": %s, %s\n' "$entry" "$!" "$rest" >> "$state/journal.jsonl"
