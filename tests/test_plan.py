@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from swapctl.cli.fleet import fail_budget
 from swapctl.errors import BadInput
+from swapctl.fleet import fail_budget
 from swapctl.logs.timings import release_segments
 from swapctl.swap.plan import cgroup_unit, config_paths, read_catalog
 from swapctl.swap.releases import Release
