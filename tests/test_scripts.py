@@ -3,6 +3,7 @@ take any value as data."""
 
 import re
 import subprocess
+import sys
 
 import pytest
 from hypothesis import given, settings
@@ -52,3 +53,11 @@ def test_any_value_reaches_a_script_as_data(tmp_path_factory, text):
     path = tmp_path_factory.mktemp("w") / "out"
     LocalHost().run(scripts.command("write_file.sh", path=str(path), text=text))
     assert path.read_bytes().decode() == text + "\n"
+
+
+def test_importing_the_scripts_pulls_in_no_ssh_library():
+    """The scripts and their reports are plain data: no paramiko or fabric behind them."""
+    code = ("import sys, swapctl.swap.scripts, swapctl.swap.report; "
+            "print(sorted({'paramiko', 'fabric'} & set(sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

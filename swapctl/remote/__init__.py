@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..playbook import HostSpec
 from .cmd import Cmd, Piece, Secret
 from .host import Host, LocalHost, Prepared, Result
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # not at run time: the playbook and ssh modules may pull in paramiko
+    from ..playbook import HostSpec
     from .ssh import SshHost
 
 __all__ = ["Cmd", "Piece", "Secret", "Host", "LocalHost", "Prepared", "Result", "SshHost", "connect"]
