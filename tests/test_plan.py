@@ -76,3 +76,41 @@ def test_a_fail_budget_that_is_no_number_is_bad_input(max_fail):
 ])
 def test_release_segments(journal, size, segments):
     assert release_segments(journal, size) == segments
+
+
+def release(rid: str, created: str, status: str = "ok", source: str = "upload") -> Release:
+    return Release(sha256=rid * 4, size=1, name="cuzk", created=created, by="t", status=status, source=source)
+
+
+@pytest.mark.parametrize("facts, running, saved", [
+    # the first deploy adopts the daemon it finds, and keeps a plain file at the binary path too
+    ({"binary": "file " + "f" * 64}, "a" * 64, ["/proc/42/exe", "/data/cuzk"]),
+    ({"binary": "file " + "a" * 64}, "a" * 64, ["/proc/42/exe"]),  # the file is what runs: once
+    ({"binary": "link /data/.swapctl/cuzk/releases/aaaaaaaaaaaa/cuzk"}, "a" * 64, []),  # known already
+    ({"binary": "missing"}, None, []),
+])
+def test_what_is_saved_before_the_stop(facts, running, saved):
+    from swapctl.swap.plan import Daemon, backups
+
+    daemon = Daemon(pid=42, sha256=running, size=1, argv=("/data/cuzk",), cwd="/data", env=(), unit=None,
+                    group_leader=True, rss_kib=1, elapsed_s=1) if running else None
+    known = {"aaaaaaaaaaaa": release("aaa", "2026-01-01")} if "link" in facts["binary"] else {}
+    assert [b.source for b in backups("/data/cuzk", facts, daemon, known)] == saved
+
+
+OLD, MID, NEW = release("aaa", "2026-01-01"), release("bbb", "2026-01-02"), release("ccc", "2026-01-03")
+
+
+@pytest.mark.parametrize("running, releases, history, fallback", [
+    (MID.id, [OLD, MID], (OLD.id, MID.id), MID),  # what runs now
+    (None, [OLD, MID], (OLD.id, MID.id), MID),  # nothing runs: the last one deployed
+    (NEW.id, [OLD, MID, NEW], (OLD.id, MID.id, NEW.id), MID),  # it runs already (--restart): the one before
+    (MID.id, [OLD, release("bbb", "2026-01-02", status="bad")], (OLD.id, MID.id), OLD),  # never a bad one
+    (None, [], (), None),  # a first deploy: nothing to go back to
+])
+def test_what_a_failed_start_goes_back_to(running, releases, history, fallback):
+    from swapctl.swap.plan import Plan
+
+    plan = Plan(host="lab", status=None, daemon=None, releases={r.id: r for r in releases}, current=running,
+                to_save=(), warnings=(), history=history, new=NEW)
+    assert plan.fallback() == fallback
