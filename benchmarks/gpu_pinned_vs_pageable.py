@@ -68,12 +68,13 @@ def main() -> None:
         data = base / "data"
         shutil.copy(pageable, data / "cuzk")
         (data / "cuzk.toml").write_text(config)
-        avail_kib = int(next(l.split()[1] for l in open("/proc/meminfo") if l.startswith("MemAvailable")))
+        avail_kib = int(next(line.split()[1] for line in open("/proc/meminfo") if line.startswith("MemAvailable")))
         playbook = base / "swapctl.toml"
         playbook.write_text(server.playbook(
             name="h200",
             daemon={"binary": str(data / "cuzk"), "args": ["--config", str(data / "cuzk.toml")],
-                    "match": str(data / "cuzk"), "log": str(data / "cuzk.log"), "ready_timeout_s": 120, "stop_grace_s": 30},
+                    "match": str(data / "cuzk"), "log": str(data / "cuzk.log"), "ready_timeout_s": 120,
+                    "stop_grace_s": 30},
             memory={"min_available_gib": round(avail_kib / (1 << 20) * 0.5, 1), "release_timeout_s": 300},
             logs={"paths": [str(data / "cuzk.log")]}))
         pid = start_daemon(data / "cuzk", data / "cuzk.toml", data / "cuzk.log", data)
@@ -93,7 +94,7 @@ def main() -> None:
         swapctl(out, "fetch", "fetch-logs", "h200", "--dest", str(base / "logs"), "-p", str(playbook), env=env)
         swapctl(out, "history", "history", "h200", "-p", str(playbook), env=env)
 
-        journal = [json.loads(l) for l in (data / ".swapctl/cuzk/journal.jsonl").read_text().splitlines()]
+        journal = [json.loads(line) for line in (data / ".swapctl/cuzk/journal.jsonl").read_text().splitlines()]
         offset = journal[-1]["log_offset"]
         fetched = (base / "logs" / "h200" / "cuzk.log").read_bytes()
         (out / "pageable.log").write_bytes(fetched[:offset])
@@ -107,7 +108,8 @@ def main() -> None:
                    "steps": journal[-1].get("steps"), "status_exit": status.returncode}
         try:
             c = json.loads(cmp.stdout)
-            summary.update({k: c["phases"].get(k) for k in ("ntt_kernels", "coset_intt_sync", "gpu_total_ms", "synth_ms")})
+            phases = ("ntt_kernels", "coset_intt_sync", "gpu_total_ms", "synth_ms")
+            summary.update({k: c["phases"].get(k) for k in phases})
             summary["gpu_phase_share"] = c["gpu_phase_share"]
             summary["timeline_share"] = c["timeline_share"]
             st = json.loads(status.stdout)["hosts"]["h200"]

@@ -129,7 +129,8 @@ def test_status_with_real_gpu_output_and_daemon_match():
 def test_status_reports_nvml_failure_and_missing_tools():
     failing = "==> gpu\nFailed to initialize NVML: Driver/library version mismatch\nrc=18"
     st = parse_status("box", _status_output(failing), DaemonSpec(match="x"), [])
-    assert st.gpus == () and st.gpu_error == "nvidia-smi failed: Failed to initialize NVML: Driver/library version mismatch"
+    assert st.gpus == ()
+    assert st.gpu_error == "nvidia-smi failed: Failed to initialize NVML: Driver/library version mismatch"
     st = parse_status("box", _status_output("==> gpu\nmissing"), DaemonSpec(match="x"), [])
     assert st.gpu_error == "no GPU tools (nvidia-smi not found)"
 

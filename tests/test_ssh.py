@@ -8,11 +8,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lab import NetnsLab, keygen
 from swapctl.errors import ExitCode, HostKeyError, Refused, Unreachable
 from swapctl.playbook import HostSpec
 from swapctl.remote import Cmd, Secret, SshHost
 from swapctl.swap import scripts
+
+from lab import NetnsLab, keygen
 
 
 def spec(server, **over) -> HostSpec:

@@ -90,7 +90,7 @@ def _rows(text: str) -> list[dict[str, str]]:
         values = [v.strip() for v in line.split(", ")]
         if len(values) != len(header):
             raise NvidiaSmiError(line.strip())
-        rows.append(dict(zip(header, values)))
+        rows.append(dict(zip(header, values, strict=True)))
     return rows
 
 

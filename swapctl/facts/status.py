@@ -119,7 +119,7 @@ def parse_status(host: str, text: str, daemon: DaemonSpec, df_paths: list[str]) 
         return False
 
     daemons = tuple(p for p in matches.values() if not under_a_match(p.pid))
-    if len(daemons) > 1:  # `tail -f /data/cuzk.log` matches "cuzk" too: prefer what runs the program itself
+    if regex and len(daemons) > 1:  # `tail -f /data/cuzk.log` matches "cuzk" too: prefer what runs the program itself
         running_it = tuple(p for p in daemons if regex.search(p.args.split(" ", 1)[0]) or
                            (p.exe and regex.search(p.exe)))
         daemons = running_it or daemons
@@ -144,7 +144,7 @@ def parse_status(host: str, text: str, daemon: DaemonSpec, df_paths: list[str]) 
 
     disks = [
         system.Disk(path=path, filesystem=d.filesystem, size_kib=d.size_kib, avail_kib=d.avail_kib, mount=d.mount)
-        for path, d in zip(df_paths, system.parse_df(s.get("df", "")))
+        for path, d in zip(df_paths, system.parse_df(s.get("df", "")), strict=False)
     ]
     releases = []
     for line in s.get("releases", "").splitlines():

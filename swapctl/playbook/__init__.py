@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -62,6 +62,18 @@ class DaemonSpec:
 
 
 @dataclass(frozen=True)
+class RequiredDaemon(DaemonSpec):
+    """The daemon section once require_daemon() has checked it: what changing a host needs is there."""
+
+    binary: str = ""
+    log: str = ""
+
+    @property
+    def match_regex(self) -> re.Pattern[str]:
+        return re.compile(self.match or PurePosixPath(self.binary).name)
+
+
+@dataclass(frozen=True)
 class MemorySpec:
     min_available_gib: float = 0
     release_timeout_s: float = 900
@@ -90,12 +102,13 @@ class Playbook:
     build: dict = field(default_factory=dict)  # the [build] table, read by swapctl.build
     rollout: RolloutSpec = RolloutSpec()
 
-    def require_daemon(self) -> DaemonSpec:
+    def require_daemon(self) -> RequiredDaemon:
         """The daemon section, complete enough to change a host."""
         for key in ("binary", "log"):
             if not getattr(self.daemon, key):
-                raise PlaybookError(self.path, f"missing; add `{key} = \"/data/...\"` under [daemon]", key=f"daemon.{key}")
-        return self.daemon
+                raise PlaybookError(self.path, f"missing; add `{key} = \"/data/...\"` under [daemon]",
+                                    key=f"daemon.{key}")
+        return RequiredDaemon(**{f.name: getattr(self.daemon, f.name) for f in fields(DaemonSpec)})
 
 
 # key -> (kind, required). Kinds: str, int, num (int or float), bool, strlist, strtable.
@@ -238,25 +251,9 @@ def load(path: str | os.PathLike[str] | None = None, *, required: bool = True) -
     return parse(text, path, inventory=inventory)
 
 
-def parse(text: str, path: str = DEFAULT_PLAYBOOK, inventory: str | None = None) -> Playbook:
-    """Validates playbook text; every error names the file, line, key and fix. `inventory` (else the
-    playbook's own `inventory` key, relative to its file) adds an Ansible inventory's hosts and groups;
-    the playbook's [hosts] and [groups] win over the inventory's of the same name."""
-    try:
-        doc = tomlkit.parse(text).unwrap()
-    except ParseError as exc:
-        reason = str(exc).split(" at line ")[0]
-        raise PlaybookError(path, f"TOML syntax error: {reason} (fix the TOML at that line)", line=exc.line) from None
-    ld = _Loader(path, text)
-    if "inventory" in doc:
-        where = ld.check_type(doc.pop("inventory"), "str", "", "inventory")
-        inventory = inventory or str(Path(path).parent / os.path.expanduser(where))
-    for key in doc:
-        if key not in _TOP:
-            close = difflib.get_close_matches(key, _TOP, n=1)
-            hint = f"did you mean [{close[0]}]?" if close else f"known tables: {', '.join(_TOP)}"
-            raise ld.fail(f"unknown table ({hint})", "", key)
-
+def _hosts_and_groups(ld: _Loader, doc: dict, inventory: str | None
+                      ) -> tuple[dict[str, HostSpec], dict[str, tuple[str, ...]]]:
+    """[hosts] and [groups], over the inventory's hosts and groups when there is one."""
     hosts: dict[str, HostSpec] = {}
     groups: dict[str, tuple[str, ...]] = {}
     if inventory:
@@ -276,14 +273,35 @@ def parse(text: str, path: str = DEFAULT_PLAYBOOK, inventory: str | None = None)
         if port is not None and not 0 < port < 65536:
             raise ld.fail(f"must be a TCP port (1-65535), not {port}", table, "port")
         hosts[name] = HostSpec(name=name, **values)
-
     for name, members in ld.table(doc, "groups").items():
         members = ld.check_type(members, "strlist", "groups", name)
         for member in members:
             if member not in hosts:
                 raise ld.fail(f"names host {member!r}, which is not under [hosts] or in the inventory", "groups", name)
         groups[name] = tuple(members)
+    return hosts, groups
 
+
+def parse(text: str, path: str = DEFAULT_PLAYBOOK, inventory: str | None = None) -> Playbook:
+    """Validates playbook text; every error names the file, line, key and fix. `inventory` (else the
+    playbook's own `inventory` key, relative to its file) adds an Ansible inventory's hosts and groups;
+    the playbook's [hosts] and [groups] win over the inventory's of the same name."""
+    try:
+        doc = tomlkit.parse(text).unwrap()
+    except ParseError as exc:
+        reason = str(exc).split(" at line ")[0]
+        raise PlaybookError(path, f"TOML syntax error: {reason} (fix the TOML at that line)", line=exc.line) from None
+    ld = _Loader(path, text)
+    if "inventory" in doc:
+        where = ld.check_type(doc.pop("inventory"), "str", "", "inventory")
+        inventory = inventory or str(Path(path).parent / os.path.expanduser(where))
+    for key in doc:
+        if key not in _TOP:
+            close = difflib.get_close_matches(key, _TOP, n=1)
+            hint = f"did you mean [{close[0]}]?" if close else f"known tables: {', '.join(_TOP)}"
+            raise ld.fail(f"unknown table ({hint})", "", key)
+
+    hosts, groups = _hosts_and_groups(ld, doc, inventory)
     d = ld.section(ld.table(doc, "daemon"), "daemon", "daemon")
     if "match" in d:
         try:

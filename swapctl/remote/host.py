@@ -7,8 +7,9 @@ import selectors
 import subprocess
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import BinaryIO, Callable, Iterable
+from typing import BinaryIO
 
 from ..errors import RemoteCommandFailed, RemoteOutputTooLarge, RemoteTimeout
 from .cmd import Cmd
@@ -68,7 +69,7 @@ class Host(ABC):
         return self.prepare(cmd).send(chunks, timeout=timeout)
 
     @abstractmethod
-    def prepare(self, cmd: Cmd) -> "Prepared":
+    def prepare(self, cmd: Cmd) -> Prepared:
         """Starts `cmd` now, its stdin waiting for Prepared.send: the host's shell start-up (a .bashrc) is
         paid while other work goes on. A command started before it may act must wait for its input to
         say so, as RECEIVE waits for GO."""
@@ -80,18 +81,18 @@ class Host(ABC):
         appends to the `offset` bytes already there; `local` is positioned at `offset` by the caller."""
 
     @abstractmethod
-    def hold(self, cmd: Cmd, timeout: float = 30) -> "Held":
+    def hold(self, cmd: Cmd, timeout: float = 30) -> Held:
         """Starts `cmd` and keeps it running until the returned handle is closed or the connection drops.
 
         Its first stdout line is returned in `Held.first_line` (a lock's "got it" or "held by")."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 (a host with no connection has nothing to close)
         pass
 
     def _late(self, cmd: Cmd, timeout: float) -> RemoteTimeout:
         return RemoteTimeout(f"`{cmd}` did not finish within {timeout:.0f} s", host=self.name)
 
-    def __enter__(self) -> "Host":
+    def __enter__(self) -> Host:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -297,13 +298,4 @@ class LocalHost(Host):
         if proc.poll() is not None:
             closer()
         return Held(first, closer)
-
-
-def connect(spec: "HostSpec") -> Host:  # noqa: F821 (import cycle avoided)
-    """A connection for a playbook host; SSH connects lazily on first use."""
-    if spec.transport == "local":
-        return LocalHost(spec.name)
-    from .ssh import SshHost
-
-    return SshHost(spec)
 

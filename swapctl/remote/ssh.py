@@ -13,8 +13,9 @@ import select
 import socket
 import threading
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterable
+from typing import BinaryIO
 
 import fabric
 import paramiko
@@ -285,7 +286,9 @@ class SshHost(Host):
                 self._sftp = paramiko.SFTPClient.from_transport(
                     self._transport(), window_size=WINDOW_SIZE, max_packet_size=1 << 15)
             assert self._sftp is not None
-            self._sftp.get_channel().settimeout(STALL_S)
+            channel = self._sftp.get_channel()
+            if channel is not None:
+                channel.settimeout(STALL_S)
             done = offset
             with self._sftp.open(remote_path, "ab" if offset else "wb") as remote:
                 remote.set_pipelined(True)  # no round trip per 32 KiB write (paramiko#1660)
