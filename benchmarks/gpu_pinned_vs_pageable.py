@@ -22,8 +22,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from gpubox import gpu_host  # noqa: E402
+
 from swapctl.facts import nvidia  # noqa: E402
-from swapctl.sandbox import build_prover, make_server, prover_config, start_daemon  # noqa: E402
+from swapctl.sandbox import build_prover, prover_config, start_daemon  # noqa: E402
 
 CONFIG = prover_config(memory_mib=8192, jobs=-1, partitions=8, partition_mib=1024, synth_ms=150, gpu_ms=200)
 
@@ -61,22 +63,8 @@ def main() -> None:
                            text=True).stdout
     print(probe, flush=True)
 
-    server = make_server(base / "sshd", port=40612, data=base / "data")
-    server.start()
-    server.trust()
+    server, data, playbook = gpu_host(base, pageable, config)
     try:
-        data = base / "data"
-        shutil.copy(pageable, data / "cuzk")
-        (data / "cuzk.toml").write_text(config)
-        avail_kib = int(next(line.split()[1] for line in open("/proc/meminfo") if line.startswith("MemAvailable")))
-        playbook = base / "swapctl.toml"
-        playbook.write_text(server.playbook(
-            name="h200",
-            daemon={"binary": str(data / "cuzk"), "args": ["--config", str(data / "cuzk.toml")],
-                    "match": str(data / "cuzk"), "log": str(data / "cuzk.log"), "ready_timeout_s": 120,
-                    "stop_grace_s": 30},
-            memory={"min_available_gib": round(avail_kib / (1 << 20) * 0.5, 1), "release_timeout_s": 300},
-            logs={"paths": [str(data / "cuzk.log")]}))
         pid = start_daemon(data / "cuzk", data / "cuzk.toml", data / "cuzk.log", data)
         print(f"pageable build runs as pid {pid}", flush=True)
         time.sleep(args.seconds)
