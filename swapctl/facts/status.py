@@ -13,25 +13,7 @@ from . import nvidia, system
 STATUS_SCRIPT = r"""
 bin=$1; state=$2; PS_FORMAT=$3; GPU_FIELDS=$4; GPU_APPS=$5; smi_cs=$6; shift 6
 sec() { printf '\n==> %s\n' "$1"; }
-# NOW_CS: the time since boot in 1/100 s (/proc/uptime always has two decimals), a clock that never steps
-now_cs() { read -r up _ < /proc/uptime; NOW_CS=$(( ${up%.*} * 100 + 1${up#*.} - 100 )); }
-# smi ARGS...: nvidia-smi ARGS, its output, then rc=N. One still running after smi_cs is killed with its
-# children and not waited for: a GPU fallen off the bus (Xid 79) holds it in the driver, where even
-# SIGKILL may wait. Its output goes to a file, so a lingering one keeps no hold on the SSH channel.
-smi() {
-  o=$(mktemp) || { echo "rc=mktemp"; return 0; }
-  nvidia-smi "$@" > "$o" 2>&1 < /dev/null &
-  p=$!; now_cs; end=$(( NOW_CS + smi_cs ))
-  while kill -0 "$p" 2>/dev/null; do
-    now_cs
-    if [ "$NOW_CS" -ge "$end" ]; then
-      pkill -KILL -P "$p" 2>/dev/null; kill -KILL "$p" 2>/dev/null
-      rm -f -- "$o"; echo "rc=timeout $(( smi_cs / 100 )).$(( smi_cs / 10 % 10 ))$(( smi_cs % 10 ))"; return 1
-    fi
-    sleep 0.02
-  done
-  wait "$p"; rc=$?; cat -- "$o"; rm -f -- "$o"; echo "rc=$rc"
-}
+""" + nvidia.BOUNDED_SMI + r"""
 sec host; uname -m; uname -n
 sec self; echo "$$"
 sec ps; ps -ww -eo "$PS_FORMAT" | cut -c 1-65536  # any user's argv: a line of it is enough
@@ -173,7 +155,9 @@ def parse_status(host: str, text: str, daemon: DaemonSpec, df_paths: list[str]) 
         try:
             if rc != "0" and not _hung(rc):
                 raise nvidia.NvidiaSmiError(body.strip().splitlines()[0] if body.strip() else f"exit {rc}")
-            if rc == "0":
+            # with a call hung, no GPU is listed: what they held a moment ago is no measure for the deploy's
+            # GPU memory wait, whose nvidia-smi would hang too
+            if rc == "0" and hung is None:
                 gpus = nvidia.parse_query_gpu(body)
                 if apps_rc == "0" and "gpu-apps" in s:
                     apps = nvidia.parse_compute_apps(apps_body)
