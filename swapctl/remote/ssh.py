@@ -236,8 +236,12 @@ class SshHost(Host):
                 raise self._late(cmd, timeout)
             return chan.recv_exit_status(), err.value()
         except RemoteTimeout:
-            if end_late and err.session and not chan.exit_status_ready():
-                self._end_session(err.session)
+            # through this connection only: a lost one would have raised Unreachable, not come here
+            if end_late and not chan.exit_status_ready() and transport.is_active():
+                while err.head is not None and chan.recv_stderr_ready():  # the report, if not read yet
+                    err.feed(chan.recv_stderr(1 << 16))
+                if err.session:
+                    self._end_session(err.session)
             raise
         except (OSError, EOFError, paramiko.SSHException) as exc:
             raise self._broken(self._what(cmd), exc) from None
