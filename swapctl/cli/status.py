@@ -45,7 +45,7 @@ def status(
 def _status(targets: list[str], playbook_path: str | None, as_json: bool, limit: str | None = None) -> int:
     book = pb.load(playbook_path, required=False)
     specs = select_hosts(book, targets, limit)
-    results = on_hosts(specs, lambda host: gather(host, book.daemon))
+    results = on_hosts(specs, lambda host: gather(host, book.daemon, book.gpu))
     codes = []
     for result in results.values():
         if isinstance(result, SwapctlError):
@@ -99,7 +99,7 @@ def render(st: HostStatus) -> None:
         out.print(text(f"  cwd: {p.cwd or '?'}"))
 
     if st.gpu_error:
-        out.print(text(f"GPUs: {st.gpu_error}"), style="yellow")
+        out.print(text(f"GPUs: {st.gpu_error}"), style="bold red" if st.gpu_hung else "yellow")
     else:
         # at 80 columns: two readings to a cell, whole; the throttle reasons (a list) fold in what is left
         g = Table(title="GPUs", title_justify="left")

@@ -81,6 +81,15 @@ class MemorySpec:
 
 
 @dataclass(frozen=True)
+class GpuSpec:
+    """How swapctl asks the host's GPUs."""
+
+    # Each nvidia-smi call's time limit on the host: one answers in a second or two, one whose GPU has
+    # fallen off the bus (Xid 79) or whose driver hangs never does, and must not take the rest with it.
+    nvidia_smi_timeout_s: float = 10
+
+
+@dataclass(frozen=True)
 class RolloutSpec:
     """How `deploy @group` and `rollback @group` go when the command line does not say."""
 
@@ -101,6 +110,7 @@ class Playbook:
     keep_releases: int = 5
     build: dict = field(default_factory=dict)  # the [build] table, read by swapctl.build
     rollout: RolloutSpec = RolloutSpec()
+    gpu: GpuSpec = GpuSpec()
 
     def require_daemon(self) -> RequiredDaemon:
         """The daemon section, complete enough to change a host."""
@@ -147,6 +157,7 @@ _SCHEMA: dict[str, dict[str, tuple[str, bool]]] = {
         "canary_wait_s": ("num", False),
         "max_fail": ("budget", False),
     },
+    "gpu": {"nvidia_smi_timeout_s": ("num", False)},
     "logs": {"paths": ("strlist", False)},
     "releases": {"keep": ("int", False)},
     # Read by `swapctl build`; checked there.
@@ -158,7 +169,7 @@ _SCHEMA: dict[str, dict[str, tuple[str, bool]]] = {
         "platform": ("str", False),
     },
 }
-_TOP = ("hosts", "groups", "daemon", "memory", "rollout", "logs", "releases", "build")
+_TOP = ("hosts", "groups", "daemon", "memory", "gpu", "rollout", "logs", "releases", "build")
 _KIND_NAMES = {
     "str": "a string",
     "int": "an integer",
@@ -326,6 +337,10 @@ def parse(text: str, path: str = DEFAULT_PLAYBOOK, inventory: str | None = None)
         raise ld.fail("must be at least 1 (1: one host at a time)", "rollout", "parallel")
     if "max_fail" in rollout:
         rollout["max_fail"] = str(rollout["max_fail"])
+    gpu = ld.section(ld.table(doc, "gpu"), "gpu", "gpu")
+    if gpu.get("nvidia_smi_timeout_s", 10) <= 0:
+        raise ld.fail("must be more than 0 s (nvidia-smi answers within a second or two; the default is 10)",
+                      "gpu", "nvidia_smi_timeout_s")
     keep = releases.get("keep", 5)
     if keep < 2:
         raise ld.fail("must be at least 2 (the current release and one to roll back to)", "releases", "keep")
@@ -339,6 +354,7 @@ def parse(text: str, path: str = DEFAULT_PLAYBOOK, inventory: str | None = None)
         keep_releases=keep,
         build=build,
         rollout=RolloutSpec(**rollout),
+        gpu=GpuSpec(**gpu),
     )
 
 
