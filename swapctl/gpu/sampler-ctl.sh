@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # swapctl's control of the GPU sampler (sampler.sh): `start DIR PID MAX QUIET INTERVAL QUERY FIELDS`
 # (the sampler's body on stdin), `stop DIR`, `status DIR`. One sampler per host: it holds DIR's
 # gpu-sampler.lock while it runs. Prints machine-readable lines: the action's outcome, then the state:
@@ -44,6 +45,7 @@ if [ "$action" != start ]; then
 fi
 
 pid=$1; max=$2; quiet=$3; interval=$4; query=$5; fields=$6
+# shellcheck disable=SC2174 # 700 for the sampler's directory itself; its parent is the state directory
 why=$(mkdir -p -m 700 -- "$dir" 2>&1) || { echo "FAILED $why" | head -n 1; exit 0; }
 cd -- "$dir" || exit 1
 # one start or stop at a time: two starts at once would each clear the other's pid file
@@ -62,6 +64,7 @@ if running; then
   stop_it "the daemon it followed (pid $dpid) was replaced by pid $pid"
   outcome=RESTARTED
 fi
+# shellcheck disable=SC2015 # the message is for a failed write or a failed rename alike
 cat > gpu-sampler.sh.tmp && mv -f gpu-sampler.sh.tmp gpu-sampler.sh || { echo "FAILED cannot write $dir"; exit 0; }
 rm -f gpu-sampler.pid
 # detached as the daemon is: its own session, no fd left on this SSH channel, HUP ignored

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # swapctl's GPU sampler: records nvidia-smi's periodic output while one daemon process lives.
 #
 # Run by sampler-ctl.sh (start), detached (setsid, its own process group, every fd away from the SSH
@@ -25,6 +26,7 @@ note() { printf '%s %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$*" >> gpu-sampler.n
 
 # st: the start time of process $1 (field 22 of /proc/PID/stat; after the `(comm)` the state is the
 # 1st), empty when it is gone or a zombie. A read in this shell, no process started: it runs every line.
+# shellcheck disable=SC2086 # $s is split into the stat fields on purpose
 started() { st=; s=; { read -r s < "/proc/$1/stat"; } 2>/dev/null; s=${s##*) }; set -- $s
             [ -n "$1" ] && [ "$1" != Z ] && st=${20}; }
 started "$pid"; since=$st
