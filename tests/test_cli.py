@@ -107,6 +107,16 @@ def test_help_and_version_import_no_verb_ssh_or_rich():
     assert r.stdout.splitlines()[-1] == "[]"
 
 
+def test_the_library_imports_paramiko_and_fabric_only_to_connect():
+    """Local verbs (timings, init --example) and playbook checks pay no SSH import; SshHost still resolves."""
+    probe = ("import sys\nimport swapctl.remote, swapctl.playbook, swapctl.facts.status\n"
+             "print(sorted(m for m in ('paramiko', 'fabric') if m in sys.modules))\n"
+             "swapctl.remote.SshHost\nprint(sorted(m for m in ('paramiko', 'fabric') if m in sys.modules))")
+    r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["[]", "['fabric', 'paramiko']"]
+
+
 def test_help_texts_render_as_written():
     """Square brackets are playbook tables here ("[build] table"), never markup to be eaten."""
     cases = [(path, token) for path, help in help_texts(typer.main.get_command(app))
