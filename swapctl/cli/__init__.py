@@ -7,6 +7,7 @@ the deploy core) cost every command, `--help` included, about 0.4 s before it di
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 from collections.abc import Iterator, MutableMapping
 from typing import Annotated
@@ -14,7 +15,11 @@ from typing import Annotated
 import typer
 import typer.core
 import typer.main
-from typer._click.utils import make_default_short_help
+
+try:
+    from typer._click.utils import make_default_short_help  # typer >= 0.25 carries its own click
+except ImportError:  # older typer (pyproject allows >= 0.12) runs on click itself
+    from click.utils import make_default_short_help
 
 from .. import __version__
 
@@ -45,9 +50,10 @@ def load_verb(name: str) -> typer.core.TyperCommand | typer.core.TyperGroup:
     module, attr, _ = VERBS[name]
     target = getattr(importlib.import_module(f"{__name__}.{module}"), attr)
     if isinstance(target, typer.Typer):
-        return typer.main.get_group_from_info(
-            typer.models.TyperInfo(target, name=name), pretty_exceptions_short=app.pretty_exceptions_short,
-            rich_markup_mode=app.rich_markup_mode, suggest_commands=app.suggest_commands)
+        options = {"pretty_exceptions_short": app.pretty_exceptions_short, "rich_markup_mode": app.rich_markup_mode}
+        if "suggest_commands" in inspect.signature(typer.main.get_group_from_info).parameters:  # typer >= 0.16
+            options["suggest_commands"] = app.suggest_commands
+        return typer.main.get_group_from_info(typer.models.TyperInfo(target, name=name), **options)
     return typer.main.get_command_from_info(
         typer.models.CommandInfo(name=name, callback=target),
         pretty_exceptions_short=app.pretty_exceptions_short, rich_markup_mode=app.rich_markup_mode)
@@ -90,11 +96,12 @@ class _LazyGroup(typer.core.TyperGroup):
 
     def format_commands(self, ctx, formatter) -> None:
         """The list `--help` shows, from VERBS: listing a verb must not import it."""
-        if not VERBS:
+        names = [name for name in self.list_commands(ctx) if name in VERBS]  # in typer's order (older: sorted)
+        if not names:
             return
-        limit = formatter.width - 6 - max(map(len, VERBS))
+        limit = formatter.width - 6 - max(map(len, names))
         with formatter.section("Commands"):
-            formatter.write_dl([(name, make_default_short_help(line, limit)) for name, (_, _, line) in VERBS.items()])
+            formatter.write_dl([(name, make_default_short_help(VERBS[name][2], limit)) for name in names])
 
 
 app = typer.Typer(
