@@ -94,9 +94,15 @@ class _LazyGroup(typer.core.TyperGroup):
         super().__init__(**attrs)
         self.commands = _Verbs(self.commands)
 
+    def list_commands(self, ctx) -> list[str]:
+        """The verbs' names, none imported (typer's own walks `.items()`); in typer's order: newer typer keeps
+        the order they were added, older sorts them as click does."""
+        keeps_order = "list_commands" in vars(typer.core.TyperGroup)
+        return list(self.commands) if keeps_order else sorted(self.commands)
+
     def format_commands(self, ctx, formatter) -> None:
         """The list `--help` shows, from VERBS: listing a verb must not import it."""
-        names = [name for name in self.list_commands(ctx) if name in VERBS]  # in typer's order (older: sorted)
+        names = [name for name in self.list_commands(ctx) if name in VERBS]
         if not names:
             return
         limit = formatter.width - 6 - max(map(len, names))
