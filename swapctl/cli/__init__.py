@@ -16,11 +16,6 @@ import typer
 import typer.core
 import typer.main
 
-try:
-    from typer._click.utils import make_default_short_help  # typer >= 0.25 carries its own click
-except ImportError:  # older typer (pyproject allows >= 0.12) runs on click itself
-    from click.utils import make_default_short_help
-
 from .. import __version__
 
 # name: (module under swapctl.cli, its command function or Typer app, the one-line help `swapctl --help`
@@ -107,7 +102,13 @@ class _LazyGroup(typer.core.TyperGroup):
             return
         limit = formatter.width - 6 - max(map(len, names))
         with formatter.section("Commands"):
-            formatter.write_dl([(name, make_default_short_help(VERBS[name][2], limit)) for name in names])
+            formatter.write_dl([(name, _short(VERBS[name][2], limit)) for name in names])
+
+
+def _short(line: str, limit: int) -> str:
+    """A verb's line cut as click cuts a command's help (typer >= 0.25 carries its own click, older runs on
+    click itself: a throwaway command does it the same way on both)."""
+    return typer.core.TyperCommand(name="verb", help=line).get_short_help_str(limit)
 
 
 app = typer.Typer(
