@@ -106,8 +106,8 @@ class _LazyGroup(typer.core.TyperGroup):
 
 
 def _short(line: str, limit: int) -> str:
-    """A verb's line cut as click cuts a command's help (typer >= 0.25 carries its own click, older runs on
-    click itself: a throwaway command does it the same way on both)."""
+    """A verb's line cut as click cuts a command's help (typer 0.29 carries its own click, 0.12 and 0.24 run
+    on click itself: a throwaway command does it the same way on each)."""
     return typer.core.TyperCommand(name="verb", help=line).get_short_help_str(limit)
 
 
