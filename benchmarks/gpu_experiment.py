@@ -24,10 +24,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from gpubox import gpu_host  # noqa: E402
+
 from swapctl.gpu.samples import parse_dmon, read_samples, window  # noqa: E402
 from swapctl.logs.gpu import run_window  # noqa: E402
 from swapctl.logs.timings import parse  # noqa: E402
-from swapctl.sandbox import build_prover, make_server, prover_config, start_daemon  # noqa: E402
+from swapctl.sandbox import build_prover, prover_config, start_daemon  # noqa: E402
 
 # Partitions of 4 GiB a/b/c (a pageable copy of ~0.6 s on an H200) and 1.5 s of kernels: phases long
 # enough that a 1 s dmon reading lies inside or outside one. The stand-in synthesizes on one thread, one
@@ -67,23 +69,9 @@ def main() -> None:
     probe = subprocess.run([str(pageable), "--probe-h2d", "64" if args.rehearse else "1024"], capture_output=True,
                            text=True).stdout
     transcript.write(probe)
-    server = make_server(base / "sshd", port=40612, data=base / "data")
-    server.start()
-    server.trust()
+    server, data, playbook = gpu_host(base, pageable, config)
     reader = None
     try:
-        data = base / "data"
-        shutil.copy(pageable, data / "cuzk")
-        (data / "cuzk.toml").write_text(config)
-        avail_kib = int(next(line.split()[1] for line in open("/proc/meminfo") if line.startswith("MemAvailable")))
-        playbook = base / "swapctl.toml"
-        playbook.write_text(server.playbook(
-            name="h200",
-            daemon={"binary": str(data / "cuzk"), "args": ["--config", str(data / "cuzk.toml")],
-                    "match": str(data / "cuzk"), "log": str(data / "cuzk.log"), "ready_timeout_s": 120,
-                    "stop_grace_s": 30},
-            memory={"min_available_gib": round(avail_kib / (1 << 20) * 0.5, 1), "release_timeout_s": 300},
-            logs={"paths": [str(data / "cuzk.log")]}))
         # the second reader: its own nvidia-smi, apart from swapctl's sampler, for the whole run
         if shutil.which("nvidia-smi"):
             reader = subprocess.Popen(["nvidia-smi", "dmon", "-s", "ut", "-d", "1", "-o", "DT"],
@@ -134,7 +122,8 @@ def main() -> None:
         except ValueError as exc:
             summary["error"] = repr(exc)
         # what the sampler recorded and the log, for tests/data (one file each: at most 8 come back)
-        (out / "gpu-samples.dmon").write_text("".join(p.read_text() for p in sorted(fetched.glob("gpu-samples-*.dmon"))))
+        segments = sorted(fetched.glob("gpu-samples-*.dmon"))
+        (out / "gpu-samples.dmon").write_text("".join(p.read_text() for p in segments))
         shutil.copy(fetched / "cuzk.log", out / "cuzk.log")
         (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
         print(json.dumps(summary, indent=1, default=str), flush=True)

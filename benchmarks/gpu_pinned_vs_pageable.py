@@ -22,8 +22,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from gpubox import gpu_host  # noqa: E402
+
 from swapctl.facts import nvidia  # noqa: E402
-from swapctl.sandbox import build_prover, make_server, prover_config, start_daemon  # noqa: E402
+from swapctl.sandbox import build_prover, prover_config, start_daemon  # noqa: E402
 
 CONFIG = prover_config(memory_mib=8192, jobs=-1, partitions=8, partition_mib=1024, synth_ms=150, gpu_ms=200)
 
@@ -61,21 +63,8 @@ def main() -> None:
                            text=True).stdout
     print(probe, flush=True)
 
-    server = make_server(base / "sshd", port=40612, data=base / "data")
-    server.start()
-    server.trust()
+    server, data, playbook = gpu_host(base, pageable, config)
     try:
-        data = base / "data"
-        shutil.copy(pageable, data / "cuzk")
-        (data / "cuzk.toml").write_text(config)
-        avail_kib = int(next(l.split()[1] for l in open("/proc/meminfo") if l.startswith("MemAvailable")))
-        playbook = base / "swapctl.toml"
-        playbook.write_text(server.playbook(
-            name="h200",
-            daemon={"binary": str(data / "cuzk"), "args": ["--config", str(data / "cuzk.toml")],
-                    "match": str(data / "cuzk"), "log": str(data / "cuzk.log"), "ready_timeout_s": 120, "stop_grace_s": 30},
-            memory={"min_available_gib": round(avail_kib / (1 << 20) * 0.5, 1), "release_timeout_s": 300},
-            logs={"paths": [str(data / "cuzk.log")]}))
         pid = start_daemon(data / "cuzk", data / "cuzk.toml", data / "cuzk.log", data)
         print(f"pageable build runs as pid {pid}", flush=True)
         time.sleep(args.seconds)
@@ -93,7 +82,7 @@ def main() -> None:
         swapctl(out, "fetch", "fetch-logs", "h200", "--dest", str(base / "logs"), "-p", str(playbook), env=env)
         swapctl(out, "history", "history", "h200", "-p", str(playbook), env=env)
 
-        journal = [json.loads(l) for l in (data / ".swapctl/cuzk/journal.jsonl").read_text().splitlines()]
+        journal = [json.loads(line) for line in (data / ".swapctl/cuzk/journal.jsonl").read_text().splitlines()]
         offset = journal[-1]["log_offset"]
         fetched = (base / "logs" / "h200" / "cuzk.log").read_bytes()
         (out / "pageable.log").write_bytes(fetched[:offset])
@@ -107,9 +96,10 @@ def main() -> None:
                    "steps": journal[-1].get("steps"), "status_exit": status.returncode}
         try:
             c = json.loads(cmp.stdout)
-            summary.update({k: c["phases"].get(k) for k in ("ntt_kernels", "coset_intt_sync", "gpu_total_ms", "synth_ms")})
-            summary["gpu_busy_fraction"] = c["gpu_busy_fraction"]
-            summary["timeline_busy_fraction"] = c["timeline_busy_fraction"]
+            phases = ("ntt_kernels", "coset_intt_sync", "gpu_total_ms", "synth_ms")
+            summary.update({k: c["phases"].get(k) for k in phases})
+            summary["gpu_phase_share"] = c["gpu_phase_share"]
+            summary["timeline_share"] = c["timeline_share"]
             st = json.loads(status.stdout)["hosts"]["h200"]
             summary["status_gpus"] = [(g["name"], g["memory_used_mib"], g["utilization_pct"]) for g in st["gpus"]]
             summary["status_gpu_processes"] = st["gpu_processes"]

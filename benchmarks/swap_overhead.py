@@ -24,7 +24,7 @@ import sys
 import tempfile
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -71,7 +71,7 @@ def ready_time(log: Path, after: int) -> float:
     for line in log.read_bytes()[after:].decode(errors="replace").splitlines():
         if "cuzk-daemon ready" in line:
             stamp = line.split()[0].rstrip("Z")
-            return datetime.fromisoformat(stamp).replace(tzinfo=timezone.utc).timestamp()
+            return datetime.fromisoformat(stamp).replace(tzinfo=UTC).timestamp()
     raise RuntimeError("no ready line")
 
 

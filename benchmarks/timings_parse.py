@@ -43,14 +43,14 @@ def generate(path: Path, megabytes: int) -> None:
     copies = []
     for _ in range(5):
         factor = rng.uniform(0.5, 1.5)
-        copies.append([number.sub(lambda m: str(int(int(m[1]) * factor)).encode(), line) for line in body])
+        copies.append([number.sub(lambda m, f=factor: str(int(int(m[1]) * f)).encode(), line) for line in body])
     with open(path, "wb") as f:
         written, since_start, k = 0, 1 << 40, 0
         while written < megabytes << 20:
             if since_start > 100 << 20:
                 f.write(b"".join(start))
                 since_start, shift = 0, 0
-            block = b"".join(OFFSET.sub(lambda m: b"TIMELINE,%d," % (int(m[1]) + shift), line)
+            block = b"".join(OFFSET.sub(lambda m, s=shift: b"TIMELINE,%d," % (int(m[1]) + s), line)
                              for line in copies[k % len(copies)])
             f.write(block)
             written, since_start, shift, k = written + len(block), since_start + len(block), shift + span, k + 1
@@ -86,7 +86,8 @@ def main() -> None:
                 "cfp.ProcessPoolExecutor = Pool\n"
                 f"t = timings.parse_files([{str(log)!r}]).report()\n"
                 "kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss\n"
-                "print(t['lines'], t['phases']['ntt_kernels']['count'], seen[0], peak(), kids, os.cpu_count(), len(t['runs']))")
+                "print(t['lines'], t['phases']['ntt_kernels']['count'], seen[0], peak(), kids, os.cpu_count(),"
+                " len(t['runs']))")
         seconds, _, out = run_child(code)
         start = time.perf_counter()
         grep = subprocess.run(["grep", "-c", "CUZK_NTT_H", str(log)], capture_output=True, text=True)

@@ -30,12 +30,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from lab import NetnsLab  # noqa: E402
 from swapctl.playbook import parse  # noqa: E402
 from swapctl.remote import connect  # noqa: E402
 from swapctl.sandbox import make_server  # noqa: E402
 from swapctl.swap.deploy import Swap  # noqa: E402
 from swapctl.swap.upload import Cache  # noqa: E402
+
+from lab import NetnsLab  # noqa: E402
 
 RATE = "100mbit"
 

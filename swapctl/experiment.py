@@ -93,6 +93,7 @@ def headline(a: Side, b: Side, phases: dict[str, Change]) -> str:
               if c.significant and n not in moved][:max(0, 2 - len(moved))]
     for n in moved[:2]:
         c = phases[n]
+        assert c.delta is not None and c.low is not None and c.high is not None  # significant: all known
         parts.append(f"{n} {c.delta * 100:+.0f}% [{c.low * 100:+.0f}%, {c.high * 100:+.0f}%]")
     if not moved:
         parts.append("no significant change in any phase")

@@ -45,12 +45,13 @@ def _phases(v: Verdict) -> str:
     for name, c in v.phases.items():
         cls = "sig" if c.significant else "noise"
         change = f"{c.delta * 100:+.1f}%" if c.significant and c.delta is not None else "~"
-        ci = f"[{c.low * 100:+.1f}%, {c.high * 100:+.1f}%]" if c.low is not None else "-"
+        ci = f"[{c.low * 100:+.1f}%, {c.high * 100:+.1f}%]" if c.low is not None and c.high is not None else "-"
         p = "-" if c.p is None else f"{c.p:.3f}"
         rows.append(f"<tr class={cls}><td>{html.escape(name)}</td><td>{c.median_before:,.1f} ± "
                     f"{c.spread_before * 100:.0f}%</td><td>{c.median_after:,.1f} ± {c.spread_after * 100:.0f}%</td>"
                     f"<td>{change}</td><td>{ci}</td><td>{p}</td><td>{c.n_before}+{c.n_after}</td></tr>")
-    head = "<tr><th>phase (ms)</th><th>before p50</th><th>B p50</th><th>change</th><th>95% CI</th><th>p</th><th>n</th></tr>"
+    head = "<tr>" + "".join(f"<th>{h}</th>" for h in ("phase (ms)", "before p50", "B p50", "change", "95% CI", "p",
+                                                      "n")) + "</tr>"
     return f"<table>{head}{''.join(rows)}</table>"
 
 

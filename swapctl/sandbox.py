@@ -78,7 +78,7 @@ class SshServer:
             MaxSessions 100
             Subsystem sftp internal-sftp
             LogLevel ERROR
-            """) + f'SetEnv "PATH={self.path or os.environ.get("PATH", "/usr/bin:/bin")}"\n')  # nvidia-smi where we see it
+            """) + f'SetEnv "PATH={self.path or os.environ.get("PATH", "/usr/bin:/bin")}"\n')  # nvidia-smi as we see it
         return cfg
 
     def start(self, detach: bool = False) -> None:

@@ -77,8 +77,8 @@ class NetnsLab:
             server = make_server(base / f"host{i}", address=f"10.231.{i}.2", port=22,
                                  client_key=client_key, known_hosts=known)
             server.netns = ns
-            server.wrap = ["ip", "netns", "exec", ns, "unshare", "--mount", "--pid", "--fork", "--kill-child", "--mount-proc",
-                           sys.executable, "-c", REAPER, str(server.data), str(bashrc or "")]
+            server.wrap = ["ip", "netns", "exec", ns, "unshare", "--mount", "--pid", "--fork", "--kill-child",
+                           "--mount-proc", sys.executable, "-c", REAPER, str(server.data), str(bashrc or "")]
             self.servers.append(server)
 
     def _link(self, ns: str, i: int) -> None:

@@ -15,11 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import own_box
-from lab import prover_config, swapctl, wait_until
 from swapctl.playbook import load
 from swapctl.remote import connect
 from swapctl.swap.deploy import Swap
+
+from conftest import own_box
+from lab import prover_config, swapctl, wait_until
 
 
 def sha(path: Path) -> str:
@@ -106,6 +107,17 @@ def test_crash_at_start_rolls_back_to_old_daemon_with_same_args(box, prover, pro
     bad = json.loads((box.data / ".swapctl/cuzk/releases" / sha(prover_crash)[:12] / "manifest.json").read_text())
     assert bad["status"] == "bad"
     assert journal(box)[-1]["action"] == "auto-rollback" and journal(box)[-1]["outcome"] == "rolled-back"
+
+
+def test_auto_rollback_journal_keeps_the_failed_deploys_own_step_times(box, prover, prover_crash):
+    """The failed deploy waited 1.5 s for the old daemon's memory holder; the rollback swap waited for none."""
+    box.start_by_hand(prover, prover_config(child_hold_mib=8, child_linger_ms=1500))
+    r = deploy(box, prover_crash)
+    assert r.returncode == 4, r.stderr
+    entry = journal(box)[-1]
+    assert entry["action"] == "auto-rollback"
+    assert set(entry["steps"]) >= {"lock", "upload", "backup", "stop", "memory", "start"}
+    assert entry["steps"]["memory"] >= 1.2 and entry["rollback_steps"]["memory"] < 1.2
 
 
 def test_never_ready_rolls_back_after_timeout(box, prover, prover_noready):
@@ -311,6 +323,21 @@ def test_deploy_with_no_daemon_running_starts_it(box, prover):
     assert cmdline(pid) == [str(box.binary), "--config", str(box.config)]
 
 
+def test_first_deploy_that_never_gets_ready_is_stopped_and_says_no_daemon_runs(box, prover_noready):
+    """Nothing ran before and no release is there: the failed daemon is stopped, not left running."""
+    box.write_playbook(daemon={"ready_timeout_s": 1})
+    box.config.write_text(prover_config())
+    r = deploy(box, prover_noready)
+    assert r.returncode == 5, r.stderr
+    assert "there is no earlier release to go back to: no daemon runs now" in r.stderr
+    assert f"its log: {box.log} from byte" in r.stderr
+    assert box.daemons() == []
+    entry = journal(box)[-1]
+    assert entry["action"] == "auto-rollback" and entry["outcome"] == "no-daemon"
+    assert entry["from"] == sha(prover_noready) and entry["to"] is None
+    assert entry["failed_log"].startswith(f"{box.log} from byte")
+
+
 def test_ready_line_is_seen_when_the_daemon_goes_quiet_after_it(box, prover, prover_b):
     """mawk, Debian's and Ubuntu's awk, fills its input buffer before it reads a line from a pipe: a
     daemon that prints its ready line and then nothing for a while must still be seen as ready."""
@@ -381,11 +408,11 @@ def test_ctrl_c_at_the_confirmation_changes_nothing(box, prover, prover_b):
 def test_one_ctrl_c_after_the_stop_finishes_the_swap(box, prover, prover_b):
     box.start_by_hand(prover, prover_config(child_hold_mib=8, child_linger_ms=1500))
     proc, lines, reader = _deploy_in_background(box, prover_b)
-    wait_until(lambda: any("waiting" in l or "MemAvailable" in l for l in lines), what="the memory wait")
+    wait_until(lambda: any("waiting" in line or "MemAvailable" in line for line in lines), what="the memory wait")
     proc.send_signal(signal.SIGINT)
     assert proc.wait(60) == 0
     reader.join(5)
-    assert any("the swap finishes" in l for l in lines)
+    assert any("the swap finishes" in line for line in lines)
     assert [exe_sha(p) for p in box.daemons()] == [sha(prover_b)]
 
 
@@ -393,13 +420,13 @@ def test_a_second_ctrl_c_rolls_back_to_the_old_daemon(box, prover, prover_b):
     old = box.start_by_hand(prover, prover_config(child_hold_mib=8, child_linger_ms=1500))
     argv = cmdline(old)
     proc, lines, reader = _deploy_in_background(box, prover_b)
-    wait_until(lambda: any("waiting" in l or "MemAvailable" in l for l in lines), what="the memory wait")
+    wait_until(lambda: any("waiting" in line or "MemAvailable" in line for line in lines), what="the memory wait")
     proc.send_signal(signal.SIGINT)
-    wait_until(lambda: any("the swap finishes" in l for l in lines), what="the first Ctrl-C's answer")
+    wait_until(lambda: any("the swap finishes" in line for line in lines), what="the first Ctrl-C's answer")
     proc.send_signal(signal.SIGINT)
     assert proc.wait(60) == 4
     reader.join(5)
-    assert any("a second Ctrl-C" in l for l in lines)
+    assert any("a second Ctrl-C" in line for line in lines)
     [now] = box.daemons()
     assert exe_sha(now) == sha(prover) and cmdline(now) == argv
 
@@ -425,7 +452,7 @@ def _session_of(marker: str) -> int:
                 procs[int(p.name)] = (int(stat[1]), (p / "cmdline").read_bytes().replace(b"\0", b" ").decode())
             except (OSError, IndexError):
                 pass
-    for pid, (ppid, cmd) in procs.items():
+    for _pid, (ppid, cmd) in procs.items():
         if marker in cmd and "sh" in cmd.split()[0]:
             while ppid in procs:
                 if procs[ppid][1].startswith("sshd: root@"):
@@ -437,13 +464,14 @@ def _session_of(marker: str) -> int:
 def test_connection_dropped_during_the_memory_wait_still_ends_with_the_new_daemon(box, prover, prover_b):
     box.start_by_hand(prover, prover_config(child_hold_mib=8, child_linger_ms=2000))
     proc, lines, reader = _deploy_in_background(box, prover_b)
-    wait_until(lambda: any("waiting" in l or "MemAvailable" in l for l in lines), what="the memory wait")
+    wait_until(lambda: any("waiting" in line or "MemAvailable" in line for line in lines), what="the memory wait")
     os.kill(_session_of("swapctl-swap"), signal.SIGKILL)  # the connection drops, as a flaky link does
     assert proc.wait(60) == 5
     reader.join(5)
-    [error] = [l for l in lines if "the host finishes the swap by itself" in l]
+    [error] = [line for line in lines if "the host finishes the swap by itself" in line]
     assert "connection lost during the swap step (the connection closed)" in error, error  # what cut it off
-    wait_until(lambda: only_runs(box, prover_b), timeout=30, what="the new daemon, started by the host's swap script alone")
+    wait_until(lambda: only_runs(box, prover_b), timeout=30,
+               what="the new daemon, started by the host's swap script alone")
     new = min(box.daemons())  # the daemon; a listing taken while it forks its memory holder may show both
     sigpipe = int(Path(f"/proc/{new}/status").read_text().split("SigIgn:")[1].split()[0], 16) & (1 << 12)
     assert not sigpipe, "the daemon must not inherit the swap script's ignored SIGPIPE"
@@ -452,7 +480,7 @@ def test_connection_dropped_during_the_memory_wait_still_ends_with_the_new_daemo
 def test_deploy_is_refused_while_a_swap_cut_off_from_its_deploy_still_runs(box, prover, prover_b):
     box.start_by_hand(prover, prover_config(child_hold_mib=8, child_linger_ms=6000))
     proc, lines, reader = _deploy_in_background(box, prover_b)
-    wait_until(lambda: any("waiting" in l or "MemAvailable" in l for l in lines), what="the memory wait")
+    wait_until(lambda: any("waiting" in line or "MemAvailable" in line for line in lines), what="the memory wait")
     os.kill(_session_of("swapctl-swap"), signal.SIGKILL)  # the first deploy loses its connection, and its lock
     assert proc.wait(60) == 5
     second = deploy(box, prover)  # the host's swap script is still waiting for memory
@@ -462,7 +490,7 @@ def test_deploy_is_refused_while_a_swap_cut_off_from_its_deploy_still_runs(box, 
     wait_until(lambda: not _script_runs("swapctl-swap"), timeout=30, what="the cut-off swap script to end")
     third = deploy(box, prover)  # once it has ended, deploys go ahead
     ps = subprocess.run(["ps", "-eo", "pid,ppid,pgid,stat,args"], capture_output=True, text=True).stdout
-    assert third.returncode == 0, third.stderr + "\n".join(l for l in ps.splitlines() if str(box.data) in l)
+    assert third.returncode == 0, third.stderr + "\n".join(line for line in ps.splitlines() if str(box.data) in line)
     assert [exe_sha(p) for p in box.daemons()] == [sha(prover)]
 
 
@@ -492,7 +520,7 @@ def test_connection_dropped_during_readiness_still_ends_with_a_daemon(box, prove
     box.start_by_hand(prover)
     box.write_playbook(daemon={"ready_timeout_s": 4})
     proc, lines, reader = _deploy_in_background(box, prover_noready)
-    wait_until(lambda: any(" start: started " in l for l in lines), what="the new daemon's start")
+    wait_until(lambda: any(" start: started " in line for line in lines), what="the new daemon's start")
     os.kill(_session_of("swapctl-swap"), signal.SIGKILL)  # nobody is left to roll back but the host
     assert proc.wait(60) == 5
     wait_until(lambda: only_runs(box, prover), timeout=40, what="the host to go back to the old daemon by itself")

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from lab import build_prover, prover_config, swapctl, wait_until
 from swapctl.logs.stats import compare, mann_whitney_p
+
+from lab import NetnsLab, build_prover, prover_config, swapctl, wait_until
 
 # the copy of 48 MiB a partition dominates ntt_kernels in the pageable build; the pinned build overlaps it
 COPY = dict(memory_mib=8, jobs=-1, partitions=8, partition_mib=48, synth_ms=5, gpu_ms=20)
@@ -34,24 +35,46 @@ def run(box, *args, timeout=180):
                    "--yes", *args, timeout=timeout)
 
 
+@pytest.fixture
+def netns_host(tmp_path_factory):
+    """One host in its own network, mount and PID namespace behind a veth (as the fleet tests' hosts)."""
+    lab = NetnsLab(tmp_path_factory.mktemp("exp"), 1, prefix="swx")
+    try:
+        lab.start()
+        yield lab.servers[0]
+    finally:
+        lab.servers[0].exec("pkill -9 -f '^(\\./|/data/)cuzk '; true", check=False)
+        lab.close()
+
+
 def test_pinned_against_pageable_calls_ntt_kernels_faster_with_an_interval_that_excludes_zero(
-        box, builds, swapctl_env, tmp_path):
-    pid = box.start_by_hand(builds["pageable"], config=prover_config(**COPY))
+        netns_host, builds, swapctl_env, tmp_path):
+    s = netns_host
+    shutil.copy(builds["pageable"], s.data / "cuzk")
+    (s.data / "cuzk.toml").write_text(prover_config(**COPY))
+    s.exec("cd /data && setsid ./cuzk --config /data/cuzk.toml >> /data/cuzk.log 2>&1 < /dev/null &")
+    wait_until(lambda: "ready" in (s.data / "cuzk.log").read_text(errors="replace"), what="the daemon's ready line")
+    book = tmp_path / "exp.toml"
+    book.write_text(s.playbook(
+        name="lab", daemon={"binary": "/data/cuzk", "args": ["--config", "/data/cuzk.toml"], "match": "/data/cuzk",
+                            "log": "/data/cuzk.log", "ready_timeout_s": 20, "stop_grace_s": 5},
+        memory={"min_available_gib": 0.5, "release_timeout_s": 20}))
     report = tmp_path / "r.html"
-    r = run(box, "--binary", str(builds["pinned"]), "--for", "6s", "--baseline", "4s", "--min-proofs", "4",
-            "--then", "rollback", "--json", "--report", str(report))
+    r = swapctl("experiment", "lab", "-p", str(book), "--dest", str(tmp_path / "logs"), "--yes",
+                "--binary", str(builds["pinned"]), "--for", "6s", "--baseline", "4s", "--min-proofs", "4",
+                "--then", "rollback", "--json", "--report", str(report), timeout=180)
     assert r.returncode == 0, r.stderr
     v = json.loads(r.stdout)
     ntt = v["phases"]["ntt_kernels"]
     assert ntt["significant"] and ntt["delta"] < -0.2 and ntt["high"] < 0, ntt
     assert v["before"]["proofs"] >= 4 and v["after"]["proofs"] >= 4
     assert v["summary"].startswith("ntt_kernels -") and "proofs/h" in v["summary"]
-    # rolled back: the pageable build runs again, with the same command line
-    [now] = box.daemons()
-    assert now != pid and _sha(f"/proc/{now}/exe") == _sha(builds["pageable"])
-    assert Path(f"/proc/{now}/cmdline").read_bytes().split(b"\0")[1:3] == [b"--config", str(box.config).encode()]
+    # rolled back: the pageable build runs again on the host, with the same command line
+    shas = s.exec("for p in $(pgrep -f '^(\\./|/data/)cuzk '); do sha256sum < /proc/$p/exe; done",
+                  check=False).stdout.split()
+    assert shas[::2] == [_sha(builds["pageable"])]
     assert "rolled back" in r.stderr
-    journal = [json.loads(j) for j in (box.data / ".swapctl" / "cuzk" / "journal.jsonl").read_text().splitlines()]
+    journal = [json.loads(j) for j in (s.data / ".swapctl" / "cuzk" / "journal.jsonl").read_text().splitlines()]
     [entry] = [e for e in journal if e.get("action") == "experiment"]
     assert entry["decision"] == "rollback" and entry["verdict"] == v["summary"]
     doc = report.read_text()

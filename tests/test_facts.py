@@ -129,9 +129,27 @@ def test_status_with_real_gpu_output_and_daemon_match():
 def test_status_reports_nvml_failure_and_missing_tools():
     failing = "==> gpu\nFailed to initialize NVML: Driver/library version mismatch\nrc=18"
     st = parse_status("box", _status_output(failing), DaemonSpec(match="x"), [])
-    assert st.gpus == () and st.gpu_error == "nvidia-smi failed: Failed to initialize NVML: Driver/library version mismatch"
+    assert st.gpus == ()
+    assert st.gpu_error == "nvidia-smi failed: Failed to initialize NVML: Driver/library version mismatch"
     st = parse_status("box", _status_output("==> gpu\nmissing"), DaemonSpec(match="x"), [])
     assert st.gpu_error == "no GPU tools (nvidia-smi not found)"
+
+
+@pytest.mark.parametrize("gpu,limit", [
+    ("==> gpu\nrc=timeout 10.00", "10"),  # the GPUs' own query hung: their processes were not asked
+    ("==> gpu\n" + (NV / "h200-2gpu" / "query-gpu.csv").read_text() + "rc=0\n==> gpu-apps\nrc=timeout 2.50", "2.5"),
+])
+def test_status_reports_an_nvidia_smi_that_did_not_answer_as_a_hang(gpu, limit):
+    st = parse_status("box", _status_output(gpu), DaemonSpec(match=r"\[listener\]"), [])
+    assert st.gpu_hung and st.gpus == () and st.gpu_processes == ()  # so the deploy's memory wait asks no GPU
+    assert st.gpu_error == (f"nvidia-smi failed: did not answer within {limit} s "
+                            f"(GPU or driver wedged? look for an Xid in dmesg)")
+    assert st.daemons and st.memory.total_kib > 0  # the rest is there all the same
+
+
+def test_a_failing_nvidia_smi_is_no_hang():
+    failing = "==> gpu\nFailed to initialize NVML: Driver/library version mismatch\nrc=18"
+    assert not parse_status("box", _status_output(failing), DaemonSpec(match="x"), []).gpu_hung
 
 
 def test_split_sections():

@@ -77,7 +77,7 @@ def test_gpu_busy_from_the_sampler_agrees_with_an_independent_dmon_over_each_run
     log, ours, theirs = _experiment()
     assert [r.pageable for r in log.runs] == [39, 0] and log.runs[1].pinned == 45
     report = gpu.report(log, "all", ours)
-    for row, run in zip(report["runs"], log.runs):
+    for row, run in zip(report["runs"], log.runs, strict=False):
         start, end = gpu.run_window(run)
         independent = window(theirs, start, end + timedelta(seconds=1), 0)
         assert independent.count >= 85

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from lab import swapctl, wait_until
 from swapctl.cli.terminal import log_line, visible
+
+from lab import swapctl, wait_until
 
 # What the audit's hostile strings did: retitle the terminal, hide text, clear the screen, and a C1 CSI.
 RETITLE, HIDE, CLEAR, C1_CSI = "\x1b]0;pwned\x07", "\x1b[8m", "\x1b[2J\x1b[H", "\u009b2J"

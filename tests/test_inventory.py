@@ -5,9 +5,10 @@ import shutil
 
 import pytest
 
-from lab import swapctl
 from swapctl import playbook as pb
 from swapctl.playbook.inventory import expand, load_inventory
+
+from lab import swapctl
 
 INI = """\
 # a farm's inventory

@@ -9,10 +9,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from swapctl.logs.timings import parse, summarize
 
 from lab import build_prover, prover_config, swapctl, wait_until
-from swapctl.logs.timings import parse, summarize
 
 DATA = Path(__file__).parent / "data" / "logs"
 
@@ -189,7 +191,7 @@ def test_since_deploy_fetches_only_what_the_current_release_wrote(box, prover, p
     box.start_by_hand(prover)
     r = swapctl("deploy", "lab", "--binary", str(prover_b), "--yes", "-p", str(box.playbook_path))
     assert r.returncode == 0, r.stderr
-    journal = [json.loads(l) for l in (box.data / ".swapctl/cuzk/journal.jsonl").read_text().splitlines()]
+    journal = [json.loads(line) for line in (box.data / ".swapctl/cuzk/journal.jsonl").read_text().splitlines()]
     offset, release = journal[-1]["log_offset"], journal[-1]["current"]
     dest = tmp_path / "logs"
     r = fetch(box, dest, "--since-deploy")

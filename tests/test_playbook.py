@@ -50,6 +50,11 @@ def test_contract_keys_load():
     assert book.keep_releases == 5
 
 
+def test_nvidia_smi_time_limit_is_10_s_unless_the_playbook_says():
+    assert pb.parse(GOOD, "lab.toml").gpu.nvidia_smi_timeout_s == 10
+    assert pb.parse(GOOD + "\n[gpu]\nnvidia_smi_timeout_s = 2.5\n", "lab.toml").gpu.nvidia_smi_timeout_s == 2.5
+
+
 def test_match_defaults_to_binary_name():
     book = pb.parse('[daemon]\nbinary = "/data/cuzk-priodisp"\n')
     assert book.daemon.match_regex.search("/data/cuzk-priodisp --config x")
@@ -68,6 +73,9 @@ def test_match_defaults_to_binary_name():
     ('[daemon]\nargs = ["--config", 3]\n', 2, "must be a list of strings"),
     ('[hosts.a]\naddress = "x"\nport = 70000\n', 3, "must be a TCP port"),
     ('[releases]\nkeep = 1\n', 2, "at least 2"),
+    ('[gpu]\nnvidia_smi_timeout_s = 0\n', 2, "gpu.nvidia_smi_timeout_s: must be more than 0 s"),
+    ('[gpu]\n\nnvidia_smi_timeout_s = "10s"\n', 3, "gpu.nvidia_smi_timeout_s: must be a number, not '10s'"),
+    ('[gpu]\nnvidia_smi_timeout = 5\n', 2, "did you mean `nvidia_smi_timeout_s`?"),
 ])
 def test_bad_playbook_names_file_line_and_key(text, line, fragment):
     with pytest.raises(PlaybookError) as info:

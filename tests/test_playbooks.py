@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from lab import free_port, prover_config, swapctl, wait_until
 from swapctl import playbook as pb
 from swapctl.cli.fleet import fail_budget
 from swapctl.playbook import examples
+
+from lab import free_port, prover_config, swapctl, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 SANDBOX = {"SANDBOX": "/srv/sandbox", "PORT": "40612"}

@@ -48,7 +48,7 @@ def read(name: str):
 def test_every_phase_the_daemon_logged_comes_back_with_its_count_and_percentiles(name):
     log, expected = read(name), manifest(name)
     assert len(log.runs) == len(expected)
-    for run, want in zip(log.runs, expected):
+    for run, want in zip(log.runs, expected, strict=False):
         got = run.report()["phases"]
         assert set(got) == set(want["phases"])
         for phase, values in want["phases"].items():
@@ -64,7 +64,7 @@ def test_every_phase_the_daemon_logged_comes_back_with_its_count_and_percentiles
 @pytest.mark.parametrize("name", LOGS)
 def test_proofs_partitions_and_pageable_share_are_counted_once_and_no_known_line_is_skipped(name):
     log, expected = read(name), manifest(name)
-    for run, want in zip(log.runs, expected):
+    for run, want in zip(log.runs, expected, strict=False):
         r = run.report()
         assert r["jobs"] == want["jobs"] and r["partitions"] == len(want["pinned"])
         assert r["pageable_share"] == want["pinned"].count(False) / len(want["pinned"])
@@ -78,14 +78,14 @@ def test_cut_timeline_lines_are_mended_and_the_lines_inside_them_kept():
     cut = [line for line in raw.splitlines() if line.startswith(b"TIMELINE,") and timings.WHOLE.search(line, 9)]
     assert len(cut) >= 3, "the rendered log should hold cut TIMELINE lines"
     log, expected = read("two-gpu-three-runs"), manifest("two-gpu-three-runs")
-    for run, want in zip(log.runs, expected):
+    for run, want in zip(log.runs, expected, strict=False):
         # every partition's GPU_START..GPU_END pair found: one GPU phase per partition, per GPU
         assert {g: d["phases"] for g, d in run.gpus().items()} == dict(want["parts"])
 
 
 def test_each_partition_is_attributed_to_its_gpu_and_shares_are_per_gpu():
     log, expected = read("two-gpu-three-runs"), manifest("two-gpu-three-runs")
-    for run, want in zip(log.runs, expected):
+    for run, want in zip(log.runs, expected, strict=False):
         gpus = run.gpus()
         assert set(gpus) == {"0", "1"}
         assert {g: d["workers"] for g, d in gpus.items()} == {"0": [0, 1], "1": [2, 3]}
@@ -124,7 +124,7 @@ def _same(a, b) -> bool:
     if isinstance(a, dict):
         return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
     if isinstance(a, list):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=False))
     if isinstance(a, float) or isinstance(b, float):
         return a == pytest.approx(b, rel=1e-9)
     return a == b

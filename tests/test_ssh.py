@@ -8,11 +8,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lab import NetnsLab, keygen
 from swapctl.errors import ExitCode, HostKeyError, Refused, Unreachable
 from swapctl.playbook import HostSpec
 from swapctl.remote import Cmd, Secret, SshHost
 from swapctl.swap import scripts
+
+from lab import NetnsLab, keygen, wait_until
 
 
 def spec(server, **over) -> HostSpec:
@@ -117,6 +118,37 @@ def test_a_command_that_closes_its_output_is_still_held_to_its_deadline(sshd, tm
         with pytest.raises(RemoteTimeout, match="did not finish within 1 s"):  # not exit 0, 20 s later
             host.run(Cmd("sh", "-c", f"exec >&- 2>&-; sleep 20; {marker}"), timeout=1)
     subprocess.run(["pkill", "-f", marker], check=False)  # LocalHost ended it already; an SSH host did not
+
+
+def _alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie has ended: only its parent has not read its status yet)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+@pytest.mark.parametrize("transport", ["ssh", "local"])
+def test_a_command_past_its_deadline_is_ended_on_the_host_with_what_it_started(sshd, tmp_path, transport):
+    # issue 20: a status script stuck on a hung nvidia-smi stayed on the host after swapctl gave up on it
+    from swapctl.errors import RemoteTimeout
+    from swapctl.remote import connect
+
+    pids = tmp_path / "pids"
+    script = 'echo $$ > "$1"; sleep 300 & echo $! >> "$1"; wait'  # the shell and a child, both waiting forever
+    with connect(spec(sshd, transport=transport)) as host:
+        with pytest.raises(RemoteTimeout, match="did not finish within 1 s"):
+            host.run(Cmd("sh", "-c", script, "stuck", str(pids)), timeout=1)
+        started = [int(p) for p in pids.read_text().split()]
+        assert len(started) == 2
+        wait_until(lambda: not any(map(_alive, started)), timeout=10, what=f"pids {started} to be gone")
+        assert host.run(Cmd("echo", "still here")).stdout == "still here\n"  # the connection serves on
+
+
+def test_the_session_report_is_not_in_a_commands_stderr(sshd):
+    with SshHost(spec(sshd)) as host:
+        r = host.run(Cmd("sh", "-c", "echo to-err >&2; exit 3"), check=False)
+        assert (r.exit_code, r.stderr) == (3, "to-err\n")
 
 
 def test_a_command_killed_on_the_host_is_told_from_a_lost_link(sshd):

@@ -9,14 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Box, own_box
-from lab import wait_until
 from swapctl.errors import LockHeld, Refused, Unreachable
 from swapctl.playbook import load
 from swapctl.remote import connect
 from swapctl.swap import deploy as swap_deploy
 from swapctl.swap.deploy import Swap
 from swapctl.swap.upload import CACHE_KEEP, CHUNK, Base, Cache, Frames, Patch
+
+from conftest import Box, own_box
+from lab import wait_until
 from test_deploy import _session_of, deploy, exe_sha, journal, lock_held, sha
 
 

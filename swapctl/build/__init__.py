@@ -12,9 +12,9 @@ import os
 import tarfile
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable
 
 from ..errors import BadInput, Refused, SwapctlError
 from ..playbook import Playbook
@@ -113,7 +113,8 @@ def build(spec: BuildSpec, output: str, on_line: Callable[[str], None]) -> Built
 def _build_image(client, spec: BuildSpec, on_line: Callable[[str], None]) -> str:
     import docker.errors
 
-    step, tail, image_id = "", deque(maxlen=20), ""
+    step, image_id = "", ""
+    tail: deque[str] = deque(maxlen=20)
     try:
         stream = client.api.build(path=spec.context, dockerfile=os.path.relpath(spec.dockerfile, spec.context),
                                   buildargs=dict(spec.args), platform=spec.platform, rm=True, forcerm=True,

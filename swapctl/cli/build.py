@@ -24,7 +24,10 @@ def build(
     verbose: VerboseOpt = False,
 ) -> None:
     """Build the daemon's image from the playbook's [build] table and take the binary out."""
-    guarded(lambda: run(pb.load(playbook), build_arg or [], output, verbose) and 0)
+    def go() -> None:
+        run(pb.load(playbook), build_arg or [], output, verbose)
+
+    guarded(go)
 
 
 def parse_args(pairs: list[str]) -> dict[str, str]:

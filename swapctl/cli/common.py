@@ -5,8 +5,9 @@ from __future__ import annotations
 import fnmatch
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import asdict, is_dataclass
-from typing import Annotated, Any, Callable, NoReturn
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -100,8 +101,8 @@ def print_json(document: dict) -> None:
 
 def worst(codes: list[int]) -> int:
     """With several hosts, the worst outcome decides: 5 > 4 > 3 > 2 > 1 > 0."""
-    order = [ExitCode.OK, ExitCode.FAILED, ExitCode.BAD_INPUT, ExitCode.REFUSED, ExitCode.ROLLED_BACK,
-             ExitCode.UNKNOWN_STATE]
+    order = [int(c) for c in (ExitCode.OK, ExitCode.FAILED, ExitCode.BAD_INPUT, ExitCode.REFUSED,
+                              ExitCode.ROLLED_BACK, ExitCode.UNKNOWN_STATE)]
     return max(codes, key=order.index, default=0)
 
 

@@ -3,21 +3,32 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from functools import partial
 from pathlib import PurePosixPath
-from typing import Annotated, Callable
+from typing import Annotated
 
 import typer
 
 from .. import playbook as pb
 from ..errors import BadInput, Refused, SwapctlError
 from ..remote import connect
-from ..swap.deploy import EventSink, Interrupts, Outcome, Plan, Swap, deploy as run_deploy
+from ..swap.deploy import DeployPlan, EventSink, Interrupts, Outcome, Plan, Swap
+from ..swap.deploy import deploy as run_deploy
 from . import build as build_cli
-from .fleet import (CanaryOpt, CanaryWaitOpt, Fleet, MaxFailOpt, ParallelOpt, dry_run_outcome, roll_out,
-                    select_fleet, summary)
 from .build import BuildArgOpt, VerboseOpt
-from .common import JsonOpt, LimitOpt, PlaybookOpt, err, fail, guarded, out, print_json, size, duration, text, worst
+from .common import JsonOpt, LimitOpt, PlaybookOpt, duration, err, fail, guarded, out, print_json, size, text, worst
+from .fleet import (
+    CanaryOpt,
+    CanaryWaitOpt,
+    Fleet,
+    MaxFailOpt,
+    ParallelOpt,
+    dry_run_outcome,
+    roll_out,
+    select_fleet,
+    summary,
+)
 
 
 def deploy(
@@ -48,7 +59,7 @@ def deploy(
 
 
 def show_plan(plan: Plan, dry_run: bool) -> None:
-    d, b = plan.daemon, plan.binary
+    d, b = plan.daemon, plan.binary if isinstance(plan, DeployPlan) else None
     err.rule(text(f"{plan.host}: deploy plan"))
     if d:
         err.print(text(f"old daemon: pid {d.pid}, rss {size(d.rss_kib)}, up {duration(d.elapsed_s)}, "
@@ -62,8 +73,8 @@ def show_plan(plan: Plan, dry_run: bool) -> None:
         err.print(text(f"roll back to: release {plan.new.id} ({plan.new.source}, created {plan.new.created[:19]} "
                        f"by {plan.new.by})"))
     err.print(text(f"  will run as: {' '.join(plan.new.argv or ())}  (cwd {plan.new.cwd})"))
-    for src, rel in plan.to_save:
-        err.print(text(f"backup: {rel.source} release {rel.id} from {src}"))
+    for saved in plan.to_save:
+        err.print(text(f"backup: {saved.release.source} release {saved.release.id} from {saved.source}"))
     for w in plan.warnings:
         err.print(text(f"warning: {w}"), style="bold yellow")
     if plan.unchanged:
@@ -91,20 +102,23 @@ def _deploy(targets: list[str], binary: str | None, playbook_path: str | None, y
             restart: bool, as_json: bool, build_args: list[str] | None, verbose: bool,
             fleet_of: Callable[[pb.RolloutSpec], Fleet]) -> int:
     book = pb.load(playbook_path)
-    book.require_daemon()
+    daemon = book.require_daemon()
     fleet = fleet_of(book.rollout)
     specs = select_fleet(book, targets, fleet, yes, dry_run, "swap the daemon on")
     many = len(specs) > 1
     build = None
     if build_args is not None:  # built once, before any host is touched
-        built = build_cli.run(book, build_args, f"build/{PurePosixPath(book.daemon.binary).name}", verbose)
+        built = build_cli.run(book, build_args, f"build/{PurePosixPath(daemon.binary).name}", verbose)
         binary, build = built.path, built.record()
+    if binary is None:
+        raise BadInput("give either --binary PATH or --build")
+    local = binary
 
     def one(spec: pb.HostSpec, interrupts: Interrupts, events: EventSink) -> Outcome:
         with connect(spec) as host:
             sw = Swap(host, book, events, interrupts)
             try:
-                plan = sw.plan(binary, restart=restart, build=build)
+                plan = sw.plan(local, restart=restart, build=build)
                 show_plan(plan, dry_run)
                 if dry_run:
                     return dry_run_outcome(plan, "deploy")

@@ -24,7 +24,10 @@ from ..gpu.samples import samples_in
 from ..logs.fetch import LogFetcher
 from ..logs.timings import Run, _Range, parse
 from ..remote import connect
-from ..swap.deploy import Swap, deploy as run_deploy, rollback as run_rollback
+from ..swap import journal
+from ..swap.deploy import Swap
+from ..swap.deploy import deploy as run_deploy
+from ..swap.deploy import rollback as run_rollback
 from .common import JsonOpt, PlaybookOpt, err, guarded, out, print_json, select_hosts, text
 from .deploy import _confirm, show_plan
 
@@ -96,8 +99,9 @@ def _side_runs(runs: list[Run]) -> list[Run]:
 
 def _baseline(sw: Swap, win: Window, wait_s: float, min_proofs: int) -> tuple[int, list[Run]]:
     """Where the running release's log starts, and its last run; measured for wait_s first if it is small."""
-    _, current, journal = sw.catalog()
-    starts = [int(e["log_offset"]) for e in journal if e.get("log_offset") is not None and e.get("current") == current]
+    catalog = sw.catalog()
+    starts = [int(e["log_offset"]) for e in catalog.journal
+              if e.get("log_offset") is not None and e.get("current") == catalog.current]
     start = starts[-1] if starts else 0
     win.fetch()
     runs = win.runs(start)[-1:]
@@ -168,7 +172,6 @@ def _experiment(target: str, binary: str, for_s: float, proofs: int | None, base
         except SwapctlError as exc:
             err.print(text(f"verdict: B did not come up ({exc}); the deploy's own rollback decided"), style="bold red")
             raise
-        start_sampler(host, book.daemon.state_dir, outcome.pid)
         new_start = int(outcome.log_offset or 0)
         decision = "rollback"
         try:
@@ -191,8 +194,8 @@ def _experiment(target: str, binary: str, for_s: float, proofs: int | None, base
                 err.print(text(f"{host.name}: rolled back; the build before B runs again"), style="bold")
             else:
                 err.print(text(f"{host.name}: keeping B ({(outcome.new_sha or '')[:12]})"), style="bold")
-        sw.journal({"action": "experiment", "release": outcome.new_sha, "decision": decision,
-                    "verdict": v.summary if v else "interrupted in the window"})
+        journal.write(sw.ctx, {"action": "experiment", "release": outcome.new_sha, "decision": decision,
+                               "verdict": v.summary if v else "interrupted in the window"})
         if report and v:
             from ..report import write_html
 

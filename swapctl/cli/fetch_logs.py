@@ -34,7 +34,7 @@ def _since_deploy(host, book: pb.Playbook) -> dict[str, tuple[int, str]]:
     """The daemon log's offset where the current release started, from the host's journal."""
     from ..swap.deploy import Swap
 
-    entries = [e for e in Swap(host, book).catalog()[2] if e.get("log_offset") is not None]
+    entries = [e for e in Swap(host, book).catalog().journal if e.get("log_offset") is not None]
     if not entries:
         raise BadInput("no deploy in the host's journal: --since-deploy needs one", host=host.name)
     last = entries[-1]

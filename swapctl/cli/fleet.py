@@ -1,34 +1,31 @@
-"""Swapping many hosts: rolling by default, --parallel N, --canary N, --max-fail N|P%.
+"""Swapping many hosts from the terminal: --parallel N, --canary N, --canary-wait S, --max-fail N|P%.
 
-Deploy and rollback share this. Each host's swap is independent (its own connection, lock, rollback);
-the rollout only decides which hosts start. Once failures exceed --max-fail no new host starts, and
-hosts in flight finish their swap or roll back.
+The rollout itself is swapctl.fleet's; this module gives it the terminal: one live view or prefixed
+lines, Ctrl-C, the fleet and canary confirmations, and the summary table.
 """
 
 from __future__ import annotations
 
-import io
 import signal
 import sys
-import time
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
-from typing import Annotated, Callable
+import threading
+from collections.abc import Callable
+from typing import Annotated
 
 import typer
 from rich.table import Table
 
 from .. import playbook as pb
 from ..errors import BadInput, Refused, SwapctlError
-from ..logs.timings import parse
+from ..fleet import SKIPPED, Canary, CanaryGate, Fleet, Result, Rollout, fail_budget
+from ..fleet import roll_out as core_roll_out
 from ..playbook import HostSpec
-from ..remote import connect
-from ..swap.deploy import EventSink, Interrupts, Outcome, Plan, Swap
+from ..swap.deploy import EventSink, Interrupts, Outcome, Plan
 from .common import err, out, select_hosts, text
 from .progress import FleetView, Reporter
 
-Result = Outcome | SwapctlError
-SKIPPED = "skipped"
+__all__ = ["SKIPPED", "Fleet", "fail_budget", "roll_out", "select_fleet", "summary"]
+
 One = Callable[[HostSpec, Interrupts, EventSink], Result]
 
 # Each defaults to the playbook's [rollout] table, then to rolling with no canary and no budget.
@@ -42,79 +39,6 @@ CanaryWaitOpt = Annotated[float | None, typer.Option(
                           "Default: [rollout] canary_wait_s.")]
 MaxFailOpt = Annotated[str | None, typer.Option(
     "--max-fail", help="Start no new host once more than N (or P%) hosts failed. Default: [rollout] max_fail.")]
-
-
-@dataclass(frozen=True)
-class Fleet:
-    parallel: int = 1
-    canary: int = 0
-    canary_wait: float | None = None
-    max_fail: str | None = None
-    limit: str | None = None
-
-    @classmethod
-    def of(cls, rollout: pb.RolloutSpec, parallel: int | None, canary: int | None, canary_wait: float | None,
-           max_fail: str | None, limit: str | None) -> Fleet:
-        """The command line's options; those it leaves out come from the playbook's [rollout] table."""
-        return cls(rollout.parallel if parallel is None else parallel, rollout.canary if canary is None else canary,
-                   rollout.canary_wait_s if canary_wait is None else canary_wait,
-                   rollout.max_fail if max_fail is None else max_fail, limit)
-
-
-def fail_budget(max_fail: str | None, hosts: int) -> int | None:
-    """--max-fail as a number of failed hosts the rollout tolerates; None: no limit."""
-    if max_fail is None:
-        return None
-    try:
-        if max_fail.endswith("%"):
-            return int(hosts * float(max_fail[:-1]) / 100)
-        return int(max_fail)
-    except ValueError:
-        raise BadInput(f"--max-fail {max_fail!r} is neither a number of hosts nor a percentage (2, or 25%)") from None
-
-
-@dataclass
-class Rollout:
-    """Runs `one` over hosts, at most `parallel` at a time, until failures exceed `budget`."""
-
-    one: Callable[[HostSpec], Result]
-    parallel: int = 1
-    budget: int | None = None
-
-    def __post_init__(self) -> None:
-        self.results: dict[str, Result | str] = {}
-        self.failures = 0
-        self.stopped = ""
-
-    def run(self, specs: list[HostSpec]) -> None:
-        queue = list(specs)
-        if self.parallel == 1:  # rolling: in this thread, so Ctrl-C reaches the swap as it always did
-            while queue and not self.stopped:
-                spec = queue.pop(0)
-                self._record(spec, self.one(spec))
-            for spec in queue:
-                self.results[spec.name] = SKIPPED
-            return
-        with ThreadPoolExecutor(max_workers=max(1, self.parallel)) as pool:
-            running: dict[Future, HostSpec] = {}
-            while queue or running:
-                while queue and len(running) < self.parallel and not self.stopped:
-                    spec = queue.pop(0)
-                    running[pool.submit(self.one, spec)] = spec
-                if not running:
-                    break
-                done, _ = wait(running, return_when=FIRST_COMPLETED)
-                for fut in done:
-                    self._record(running.pop(fut), fut.result())
-            for spec in queue:
-                self.results[spec.name] = SKIPPED
-
-    def _record(self, spec: HostSpec, result: Result) -> None:
-        self.results[spec.name] = result
-        if isinstance(result, SwapctlError):
-            self.failures += 1
-            if self.budget is not None and self.failures > self.budget and not self.stopped:
-                self.stopped = f"{self.failures} hosts failed, more than --max-fail {self.budget}"
 
 
 def press(interrupts: Interrupts) -> None:
@@ -153,12 +77,10 @@ def dry_run_outcome(plan: Plan, action: str) -> Outcome:
 
 def roll_out(book: pb.Playbook, specs: list[HostSpec], one: One, fleet: Fleet, yes: bool,
              dry_run: bool) -> tuple[dict[str, Result | str], str]:
-    """Runs `one` on every host as `fleet` says: canaries first, then the rest within the failure budget.
+    """The core's rollout (swapctl.fleet) with this terminal's views, Ctrl-C and canary confirmation.
 
     Returns each host's result (or SKIPPED) and why the rollout stopped early ("" if it did not)."""
-    budget = fail_budget(fleet.max_fail, len(specs))
-    many = len(specs) > 1
-    live = many and err.is_terminal
+    live = len(specs) > 1 and err.is_terminal
     active: list[Interrupts] = []
     halt = [""]  # why no further host starts: Ctrl-C
     rollouts: list[Rollout] = []
@@ -184,7 +106,7 @@ def roll_out(book: pb.Playbook, specs: list[HostSpec], one: One, fleet: Fleet, y
             view[0].finish(spec.name, _outcome_word(result))
         return result
 
-    def run(rollout: Rollout, hosts: list[HostSpec]) -> None:
+    def batch(rollout: Rollout, hosts: list[HostSpec]) -> None:
         rollouts.append(rollout)
         rollout.stopped = rollout.stopped or halt[0]
         if not live:
@@ -197,7 +119,7 @@ def roll_out(book: pb.Playbook, specs: list[HostSpec], one: One, fleet: Fleet, y
             finally:
                 view.clear()
 
-    def on_sigint(*_) -> None:
+    def on_sigint(*_: object) -> None:
         for r in rollouts:
             r.stopped = r.stopped or "interrupted (Ctrl-C)"
         if fleet.parallel > 1:  # workers see the count between steps; this thread must not unwind
@@ -209,26 +131,18 @@ def roll_out(book: pb.Playbook, specs: list[HostSpec], one: One, fleet: Fleet, y
         for i in list(active):
             press(i)
 
+    gate = CanaryGate(book, fleet.canary_wait, lambda canaries: _confirm_canaries(canaries, fleet, yes),
+                      _wait_for_canaries)
     previous = signal.signal(signal.SIGINT, on_sigint)
     try:
-        results: dict[str, Result | str] = {}
-        why, rest = "", specs
-        if fleet.canary and many and not dry_run:
-            canaries, rest = specs[:fleet.canary], specs[fleet.canary:]
-            first = Rollout(each, fleet.parallel)
-            run(first, canaries)
-            results.update(first.results)
-            why = first.stopped or halt[0] or _after_canary(book, first.results, fleet, yes)
-        if why:
-            results.update({s.name: SKIPPED for s in rest})
-        else:
-            done = sum(isinstance(r, SwapctlError) for r in results.values())
-            rollout = Rollout(each, fleet.parallel, None if budget is None else budget - done)
-            run(rollout, rest)
-            results.update(rollout.results)
-            why = rollout.stopped or halt[0]
+        results, why = core_roll_out(specs, each, fleet, gate, dry_run=dry_run, batch=batch,
+                                     halted=lambda: halt[0])
     finally:
         signal.signal(signal.SIGINT, previous)
+    if why == "the canary failed":
+        err.print("the canary failed: no other host was touched", style="bold red")
+    elif why.startswith("canary "):
+        err.print(text(why), style="bold red")
     return results, why
 
 
@@ -236,33 +150,24 @@ def _outcome_word(result: Result) -> str:
     return f"failed ({int(result.exit_code)})" if isinstance(result, SwapctlError) else result.outcome
 
 
-def _after_canary(book: pb.Playbook, results: dict, fleet: Fleet, yes: bool) -> str:
-    """Why the rollout stops after its canaries, or "" to go on."""
-    if any(isinstance(r, SwapctlError) for r in results.values()):
-        err.print("the canary failed: no other host was touched", style="bold red")
-        return "the canary failed"
-    if fleet.canary_wait:
-        err.print(text(f"canaries run for {fleet.canary_wait:g} s before the rollout goes on"))
-        time.sleep(fleet.canary_wait)
-    for name, outcome in results.items():
-        with connect(book.hosts.get(name) or pb.resolve_host(book, name)) as host:
-            sw = Swap(host, book)
-            daemon = sw.situation().daemon
-            if not daemon or daemon.sha256 != outcome.new_sha:
-                err.print(text(f"canary {name} no longer runs {outcome.new_sha[:12]}"), style="bold red")
-                return f"canary {name} went down"
-            report = parse([io.BytesIO(sw.log_tail(outcome.log_offset or 0, 5000).encode())]).report()
-        p50 = {k: v["p50"] for k, v in report["phases"].items() if v["p50"]}
-        shown = ", ".join(f"{k} {p50[k]:,.0f} ms" for k in ("synth_ms", "ntt_kernels", "gpu_total_ms") if k in p50)
-        share = report["gpu_phase_share"]
-        err.print(text(f"canary {name}: up as pid {daemon.pid}, ready in {outcome.steps.get('ready', 0):.2f} s; "
-                       f"{report['partitions']} partitions so far" + (f": p50 {shown}" if shown else "") +
-                       (f", GPU phase share {share * 100:.0f}%" if share is not None else "")), style="bold green")
+def _wait_for_canaries(seconds: float) -> None:
+    err.print(text(f"canaries run for {seconds:g} s before the rollout goes on"))
+    threading.Event().wait(seconds)
+
+
+def _confirm_canaries(canaries: list[Canary], fleet: Fleet, yes: bool) -> bool:
+    """Shows each canary's readiness and first timings; asks whether to go on unless told already."""
+    for c in canaries:
+        shown = ", ".join(f"{k} {v:,.0f} ms" for k, v in c.p50_ms.items())
+        err.print(text(f"canary {c.host}: up as pid {c.pid}, ready in {c.ready_s:.2f} s; "
+                       f"{c.partitions} partitions so far" + (f": p50 {shown}" if shown else "") +
+                       (f", GPU phase share {c.gpu_phase_share * 100:.0f}%" if c.gpu_phase_share is not None else "")),
+                  style="bold green")
     if fleet.canary_wait or yes:
-        return ""
+        return True
     if not sys.stdin.isatty():
         raise BadInput("no terminal to confirm the canary on: pass --canary-wait S or --yes")
-    return "" if typer.confirm("the canary is up: go on with the other hosts?", err=True) else "stopped after the canary"
+    return bool(typer.confirm("the canary is up: go on with the other hosts?", err=True))
 
 
 def summary(results: dict[str, Result | str], why_skipped: str) -> None:

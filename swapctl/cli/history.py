@@ -30,7 +30,8 @@ def _history(target: str, playbook_path: str | None, as_json: bool) -> int:
     [spec] = select_hosts(book, [target])
     with connect(spec) as h:
         sw = Swap(h, book)
-        releases, current, entries = sw.catalog()
+        catalog = sw.catalog()
+    releases, current, entries = catalog.releases, catalog.current, list(catalog.journal)
     ordered = releases_newest_first(releases)
     if as_json:
         print_json({"host": spec.name, "current": current,

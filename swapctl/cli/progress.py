@@ -4,13 +4,20 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from rich.console import Console
 from rich.live import Live
 from rich.markup import escape
-from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn,
-                           TransferSpeedColumn)
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeRemainingColumn,
+    TransferSpeedColumn,
+)
 from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
@@ -26,7 +33,7 @@ class Reporter:
     def __init__(self, host: str, quiet: bool = False, bars: bool = True):
         self.host, self.quiet, self.bars = host, quiet, bars  # no bars when hosts run side by side
         self.progress: Progress | None = None
-        self.task = None
+        self.task: TaskID | None = None
         self.last_memory = 0.0
 
     def __call__(self, e: Event) -> None:
@@ -44,7 +51,8 @@ class Reporter:
                 self.progress.start()
                 self.task = self.progress.add_task("upload", total=e.total, wire="")
             wire = f"{e.wire / 1e6:.1f} MB on the wire" if e.wire is not None else ""
-            self.progress.update(self.task, completed=e.done, wire=wire)
+            if self.task is not None:
+                self.progress.update(self.task, completed=e.done, wire=wire)
             if e.done == e.total:
                 self.close()
             return
@@ -78,7 +86,7 @@ class FleetView:
         self.lock = threading.Lock()
         self.live = Live(self, console=console, refresh_per_second=4, transient=True, redirect_stderr=False)
 
-    def __enter__(self) -> "FleetView":
+    def __enter__(self) -> FleetView:
         self.live.start()
         return self
 
@@ -113,7 +121,7 @@ class FleetView:
         with self.lock:
             rows = [(h, *r) for h, r in self.rows.items()]
         for host, step, detail, up in rows:
-            bar: object = ""
+            bar: ProgressBar | str = ""
             if up:
                 done, total, wire = up
                 bar = ProgressBar(total=total, completed=done, width=24)

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
-from typing import Annotated, Callable
+from typing import Annotated
 
 import typer
 
 from .. import playbook as pb
 from ..remote import connect
-from ..swap.deploy import EventSink, Interrupts, Outcome, Swap, rollback as run_rollback
+from ..swap.deploy import EventSink, Interrupts, Outcome, Swap
+from ..swap.deploy import rollback as run_rollback
 from .common import JsonOpt, LimitOpt, PlaybookOpt, guarded
 from .deploy import _confirm, report, show_plan
 from .fleet import CanaryOpt, CanaryWaitOpt, Fleet, MaxFailOpt, ParallelOpt, dry_run_outcome, roll_out, select_fleet

@@ -12,7 +12,23 @@ from ..errors import ExitCode, SwapctlError
 from ..facts.status import HostStatus, gather
 from ..masking import masked_env
 from ..remote.group import on_hosts
-from .common import JsonOpt, LimitOpt, PlaybookOpt, duration, err, gib, guarded, out, print_json, select_hosts, size, stacked, text, when, worst
+from .common import (
+    JsonOpt,
+    LimitOpt,
+    PlaybookOpt,
+    duration,
+    err,
+    gib,
+    guarded,
+    out,
+    print_json,
+    select_hosts,
+    size,
+    stacked,
+    text,
+    when,
+    worst,
+)
 
 
 def status(
@@ -29,9 +45,9 @@ def status(
 def _status(targets: list[str], playbook_path: str | None, as_json: bool, limit: str | None = None) -> int:
     book = pb.load(playbook_path, required=False)
     specs = select_hosts(book, targets, limit)
-    results = on_hosts(specs, lambda host: gather(host, book.daemon))
+    results = on_hosts(specs, lambda host: gather(host, book.daemon, book.gpu))
     codes = []
-    for name, result in results.items():
+    for result in results.values():
         if isinstance(result, SwapctlError):
             codes.append(int(result.exit_code))
         elif isinstance(result, BaseException):
@@ -47,7 +63,7 @@ def _status(targets: list[str], playbook_path: str | None, as_json: bool, limit:
                 doc[name]["releases"] = [_shown(r, book.daemon.secret_env) for r in result.releases]
         print_json({"hosts": doc})
     else:
-        for name, result in results.items():
+        for result in results.values():
             if isinstance(result, BaseException):
                 err.print(text(f"swapctl: {result}"), style="bold red")
             else:
@@ -70,7 +86,8 @@ def render(st: HostStatus) -> None:
         f"load: {st.load[0]:.2f} {st.load[1]:.2f} {st.load[2]:.2f}"))
 
     if st.swapping:
-        out.print(text("a swap is in progress on this host (swapctl's swap script holds its lock)"), style="bold yellow")
+        out.print(text("a swap is in progress on this host (swapctl's swap script holds its lock)"),
+                  style="bold yellow")
     if not st.daemons:
         out.print(text("daemon: not running"), style="yellow")
     for p in st.daemons:
@@ -82,7 +99,7 @@ def render(st: HostStatus) -> None:
         out.print(text(f"  cwd: {p.cwd or '?'}"))
 
     if st.gpu_error:
-        out.print(text(f"GPUs: {st.gpu_error}"), style="yellow")
+        out.print(text(f"GPUs: {st.gpu_error}"), style="bold red" if st.gpu_hung else "yellow")
     else:
         # at 80 columns: two readings to a cell, whole; the throttle reasons (a list) fold in what is left
         g = Table(title="GPUs", title_justify="left")

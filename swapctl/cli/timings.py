@@ -59,7 +59,7 @@ def _by_release(targets: list[str], dest: Path, playbook_path: str | None, as_js
     if not log.is_file():
         raise BadInput(f"{log}: no fetched log; run `swapctl fetch-logs {spec.name} --dest {dest}` first")
     with connect(spec) as host:
-        journal = Swap(host, book).catalog()[2]
+        journal = list(Swap(host, book).catalog().journal)
     parts = by_release(str(log), journal)
     if as_json:
         print_json({"host": spec.name, "log": str(log), "releases": parts})

@@ -6,13 +6,14 @@ import json
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
-from ..playbook import DaemonSpec
+from ..playbook import DaemonSpec, GpuSpec
 from ..remote import Cmd, Host
 from . import nvidia, system
 
 STATUS_SCRIPT = r"""
-bin=$1; state=$2; PS_FORMAT=$3; GPU_FIELDS=$4; GPU_APPS=$5; shift 5
+bin=$1; state=$2; PS_FORMAT=$3; GPU_FIELDS=$4; GPU_APPS=$5; smi_cs=$6; shift 6
 sec() { printf '\n==> %s\n' "$1"; }
+""" + nvidia.BOUNDED_SMI + r"""
 sec host; uname -m; uname -n
 sec self; echo "$$"
 sec ps; ps -ww -eo "$PS_FORMAT" | cut -c 1-65536  # any user's argv: a line of it is enough
@@ -23,8 +24,8 @@ sec who; who 2>/dev/null
 sec df; df -P -k -- "$@" 2>/dev/null
 sec gpu
 if command -v nvidia-smi >/dev/null 2>&1; then
-  nvidia-smi --query-gpu="$GPU_FIELDS" --format=csv 2>&1; echo "rc=$?"
-  sec gpu-apps; nvidia-smi --query-compute-apps="$GPU_APPS" --format=csv 2>&1; echo "rc=$?"
+  # one that hung once would hang again: the GPU's processes are not asked then
+  smi --query-gpu="$GPU_FIELDS" --format=csv && { sec gpu-apps; smi --query-compute-apps="$GPU_APPS" --format=csv; }
 else
   echo missing
 fi
@@ -54,7 +55,7 @@ class HostStatus:
     top_processes: tuple[system.Process, ...]  # the largest other processes by RSS
     gpus: tuple[nvidia.Gpu, ...]
     gpu_processes: tuple[nvidia.GpuProcess, ...]
-    gpu_error: str | None  # "no GPU tools", or what nvidia-smi said when it failed
+    gpu_error: str | None  # "no GPU tools", or what nvidia-smi said when it failed, or that it hung
     sessions: tuple[system.Session, ...]
     disks: tuple[system.Disk, ...]
     load: tuple[float, float, float]
@@ -63,17 +64,25 @@ class HostStatus:
     processes: tuple[system.Process, ...] = field(default=(), repr=False)
     swapping: bool = False  # a swap script runs on the host now (it holds swap.lock)
     gpu_sampler: str | None = None  # one line: the GPU sampler runs (and follows which pid) or not, its last note
+    gpu_hung: bool = False  # nvidia-smi did not answer within [gpu] nvidia_smi_timeout_s: GPU or driver wedged
 
     @property
     def other_sessions(self) -> tuple[system.Session, ...]:
         return tuple(s for s in self.sessions if not s.own)
 
 
-def status_cmd(daemon: DaemonSpec) -> Cmd:
+DF_ARG = 10  # where the status script's df paths start in its argv (sh -c SCRIPT $0 $1...$6)
+
+
+DEFAULT_GPU = GpuSpec()  # frozen: one default for every call
+
+
+def status_cmd(daemon: DaemonSpec, gpu: GpuSpec = DEFAULT_GPU) -> Cmd:
     dirs = [str(PurePosixPath(p).parent) for p in (daemon.binary, daemon.log) if p] or ["/"]
     state = daemon.state_dir if daemon.binary else ""
+    smi_cs = max(1, round(gpu.nvidia_smi_timeout_s * 100))
     return Cmd.script(STATUS_SCRIPT, daemon.binary or "", state, system.PS_FORMAT, nvidia.QUERY_FIELDS,
-                      nvidia.QUERY_APPS, *dict.fromkeys(dirs), label="status")
+                      nvidia.QUERY_APPS, str(smi_cs), *dict.fromkeys(dirs), label="status")
 
 
 def split_sections(text: str) -> dict[str, str]:
@@ -88,11 +97,49 @@ def split_sections(text: str) -> dict[str, str]:
     return {k: "\n".join(v).strip("\n") for k, v in sections.items()}
 
 
-def _strip_rc(text: str) -> tuple[str, int]:
+def _strip_rc(text: str) -> tuple[str, str]:
+    """A `smi` call's output and its status: an exit code, or `timeout S` for one that did not answer."""
     lines = text.splitlines()
     if lines and lines[-1].startswith("rc="):
-        return "\n".join(lines[:-1]), int(lines[-1][3:])
-    return text, 0
+        return "\n".join(lines[:-1]), lines[-1][3:].strip()
+    return text, "0"
+
+
+def _hung(rc: str) -> str | None:
+    """The words for a call that did not answer (`rc=timeout S`), else None. It starts as a failure does:
+    the deploy preflight refuses on both, since a daemon started now could not use the GPU either."""
+    if not rc.startswith("timeout"):
+        return None
+    limit = rc.split()[1] if len(rc.split()) > 1 else "its time limit"
+    limit = limit.rstrip("0").rstrip(".") if "." in limit else limit
+    return f"nvidia-smi failed: did not answer within {limit} s (GPU or driver wedged? look for an Xid in dmesg)"
+
+
+def _gpu_facts(s: dict[str, str]) -> tuple[list[nvidia.Gpu], list[nvidia.GpuProcess], str | None, str | None]:
+    """The GPUs, their processes, what went wrong asking nvidia-smi, and whether a call hung."""
+    gpus: list[nvidia.Gpu] = []
+    apps: list[nvidia.GpuProcess] = []
+    gpu_error = hung = None
+    gpu_text = s.get("gpu", "")
+    if gpu_text.strip() == "missing":
+        gpu_error = "no GPU tools (nvidia-smi not found)"
+    else:
+        body, rc = _strip_rc(gpu_text)
+        apps_body, apps_rc = _strip_rc(s.get("gpu-apps", ""))
+        hung = _hung(rc) or _hung(apps_rc)
+        try:
+            if rc != "0" and not _hung(rc):
+                raise nvidia.NvidiaSmiError(body.strip().splitlines()[0] if body.strip() else f"exit {rc}")
+            # with a call hung, no GPU is listed: what they held a moment ago is no measure for the deploy's
+            # GPU memory wait, whose nvidia-smi would hang too
+            if rc == "0" and hung is None:
+                gpus = nvidia.parse_query_gpu(body)
+                if apps_rc == "0" and "gpu-apps" in s:
+                    apps = nvidia.parse_compute_apps(apps_body)
+        except nvidia.NvidiaSmiError as exc:
+            gpu_error = f"nvidia-smi failed: {exc}"
+        gpu_error = hung or gpu_error
+    return gpus, apps, gpu_error, hung
 
 
 def parse_status(host: str, text: str, daemon: DaemonSpec, df_paths: list[str]) -> HostStatus:
@@ -119,32 +166,17 @@ def parse_status(host: str, text: str, daemon: DaemonSpec, df_paths: list[str]) 
         return False
 
     daemons = tuple(p for p in matches.values() if not under_a_match(p.pid))
-    if len(daemons) > 1:  # `tail -f /data/cuzk.log` matches "cuzk" too: prefer what runs the program itself
+    if regex and len(daemons) > 1:  # `tail -f /data/cuzk.log` matches "cuzk" too: prefer what runs the program itself
         running_it = tuple(p for p in daemons if regex.search(p.args.split(" ", 1)[0]) or
                            (p.exe and regex.search(p.exe)))
         daemons = running_it or daemons
     others = sorted((p for p in procs if p not in daemons and p.pid not in mine), key=lambda p: -p.rss_kib)[:5]
 
-    gpus: list[nvidia.Gpu] = []
-    apps: list[nvidia.GpuProcess] = []
-    gpu_error = None
-    gpu_text = s.get("gpu", "")
-    if gpu_text.strip() == "missing":
-        gpu_error = "no GPU tools (nvidia-smi not found)"
-    else:
-        body, rc = _strip_rc(gpu_text)
-        try:
-            if rc != 0:
-                raise nvidia.NvidiaSmiError(body.strip().splitlines()[0] if body.strip() else f"exit {rc}")
-            gpus = nvidia.parse_query_gpu(body)
-            apps_body, apps_rc = _strip_rc(s.get("gpu-apps", ""))
-            apps = nvidia.parse_compute_apps(apps_body) if apps_rc == 0 else []
-        except nvidia.NvidiaSmiError as exc:
-            gpu_error = f"nvidia-smi failed: {exc}"
+    gpus, apps, gpu_error, hung = _gpu_facts(s)
 
     disks = [
         system.Disk(path=path, filesystem=d.filesystem, size_kib=d.size_kib, avail_kib=d.avail_kib, mount=d.mount)
-        for path, d in zip(df_paths, system.parse_df(s.get("df", "")))
+        for path, d in zip(df_paths, system.parse_df(s.get("df", "")), strict=False)
     ]
     releases = []
     for line in s.get("releases", "").splitlines():
@@ -172,6 +204,7 @@ def parse_status(host: str, text: str, daemon: DaemonSpec, df_paths: list[str]) 
         processes=tuple(procs),
         swapping=s.get("swapping", "").strip() == "yes",
         gpu_sampler=_sampler_line(s.get("gpu-sampler", "")),
+        gpu_hung=hung is not None,
     )
 
 
@@ -188,8 +221,9 @@ def _sampler_line(text: str) -> str | None:
     return f"{head}; last note: {note}" if note else head
 
 
-def gather(host: Host, daemon: DaemonSpec) -> HostStatus:
-    """One round trip: the status script, parsed."""
-    cmd = status_cmd(daemon)
-    result = host.run(cmd, timeout=60)
-    return parse_status(host.name, result.stdout, daemon, [str(p) for p in cmd.argv[9:]])
+def gather(host: Host, daemon: DaemonSpec, gpu: GpuSpec = DEFAULT_GPU) -> HostStatus:
+    """One round trip: the status script, parsed. Its two nvidia-smi calls have `gpu`'s limit each, so
+    a wedged GPU is reported with the rest, not taken for a host that does not answer."""
+    cmd = status_cmd(daemon, gpu)
+    result = host.run(cmd, timeout=60 + 2 * gpu.nvidia_smi_timeout_s)
+    return parse_status(host.name, result.stdout, daemon, [str(p) for p in cmd.argv[DF_ARG:]])

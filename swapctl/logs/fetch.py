@@ -12,9 +12,9 @@ import json
 import posixpath
 import re
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Callable
 
 import zstandard
 
@@ -28,7 +28,8 @@ from ..remote import Cmd, Host
 LIST = r"""
 IFS='
 '
-printf 'TOOLS %s %s\0' "$(command -v zstd >/dev/null 2>&1 && echo zstd)" "$(command -v gzip >/dev/null 2>&1 && echo gzip)"
+has() { command -v "$1" >/dev/null 2>&1 && echo "$1"; }
+printf 'TOOLS %s %s\0' "$(has zstd)" "$(has gzip)"
 for pat; do for f in $pat; do
   [ -f "$f" ] || continue
   real=$(readlink -f -- "$f" && echo x) || continue
@@ -66,7 +67,7 @@ def within(path: str, patterns: list[str]) -> bool:
     parts = path.split("/")
     for pattern in patterns:
         pieces = pattern.split("/")
-        if len(pieces) == len(parts) and all(fnmatch.fnmatchcase(a, p) for a, p in zip(parts, pieces)):
+        if len(pieces) == len(parts) and all(fnmatch.fnmatchcase(a, p) for a, p in zip(parts, pieces, strict=False)):
             return True
     return False
 

@@ -8,8 +8,9 @@ after a TIMELINE line, less that line's offset). A dmon sample stamped t covers 
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
-from typing import Iterable, Sequence
+from typing import Any
 
 from ..gpu.samples import DMON, Sample, window
 from .timings import Run, _pairs
@@ -118,14 +119,15 @@ def gpu_view(run: Run, samples: list[Sample]) -> dict[str, dict]:
         in_phase = length(phases)
         outside = minus([(first, last)], phases)
         parts = {"synthesis": length(minus(outside, queued)), "queued": overlap_all(outside, queued)}
-        view = {"window": [_iso(t) for t in bounds] if bounds else None, "samples": 0, "busy_mean": None,
+        view: dict[str, Any] = {
+                "window": [_iso(t) for t in bounds] if bounds else None, "samples": 0, "busy_mean": None,
                 "busy_p50": None, "busy_error": None, "rx_in_phase_mbps": None, "rx_outside_mbps": None,
                 "rx_samples": [0, 0]}
         mine = [s for s in samples if g.isdigit() and s.gpu == int(g) and s.source == DMON and s.time]
         if bounds and mine and run.epoch:
             end = bounds[1] + timedelta(milliseconds=SAMPLE_MS)
             w = window(mine, bounds[0], end, int(g))
-            inside = [s for s in mine if bounds[0] <= s.time < end]
+            inside = [s for s in mine if s.time and bounds[0] <= s.time < end]
             view.update(samples=w.count, busy_mean=w.sm_mean, busy_p50=w.sm_p50, busy_error=busy_error(inside))
             rx_in, rx_out, n_in, n_out = _rx(mine, run.epoch, phases, first, last)
             view.update(rx_in_phase_mbps=rx_in, rx_outside_mbps=rx_out, rx_samples=[n_in, n_out])
@@ -141,7 +143,8 @@ def gpu_view(run: Run, samples: list[Sample]) -> dict[str, dict]:
         parts["barrier"] = barrier_g
         view["time"] = {k: v / wall for k, v in sorted(parts.items(), key=lambda kv: -kv[1])}
         idle = {k: v for k, v in view["time"].items() if k != "kernels" and k != "gpu_phase"}
-        view["largest_idle_cause"] = max(idle, key=idle.get) if idle and view["busy_mean"] is not None else None
+        view["largest_idle_cause"] = max(idle, key=lambda k: idle[k]) if idle and view["busy_mean"] is not None \
+            else None
         out[g] = view
     return out
 
@@ -168,8 +171,11 @@ def _rx(samples: list[Sample], epoch: datetime, phases: list[tuple[float, float]
             inside.append(s.rx_mbps)
         elif f_in <= 1 - PURE:
             outside.append(s.rx_mbps)
-    mean = (lambda v: sum(v) / len(v) if v else None)
-    return mean(inside), mean(outside), len(inside), len(outside)
+    return _mean(inside), _mean(outside), len(inside), len(outside)
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
 
 
 def busy_error(samples: list[Sample]) -> float | None:
@@ -190,7 +196,7 @@ def _iso(t: datetime) -> str:
 def combine(views: list[dict[str, dict]], walls: list[float]) -> dict[str, dict]:
     """Several runs' views, each GPU's figures weighted by the runs' wall times."""
     out: dict[str, dict] = {}
-    for view, wall in zip(views, walls):
+    for view, wall in zip(views, walls, strict=False):
         for g, v in view.items():
             acc = out.setdefault(g, {"wall": 0.0, "busy_w": 0.0, "busy_wall": 0.0, "time": {}, "samples": 0})
             acc["wall"] += wall
@@ -206,7 +212,7 @@ def combine(views: list[dict[str, dict]], walls: list[float]) -> dict[str, dict]
         idle = {k: v for k, v in time.items() if k not in ("kernels", "gpu_phase")}
         busy = acc["busy_w"] / acc["busy_wall"] if acc["busy_wall"] else None
         result[g] = {"samples": acc["samples"], "busy_mean": busy, "time": time,
-                     "largest_idle_cause": max(idle, key=idle.get) if idle and busy is not None else None}
+                     "largest_idle_cause": max(idle, key=lambda k: idle[k]) if idle and busy is not None else None}
     return result
 
 
@@ -217,12 +223,12 @@ def report(log, which: str | int = "all", samples: list[Sample] | None = None) -
     samples = samples or []
     runs = log.select(which)
     views = [gpu_view(r, samples) for r in runs]
-    for row, view in zip(result["runs"], views):
+    for row, view in zip(result["runs"], views, strict=False):
         row["gpu_busy"] = {g: v["busy_mean"] for g, v in view.items()}
         row["where_time_goes"] = {g: v["time"] for g, v in view.items()}
     combined = combine(views, [r.wall_ms or 0.0 for r in runs])
-    rx = {}
-    for view, r in zip(views, runs):
+    rx: dict[str, list[float]] = {}
+    for view, r in zip(views, runs, strict=False):
         for g, v in view.items():
             acc = rx.setdefault(g, [0.0, 0.0, 0.0, 0.0])
             for i, key in ((0, "rx_in_phase_mbps"), (2, "rx_outside_mbps")):

@@ -8,9 +8,9 @@ the GPU phase. The white between the GPU bars is the GPU waiting: what a starved
 from __future__ import annotations
 
 import re
-from typing import IO, Iterable
+from collections.abc import Iterable
 
-from .timings import RESTART_MS, START, lines
+from .timings import RESTART_MS, START, Readable, lines
 
 LINE = re.compile(rb"TIMELINE,(\d+(?:\.\d+)?),(\w+),([^,\s]+)((?:,[\w.]+=[^,\s]*)*)")
 PHASES = {"SYNTH_START": ("synthesis", "start"), "SYNTH_END": ("synthesis", "end"),
@@ -22,7 +22,7 @@ COLOURS = {"synthesis": "#4c72b0", "copy": "#dd8452", "gpu": "#55a868"}
 Lanes = dict[str, list[tuple[str, float, float]]]
 
 
-def intervals(streams: Iterable[IO[bytes]]) -> Lanes:
+def intervals(streams: Iterable[Readable]) -> Lanes:
     """lane -> [(phase, start_ms, end_ms)] over every run; lanes are `synthesis` and `GPU worker N`."""
     lanes: Lanes = {}
     for run in runs(streams):
@@ -31,7 +31,7 @@ def intervals(streams: Iterable[IO[bytes]]) -> Lanes:
     return lanes
 
 
-def runs(streams: Iterable[IO[bytes]]) -> list[Lanes]:
+def runs(streams: Iterable[Readable]) -> list[Lanes]:
     """The lanes of each daemon run: a new run at each start line, or where TIMELINE offsets go back."""
     out: list[Lanes] = [{}]
     opened: dict[tuple, float] = {}
@@ -84,11 +84,11 @@ def draw(runs: list[Lanes], path, title: str, gpu: list[dict] | None = None) -> 
     fig, axes = plt.subplots(len(rows), 1, figsize=(14, sum(h for *_, h in rows)), squeeze=False,
                              gridspec_kw={"height_ratios": [h for *_, h in rows]})
     bars_ax = {}
-    for (kind, i, _), [ax] in zip(rows, axes):
+    for (kind, i, _), [ax] in zip(rows, axes, strict=False):
         if kind == "lanes":
             _lanes(ax, runs[i], f"{title}: run {i + 1} of {len(runs)}" if len(runs) > 1 else title)
             bars_ax[i] = ax
-        else:
+        elif gpu:
             _gpu(ax, gpu[i], bars_ax[i])
     axes[0][0].legend(handles=[Patch(color=c, label=p) for p, c in COLOURS.items()], loc="upper right")
     fig.tight_layout()
@@ -119,9 +119,9 @@ def _gpu(ax, view: dict, bars) -> None:
         mine = [s for s in samples if s.gpu == g and s.time]
         t = [(s.time - epoch).total_seconds() for s in mine]
         ax.step(t, [s.sm_pct for s in mine], where="pre", color="#55a868", label=f"GPU {g} sm%")
-        rx = [(ti, s.rx_mbps) for ti, s in zip(t, mine) if s.rx_mbps is not None]
+        rx = [(ti, s.rx_mbps) for ti, s in zip(t, mine, strict=False) if s.rx_mbps is not None]
         if rx:
-            rx_ax.step(*zip(*rx), where="pre", color="#dd8452", alpha=0.7, label=f"GPU {g} PCIe RX")
+            rx_ax.step(*zip(*rx, strict=False), where="pre", color="#dd8452", alpha=0.7, label=f"GPU {g} PCIe RX")
     ax.set_ylim(0, 100)
     ax.set_ylabel("sm %")
     rx_ax.set_ylabel("RX MB/s")
@@ -142,7 +142,7 @@ def where_bars(rows: list[tuple[str, dict[str, float]]], path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(12, 0.8 + 0.6 * len(rows)))
-    for y, (label, parts) in enumerate(rows):
+    for y, (_, parts) in enumerate(rows):
         left = 0.0
         for k, f in parts.items():
             ax.barh(y, f * 100, left=left, color=WHERE_COLOURS.get(k, "#999999"), label=k if y == 0 else None)
@@ -153,7 +153,7 @@ def where_bars(rows: list[tuple[str, dict[str, float]]], path) -> None:
     ax.set_xlim(0, 100)
     ax.set_xlabel("% of wall time")
     handles, labels = [], []
-    for y, (_, parts) in enumerate(rows):
+    for _, parts in rows:
         for k in parts:
             if k not in labels:
                 labels.append(k)

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 ALPHA = 0.05
 RESAMPLES = 2000
@@ -109,7 +109,7 @@ def compare(before: Sequence[float], after: Sequence[float], seed: int = 1, resa
     delta = (ma - mb) / mb if mb else None
     low = high = None
     if mb:
-        ratios = [(a - b) / b for a, b in zip(boot_a, boot_b) if b]
+        ratios = [(a - b) / b for a, b in zip(boot_a, boot_b, strict=False) if b]
         if ratios:
             low, high = _interval(ratios)
     return Change(len(before), len(after), mb, ma, spread[0], spread[1], delta, low, high,

@@ -13,9 +13,10 @@ import os
 import re
 from array import array
 from collections import Counter
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
-from typing import IO, Iterable, Iterator
+from datetime import UTC, datetime, timedelta
+from typing import IO, Protocol
 
 ANSI = re.compile(rb"\x1b\[[0-9;]*m")
 CUZK = re.compile(rb"CUZK_TIMING: ([^\n]*)")
@@ -67,8 +68,8 @@ MESSAGES = {
 # one scan per literal prefix the messages share: GPU_TIMING, FIN_TIMING, partition, Phase 7
 MESSAGE_PREFIXES = (b"GPU_TIMING ", b"FIN_TIMING ", b"partition ", b"Phase 7: ")
 MESSAGE_PATTERNS = [
-    re.compile(re.escape(prefix) + b"(" + b"|".join(re.escape(m[len(prefix):]) for m in MESSAGES if m.startswith(prefix))
-               + rb")([^\n]*)")
+    re.compile(re.escape(prefix) + b"("
+               + b"|".join(re.escape(m[len(prefix):]) for m in MESSAGES if m.startswith(prefix)) + rb")([^\n]*)")
     for prefix in MESSAGE_PREFIXES
 ]
 
@@ -189,7 +190,7 @@ class Run:
                 self.last_ts = _ts(last.group(1))
             if b"gpu_worker" in chunk and (not self.gpu_of or not self._workers_seen <= self.gpu_of.keys()):
                 self.gpu_of.update(GPU_SPAN.findall(chunk))
-            for prefix, pattern in zip(MESSAGE_PREFIXES, MESSAGE_PATTERNS):
+            for prefix, pattern in zip(MESSAGE_PREFIXES, MESSAGE_PATTERNS, strict=False):
                 by_message: dict[bytes, list[bytes]] = {}
                 for rest, fields in pattern.findall(chunk):
                     by_message.setdefault(prefix + rest, []).append(fields)
@@ -247,9 +248,9 @@ class Run:
     def _timeline(self, lines: list[bytes]) -> None:
         text = _joined(lines)
         first, last = self.timeline_first_ms, self.timeline_last_ms
-        for o in TL_OFFSET.findall(text):
-            o = float(o)
-            if first is None:
+        for raw in TL_OFFSET.findall(text):
+            o = float(raw)
+            if first is None or last is None:
                 first = last = self._first_seen_ms = o
             elif o > last:
                 last = o
@@ -348,7 +349,7 @@ class Run:
         if len(by_gpu) == 1:  # one GPU: every call was on it, matched to its worker or not
             [d] = by_gpu.values()
             d["held_ms"] = float(sum(self.phases.get("mutex_held_ms", ())))
-        for g, d in by_gpu.items():
+        for d in by_gpu.values():
             spans = [iv for w in d["workers"] for iv in _pairs(self.intervals.get(str(w).encode(), ()))]
             d["phases"] = len(spans)
             d["timeline_ms"] = _union(spans)
@@ -366,7 +367,7 @@ def _joined(lines: list[bytes]) -> bytes:
 
 def _pairs(flat: Iterable[float]) -> list[tuple[float, float]]:
     it = iter(flat)
-    return list(zip(it, it))
+    return list(zip(it, it, strict=False))
 
 
 def _union(spans: list[tuple[float, float]]) -> float:
@@ -383,7 +384,7 @@ def _union(spans: list[tuple[float, float]]) -> float:
 
 
 def _ts(raw: bytes) -> datetime:
-    return datetime.fromisoformat(raw.decode()).replace(tzinfo=timezone.utc)
+    return datetime.fromisoformat(raw.decode()).replace(tzinfo=UTC)
 
 
 class Mender:
@@ -455,7 +456,7 @@ def _cut_lines(chunk: bytes, at: int) -> list[tuple[int, int]]:
     return cuts
 
 
-def lines(streams: Iterable[IO[bytes]]) -> Iterator[bytes]:
+def lines(streams: Iterable[Readable]) -> Iterator[bytes]:
     """The lines of the streams, cut TIMELINE lines mended."""
     for stream in streams:
         mender, rest = Mender(), b""
@@ -676,7 +677,13 @@ def summarize(values: Iterable[float]) -> dict:
 CHUNK = 8 << 20
 
 
-def parse(streams: Iterable[IO[bytes]]) -> Log:
+class Readable(Protocol):
+    """A binary stream, or a byte range of a file (_Range)."""
+
+    def read(self, n: int = -1, /) -> bytes: ...
+
+
+def parse(streams: Iterable[Readable]) -> Log:
     """Feeds every stream (binary), in chunks of whole lines, into one Log."""
     log = Log()
     for stream in streams:
@@ -750,7 +757,7 @@ def parse_files(paths: Iterable[str], workers: int | None = None) -> Log:
         for part, counts, spill in parts:
             try:
                 with open(spill, "rb") as f:
-                    for run, run_counts in zip(part.runs, counts):
+                    for run, run_counts in zip(part.runs, counts, strict=False):
                         for name, n in run_counts:  # read straight into the arrays they extend
                             run.phases.setdefault(name, array(VALUE)).fromfile(f, n)
             finally:

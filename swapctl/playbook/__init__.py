@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -61,10 +61,31 @@ class DaemonSpec:
 
 
 @dataclass(frozen=True)
+class RequiredDaemon(DaemonSpec):
+    """The daemon section once require_daemon() has checked it: what changing a host needs is there."""
+
+    binary: str = ""
+    log: str = ""
+
+    @property
+    def match_regex(self) -> re.Pattern[str]:
+        return re.compile(self.match or PurePosixPath(self.binary).name)
+
+
+@dataclass(frozen=True)
 class MemorySpec:
     min_available_gib: float = 0
     release_timeout_s: float = 900
     gpu_slack_mib: float = 1024  # GPU memory used may stay this far above the daemon-less level
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """How swapctl asks the host's GPUs."""
+
+    # Each nvidia-smi call's time limit on the host: one answers in a second or two, one whose GPU has
+    # fallen off the bus (Xid 79) or whose driver hangs never does, and must not take the rest with it.
+    nvidia_smi_timeout_s: float = 10
 
 
 @dataclass(frozen=True)
@@ -88,13 +109,15 @@ class Playbook:
     keep_releases: int = 5
     build: dict = field(default_factory=dict)  # the [build] table, read by swapctl.build
     rollout: RolloutSpec = RolloutSpec()
+    gpu: GpuSpec = GpuSpec()
 
-    def require_daemon(self) -> DaemonSpec:
+    def require_daemon(self) -> RequiredDaemon:
         """The daemon section, complete enough to change a host."""
         for key in ("binary", "log"):
             if not getattr(self.daemon, key):
-                raise PlaybookError(self.path, f"missing; add `{key} = \"/data/...\"` under [daemon]", key=f"daemon.{key}")
-        return self.daemon
+                raise PlaybookError(self.path, f"missing; add `{key} = \"/data/...\"` under [daemon]",
+                                    key=f"daemon.{key}")
+        return RequiredDaemon(**{f.name: getattr(self.daemon, f.name) for f in fields(DaemonSpec)})
 
 
 # key -> (kind, required). Kinds: str, int, num (int or float), bool, strlist, strtable.
@@ -133,6 +156,7 @@ _SCHEMA: dict[str, dict[str, tuple[str, bool]]] = {
         "canary_wait_s": ("num", False),
         "max_fail": ("budget", False),
     },
+    "gpu": {"nvidia_smi_timeout_s": ("num", False)},
     "logs": {"paths": ("strlist", False)},
     "releases": {"keep": ("int", False)},
     # Read by `swapctl build`; checked there.
@@ -144,7 +168,7 @@ _SCHEMA: dict[str, dict[str, tuple[str, bool]]] = {
         "platform": ("str", False),
     },
 }
-_TOP = ("hosts", "groups", "daemon", "memory", "rollout", "logs", "releases", "build")
+_TOP = ("hosts", "groups", "daemon", "memory", "gpu", "rollout", "logs", "releases", "build")
 _KIND_NAMES = {
     "str": "a string",
     "int": "an integer",
@@ -237,25 +261,9 @@ def load(path: str | os.PathLike[str] | None = None, *, required: bool = True) -
     return parse(text, path, inventory=inventory)
 
 
-def parse(text: str, path: str = DEFAULT_PLAYBOOK, inventory: str | None = None) -> Playbook:
-    """Validates playbook text; every error names the file, line, key and fix. `inventory` (else the
-    playbook's own `inventory` key, relative to its file) adds an Ansible inventory's hosts and groups;
-    the playbook's [hosts] and [groups] win over the inventory's of the same name."""
-    try:
-        doc = tomlkit.parse(text).unwrap()
-    except ParseError as exc:
-        reason = str(exc).split(" at line ")[0]
-        raise PlaybookError(path, f"TOML syntax error: {reason} (fix the TOML at that line)", line=exc.line) from None
-    ld = _Loader(path, text)
-    if "inventory" in doc:
-        where = ld.check_type(doc.pop("inventory"), "str", "", "inventory")
-        inventory = inventory or str(Path(path).parent / os.path.expanduser(where))
-    for key in doc:
-        if key not in _TOP:
-            close = difflib.get_close_matches(key, _TOP, n=1)
-            hint = f"did you mean [{close[0]}]?" if close else f"known tables: {', '.join(_TOP)}"
-            raise ld.fail(f"unknown table ({hint})", "", key)
-
+def _hosts_and_groups(ld: _Loader, doc: dict, inventory: str | None
+                      ) -> tuple[dict[str, HostSpec], dict[str, tuple[str, ...]]]:
+    """[hosts] and [groups], over the inventory's hosts and groups when there is one."""
     hosts: dict[str, HostSpec] = {}
     groups: dict[str, tuple[str, ...]] = {}
     if inventory:
@@ -275,14 +283,35 @@ def parse(text: str, path: str = DEFAULT_PLAYBOOK, inventory: str | None = None)
         if port is not None and not 0 < port < 65536:
             raise ld.fail(f"must be a TCP port (1-65535), not {port}", table, "port")
         hosts[name] = HostSpec(name=name, **values)
-
     for name, members in ld.table(doc, "groups").items():
         members = ld.check_type(members, "strlist", "groups", name)
         for member in members:
             if member not in hosts:
                 raise ld.fail(f"names host {member!r}, which is not under [hosts] or in the inventory", "groups", name)
         groups[name] = tuple(members)
+    return hosts, groups
 
+
+def parse(text: str, path: str = DEFAULT_PLAYBOOK, inventory: str | None = None) -> Playbook:
+    """Validates playbook text; every error names the file, line, key and fix. `inventory` (else the
+    playbook's own `inventory` key, relative to its file) adds an Ansible inventory's hosts and groups;
+    the playbook's [hosts] and [groups] win over the inventory's of the same name."""
+    try:
+        doc = tomlkit.parse(text).unwrap()
+    except ParseError as exc:
+        reason = str(exc).split(" at line ")[0]
+        raise PlaybookError(path, f"TOML syntax error: {reason} (fix the TOML at that line)", line=exc.line) from None
+    ld = _Loader(path, text)
+    if "inventory" in doc:
+        where = ld.check_type(doc.pop("inventory"), "str", "", "inventory")
+        inventory = inventory or str(Path(path).parent / os.path.expanduser(where))
+    for key in doc:
+        if key not in _TOP:
+            close = difflib.get_close_matches(key, _TOP, n=1)
+            hint = f"did you mean [{close[0]}]?" if close else f"known tables: {', '.join(_TOP)}"
+            raise ld.fail(f"unknown table ({hint})", "", key)
+
+    hosts, groups = _hosts_and_groups(ld, doc, inventory)
     d = ld.section(ld.table(doc, "daemon"), "daemon", "daemon")
     if "match" in d:
         try:
@@ -307,6 +336,10 @@ def parse(text: str, path: str = DEFAULT_PLAYBOOK, inventory: str | None = None)
         raise ld.fail("must be at least 1 (1: one host at a time)", "rollout", "parallel")
     if "max_fail" in rollout:
         rollout["max_fail"] = str(rollout["max_fail"])
+    gpu = ld.section(ld.table(doc, "gpu"), "gpu", "gpu")
+    if gpu.get("nvidia_smi_timeout_s", 10) <= 0:
+        raise ld.fail("must be more than 0 s (nvidia-smi answers within a second or two; the default is 10)",
+                      "gpu", "nvidia_smi_timeout_s")
     keep = releases.get("keep", 5)
     if keep < 2:
         raise ld.fail("must be at least 2 (the current release and one to roll back to)", "releases", "keep")
@@ -320,6 +353,7 @@ def parse(text: str, path: str = DEFAULT_PLAYBOOK, inventory: str | None = None)
         keep_releases=keep,
         build=build,
         rollout=RolloutSpec(**rollout),
+        gpu=GpuSpec(**gpu),
     )
 
 

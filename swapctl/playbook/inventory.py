@@ -83,7 +83,8 @@ class _Inventory:
                 except (TypeError, ValueError):
                     raise PlaybookError(self.path, f"host {name!r}: ansible_port must be a port number, "
                                                    f"not {values['port']!r}") from None
-            hosts[name] = HostSpec(name=name, **{k: v if k == "port" else str(v) for k, v in values.items()})
+            hosts[name] = HostSpec(name=name, **{k: v if k == "port" else str(v)  # type: ignore[arg-type]
+                                                 for k, v in values.items()})
         return hosts, {g: members for g, members in groups.items() if members and g != "ungrouped"}
 
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, TypeVar
+from typing import TypeVar
 
 from ..playbook import HostSpec
-from .host import Host, connect
+from . import connect
+from .host import Host
 
 T = TypeVar("T")
 
@@ -23,4 +25,4 @@ def on_hosts(specs: list[HostSpec], fn: Callable[[Host], T], parallel: int = 32)
 
     with ThreadPoolExecutor(max_workers=max(1, min(parallel, len(specs)))) as pool:
         outcomes = list(pool.map(one, specs))
-    return {spec.name: outcome for spec, outcome in zip(specs, outcomes)}
+    return {spec.name: outcome for spec, outcome in zip(specs, outcomes, strict=True)}

@@ -7,8 +7,9 @@ import selectors
 import subprocess
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import BinaryIO, Callable, Iterable
+from typing import BinaryIO
 
 from ..errors import RemoteCommandFailed, RemoteOutputTooLarge, RemoteTimeout
 from .cmd import Cmd
@@ -50,7 +51,9 @@ class Host(ABC):
         """Runs `cmd`, handing each stdout line to `on_line` as it arrives (cut to MAX_LINE); the Result
         keeps at most MAX_OUTPUT bytes of it, and never raises for more: a swap streams to its end."""
         lines = _Lines(on_line)
-        code, err = self.stream_bytes(cmd, lines.feed, stdin=stdin, timeout=timeout)
+        # a swap past its deadline is left to finish alone, as when its connection drops: cut between its
+        # stop and its start, it would leave the host without a daemon
+        code, err = self.stream_bytes(cmd, lines.feed, stdin=stdin, timeout=timeout, end_late=False)
         return Result(cmd, code, lines.finish(), err.decode("utf-8", "replace"))
 
     def _too_large(self, cmd: Cmd) -> Callable[[int], RemoteOutputTooLarge]:
@@ -60,15 +63,17 @@ class Host(ABC):
 
     @abstractmethod
     def stream_bytes(self, cmd: Cmd, on_data: Callable[[bytes], None], *, stdin: bytes | None = None,
-                     timeout: float = 120) -> tuple[int, bytes]:
-        """Runs `cmd`, handing its stdout to `on_data` as raw bytes; returns (exit code, stderr)."""
+                     timeout: float = 120, end_late: bool = True) -> tuple[int, bytes]:
+        """Runs `cmd`, handing its stdout to `on_data` as raw bytes; returns (exit code, stderr). Past its
+        deadline it raises RemoteTimeout, and with `end_late` the command and what it started (its process
+        group; on SSH its session) are killed on the host first: nobody reads them any more."""
 
     def send(self, cmd: Cmd, chunks: Iterable[bytes], *, timeout: float = 120) -> Result:
         """Runs `cmd` with `chunks` streamed to its stdin; `timeout` bounds any stall and the wait at the end."""
         return self.prepare(cmd).send(chunks, timeout=timeout)
 
     @abstractmethod
-    def prepare(self, cmd: Cmd) -> "Prepared":
+    def prepare(self, cmd: Cmd) -> Prepared:
         """Starts `cmd` now, its stdin waiting for Prepared.send: the host's shell start-up (a .bashrc) is
         paid while other work goes on. A command started before it may act must wait for its input to
         say so, as RECEIVE waits for GO."""
@@ -80,18 +85,18 @@ class Host(ABC):
         appends to the `offset` bytes already there; `local` is positioned at `offset` by the caller."""
 
     @abstractmethod
-    def hold(self, cmd: Cmd, timeout: float = 30) -> "Held":
+    def hold(self, cmd: Cmd, timeout: float = 30) -> Held:
         """Starts `cmd` and keeps it running until the returned handle is closed or the connection drops.
 
         Its first stdout line is returned in `Held.first_line` (a lock's "got it" or "held by")."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 (a host with no connection has nothing to close)
         pass
 
     def _late(self, cmd: Cmd, timeout: float) -> RemoteTimeout:
         return RemoteTimeout(f"`{cmd}` did not finish within {timeout:.0f} s", host=self.name)
 
-    def __enter__(self) -> "Host":
+    def __enter__(self) -> Host:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -204,14 +209,17 @@ class LocalHost(Host):
             start_new_session=True,
         )
 
-    def _killed_late(self, proc: subprocess.Popen[bytes], cmd: Cmd, timeout: float) -> RemoteTimeout:
-        """Past its deadline: the command and everything it started are killed (it leads its group)."""
-        os.killpg(proc.pid, 9)
-        proc.wait()
+    def _killed_late(self, proc: subprocess.Popen[bytes], cmd: Cmd, timeout: float,
+                     end_late: bool = True) -> RemoteTimeout:
+        """Past its deadline: the command and everything it started are killed (it leads its group),
+        unless it is to finish alone (`end_late` false)."""
+        if end_late:
+            os.killpg(proc.pid, 9)
+            proc.wait()
         return self._late(cmd, timeout)
 
     def stream_bytes(self, cmd: Cmd, on_data: Callable[[bytes], None], *, stdin: bytes | None = None,
-                     timeout: float = 120) -> tuple[int, bytes]:
+                     timeout: float = 120, end_late: bool = True) -> tuple[int, bytes]:
         proc = self._popen(cmd, stdin is not None)
         if stdin is not None:
             assert proc.stdin
@@ -226,13 +234,15 @@ class LocalHost(Host):
                 while sel.get_map():
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
-                        raise self._killed_late(proc, cmd, timeout)
+                        raise self._killed_late(proc, cmd, timeout, end_late)
                     for key, _ in sel.select(remaining):
                         data = os.read(key.fd, 65536)
                         if data:
                             key.data(data)
                         else:
                             sel.unregister(key.fileobj)
+            except RemoteTimeout:
+                raise
             except BaseException:  # too much output, or Ctrl-C: the command does not run on unread
                 if proc.poll() is None:
                     os.killpg(proc.pid, 9)
@@ -241,7 +251,7 @@ class LocalHost(Host):
         try:  # its output closed, yet it may go on running
             return proc.wait(timeout=max(deadline - time.monotonic(), 0)), bytes(err)
         except subprocess.TimeoutExpired:
-            raise self._killed_late(proc, cmd, timeout) from None
+            raise self._killed_late(proc, cmd, timeout, end_late) from None
 
     def prepare(self, cmd: Cmd) -> Prepared:
         proc = self._popen(cmd, stdin=True)
@@ -297,13 +307,4 @@ class LocalHost(Host):
         if proc.poll() is not None:
             closer()
         return Held(first, closer)
-
-
-def connect(spec: "HostSpec") -> Host:  # noqa: F821 (import cycle avoided)
-    """A connection for a playbook host; SSH connects lazily on first use."""
-    if spec.transport == "local":
-        return LocalHost(spec.name)
-    from .ssh import SshHost
-
-    return SshHost(spec)
 

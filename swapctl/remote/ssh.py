@@ -9,12 +9,15 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import re
 import select
+import shlex
 import socket
 import threading
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterable
+from typing import BinaryIO
 
 import fabric
 import paramiko
@@ -31,6 +34,13 @@ WINDOW_SIZE = 64 << 20  # paramiko's 2 MiB default window starves bulk transfers
 MAX_HANDSHAKES = 8
 _handshakes = threading.BoundedSemaphore(MAX_HANDSHAKES)
 STALL_S = 60  # a transfer that moves no byte for this long has lost its connection
+# The command's first stderr line: the session it runs in (its pid, sshd made it a session leader).
+_REPORT_SESSION = 'echo "swapctl-session $$" >&2; exec "$@"'
+_SESSION_LINE = re.compile(rb"swapctl-session (\d+)\n")
+# Ends a session swapctl stopped waiting for: every process in it (what the command started in other
+# process groups too), not those that left it with setsid (a daemon, the GPU sampler).
+_END_SESSION = 'pkill -KILL -s "$1" 2>/dev/null; kill -KILL -- "-$1" 2>/dev/null; exit 0'
+END_SESSION_TIMEOUT_S = 10
 
 
 def _tcp(host: str, port: int) -> socket.socket:
@@ -175,10 +185,16 @@ class SshHost(Host):
         why = f"no byte moved for {STALL_S} s" if isinstance(exc, TimeoutError) else str(exc) or type(exc).__name__
         return Unreachable(f"connection lost during {what} ({why})", host=self.name)
 
-    def _open_channel(self, cmd: Cmd) -> paramiko.Channel:
+    def _open_channel(self, cmd: Cmd, report_session: bool = False) -> paramiko.Channel:
+        """A channel running `cmd`. With `report_session` its first stderr line is `swapctl-session ID`: sshd
+        starts each session's shell with setsid, so its pid, kept by `exec`, is the session that
+        _end_session kills. `exec sh -c` first: a login shell that is fish or csh knows no `$$` or `>&2`."""
+        line = cmd.render()
+        if report_session:
+            line = f"exec sh -c {shlex.quote(_REPORT_SESSION)} swapctl {line}"
         try:
             chan = self._transport().open_session(window_size=WINDOW_SIZE, timeout=CONNECT_TIMEOUT_S)
-            chan.exec_command(cmd.render())
+            chan.exec_command(line)
         except (paramiko.SSHException, OSError, EOFError) as exc:  # "Channel closed.": sshd could not start it
             raise self._broken(self._what(cmd), exc) from None
         return chan
@@ -186,14 +202,14 @@ class SshHost(Host):
     # -- commands --------------------------------------------------------------------------------
 
     def stream_bytes(self, cmd: Cmd, on_data: Callable[[bytes], None], *, stdin: bytes | None = None,
-                     timeout: float = 120) -> tuple[int, bytes]:
-        chan = self._open_channel(cmd)
+                     timeout: float = 120, end_late: bool = True) -> tuple[int, bytes]:
+        chan = self._open_channel(cmd, report_session=end_late)
         transport = chan.get_transport()
+        err = _Stderr(end_late)
         try:
             if stdin:
                 chan.sendall(stdin)
             chan.shutdown_write()
-            err = bytearray()
             deadline = time.monotonic() + timeout
             while True:
                 # Whether it had ended is read before the output is drained: the transport thread may take
@@ -205,7 +221,7 @@ class SshHost(Host):
                     if time.monotonic() > deadline:
                         raise self._late(cmd, timeout)
                 while chan.recv_stderr_ready():
-                    keep_tail(err, chan.recv_stderr(1 << 16))
+                    err.feed(chan.recv_stderr(1 << 16))
                     if time.monotonic() > deadline:
                         raise self._late(cmd, timeout)
                 if chan.eof_received and not chan.recv_ready() and not chan.recv_stderr_ready():
@@ -219,11 +235,30 @@ class SshHost(Host):
             # EOF is not the end: a command may close its output and go on running
             if not chan.status_event.wait(max(deadline - time.monotonic(), 0)):
                 raise self._late(cmd, timeout)
-            return chan.recv_exit_status(), bytes(err)
+            return chan.recv_exit_status(), err.value()
+        except RemoteTimeout:
+            # through this connection only: a lost one would have raised Unreachable, not come here
+            if end_late and not chan.exit_status_ready() and transport.is_active():
+                while err.head is not None and chan.recv_stderr_ready():  # the report, if not read yet
+                    err.feed(chan.recv_stderr(1 << 16))
+                if err.session:
+                    self._end_session(err.session)
+            raise
         except (OSError, EOFError, paramiko.SSHException) as exc:
             raise self._broken(self._what(cmd), exc) from None
         finally:
             self._close(chan)
+
+    def _end_session(self, session: int) -> None:
+        """Kills what is left of a command's session on the host, best effort: a connection lost meanwhile
+        must not hide the deadline it was cut off by."""
+        try:
+            chan = self._open_channel(Cmd.script(_END_SESSION, str(session), label="end-session"))
+            chan.shutdown_write()
+            chan.status_event.wait(END_SESSION_TIMEOUT_S)
+            self._close(chan)
+        except (Unreachable, OSError, EOFError, paramiko.SSHException):
+            pass
 
     def _bounded(self, out: bytearray, data: bytes, cmd: Cmd) -> None:
         """Keeps a sending command's output, up to MAX_OUTPUT."""
@@ -285,7 +320,9 @@ class SshHost(Host):
                 self._sftp = paramiko.SFTPClient.from_transport(
                     self._transport(), window_size=WINDOW_SIZE, max_packet_size=1 << 15)
             assert self._sftp is not None
-            self._sftp.get_channel().settimeout(STALL_S)
+            channel = self._sftp.get_channel()
+            if channel is not None:
+                channel.settimeout(STALL_S)
             done = offset
             with self._sftp.open(remote_path, "ab" if offset else "wb") as remote:
                 remote.set_pipelined(True)  # no round trip per 32 KiB write (paramiko#1660)
@@ -330,6 +367,27 @@ class SshHost(Host):
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None
+
+
+class _Stderr:
+    """A command's stderr, its tail kept; with `report` its first line, the session report, is taken off."""
+
+    def __init__(self, report: bool):
+        self.tail, self.head, self.session = bytearray(), bytearray() if report else None, 0
+
+    def feed(self, data: bytes) -> None:
+        if self.head is not None:
+            self.head += data
+            if b"\n" not in self.head and len(self.head) < 64:
+                return  # the report is short: it has not all come yet
+            m = _SESSION_LINE.match(self.head)
+            if m and int(m[1]) > 1:
+                self.session = int(m[1])
+            data, self.head = bytes(self.head[m.end():] if m else self.head), None
+        keep_tail(self.tail, data)
+
+    def value(self) -> bytes:
+        return bytes(self.head or b"") + bytes(self.tail)
 
 
 def wait_for_banner(address: str, port: int, timeout: float) -> None:

@@ -7,12 +7,12 @@ import json
 import os
 import socket
 from dataclasses import asdict, dataclass, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 
 def now_iso() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def who_am_i() -> str:
@@ -47,7 +47,7 @@ class Release:
         return json.dumps(asdict(self), separators=(",", ":"), sort_keys=True)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Release":
+    def from_dict(cls, d: dict) -> Release:
         fields = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
         if fields.get("argv") is not None:
             fields["argv"] = tuple(fields["argv"])
@@ -55,7 +55,7 @@ class Release:
             fields["env"] = tuple(tuple(kv) for kv in fields["env"])
         return cls(**fields)
 
-    def marked(self, status: str) -> "Release":
+    def marked(self, status: str) -> Release:
         return replace(self, status=status)
 
 

@@ -4,7 +4,7 @@ Methods, best first: nothing (the host has the release), a zstd patch against a 
 (`--patch-from`: a rebuilt binary costs kilobytes), a zstd stream whose level follows the link, or
 pipelined SFTP when the host has no zstd. Every method writes to one temporary name per release, so an
 interrupted upload resumes from the bytes already there, and the host checks the sha256 before the
-file becomes a release (scripts.INSTALL).
+file becomes a release (sh/install.sh, sh/receive.sh).
 """
 
 from __future__ import annotations
@@ -17,15 +17,16 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
 
 import zstandard
 
 from ..errors import Refused
 from ..remote import Cmd, Host, Piece, Prepared
 from . import scripts
+from .report import InstallReport, Word, parse_install
 
 CHUNK = 4 << 20  # one zstd frame per chunk: the level can change between frames
 # The levels the stream moves along (0 would mean zstd's default, 3). Negative levels trade ratio for
@@ -185,11 +186,11 @@ class Patch:
     patch. Its process starts at once and a thread collects what it writes, so the patch is made while
     the preflight runs, and a host that comes later finds it made."""
 
-    _made: dict[tuple[Path, str], "Patch"] = {}
+    _made: dict[tuple[Path, str], Patch] = {}
     _guard = threading.Lock()
 
     @classmethod
-    def of(cls, base: Base, new: str) -> "Patch":
+    def of(cls, base: Base, new: str) -> Patch:
         """The patch from `base` to `new`, started now or shared; each caller calls release() once."""
         with cls._guard:
             p = cls._made.get((base.local_path, new))
@@ -233,7 +234,7 @@ class Patch:
         i = 0
         while True:
             with self.cond:
-                self.cond.wait_for(lambda: i < len(self.parts) or self.done)
+                self.cond.wait_for(lambda: i < len(self.parts) or self.done)  # noqa: B023 (called at once)
                 if i == len(self.parts):
                     if self.error:
                         raise OSError(f"zstd --patch-from failed: {self.error}")
@@ -255,10 +256,11 @@ class Patch:
 class Uploader:
     """Sends one local binary to a temporary name on one host and installs it as a release there."""
 
-    def __init__(self, host: Host, path: str, size: int, tmp: str, install_args: tuple[Piece, ...],
+    def __init__(self, host: Host, path: str, size: int, tmp: str, install: Mapping[str, Piece],
                  progress: Progress, host_zstd: bool):
+        """`install`: the release's dir, name, sha and manifest, as sh/install.sh takes them."""
         self.host, self.path, self.size, self.tmp = host, path, size, tmp
-        self.install_args, self.progress, self.host_zstd = install_args, progress, host_zstd
+        self.install, self.progress, self.host_zstd = dict(install), progress, host_zstd
         self.wire = 0
         self.ready: Prepared | None = None  # the first receive, started ahead
 
@@ -268,17 +270,17 @@ class Uploader:
         if not self.host_zstd:
             return None
         if base and Patch.possible():
-            return self.host.prepare(self._receive_cmd(0, base.remote_path))
-        return self.host.prepare(self._receive_cmd(self._resumable(partial), ""))
+            return self.host.prepare(self.receive_cmd(0, base.remote_path))
+        return self.host.prepare(self.receive_cmd(self.resumable(partial), ""))
 
-    def _resumable(self, partial: int) -> int:
+    def resumable(self, partial: int) -> int:
         """Where an upload starts when `partial` bytes of it are on the host already."""
         return partial if 0 < partial < self.size else 0
 
     def run(self, partial: int, base: Base | None, made: Patch | None = None, early: Frames | None = None,
-            ready: Prepared | None = None) -> tuple[Sent, str]:
+            ready: Prepared | None = None) -> tuple[Sent, InstallReport]:
         """Sends the binary (resuming after `partial` bytes when it can) and installs it; returns how it went
-        and INSTALL's report. A patch (`made`, or made now against `base`) that does not reproduce the
+        and what the host's install said. A patch (`made`, or made now against `base`) that does not reproduce the
         binary is retried as a full upload. `made` and `early` (frames compressed during the preflight)
         and `ready` (from prepare()) are released here, used or not."""
         self.ready = ready
@@ -293,9 +295,9 @@ class Uploader:
                 self.ready.close()
 
     def _run(self, partial: int, base: Base | None, made: Patch | None,
-             early: Frames | None) -> tuple[Sent, str]:
+             early: Frames | None) -> tuple[Sent, InstallReport]:
         started = time.monotonic()
-        offset = self._resumable(partial)
+        offset = self.resumable(partial)
         if base and self.host_zstd and (made or Patch.possible()):
             patch = made or Patch.of(base, self.path)
             try:
@@ -303,7 +305,7 @@ class Uploader:
             finally:
                 if patch is not made:
                     patch.release()
-            if not report.startswith(("MISMATCH", "BROKEN", "SHORT")):
+            if not report.damaged:
                 self.progress(self.size, self.wire)
                 return Sent("patch", self.wire, time.monotonic() - started, base=base.id), report
             offset = 0  # the host's copy of the base is not what this machine has: send it all
@@ -335,15 +337,19 @@ class Uploader:
                 if (full := self._disk_full()) is None:
                     raise
                 return Sent("sftp", self.wire, time.monotonic() - started, resumed_from=offset), full
-        report = self.host.run(scripts.script(scripts.INSTALL, self.tmp, *self.install_args, label="install")).stdout
+        report = parse_install(self.host.run(self.install_cmd()).stdout.splitlines())
         return Sent("sftp", self.wire, time.monotonic() - started, resumed_from=offset), report
 
-    def _disk_full(self) -> str | None:
-        """After a failed write: "NOSPACE free_kib" (the partial file removed) when the disk is full."""
-        free = self.host.run(scripts.script(scripts.FREE_KIB, self.tmp, label="df"), check=False).stdout.strip()
+    def install_cmd(self) -> Cmd:
+        """What installs a file sent by SFTP (sh/install.sh)."""
+        return scripts.command_of("install.sh", {"tmp": self.tmp, **self.install})
+
+    def _disk_full(self) -> InstallReport | None:
+        """After a failed write: NOSPACE with the KiB free (the partial file removed) when the disk is full."""
+        free = self.host.run(scripts.command("free_kib.sh", path=self.tmp, label="df"), check=False).stdout.strip()
         if free.isdigit() and int(free) * 1024 < self.size:
             self.host.run(Cmd("rm", "-f", "--", self.tmp), check=False)
-            return f"NOSPACE {free}"
+            return InstallReport(failure=Word.NOSPACE, detail=free)
         return None
 
     def _counted(self, chunks: Iterator[bytes]) -> Iterator[bytes]:
@@ -351,22 +357,22 @@ class Uploader:
             self.wire += len(chunk)
             yield chunk
 
-    def _receive_cmd(self, offset: int, base: str) -> Cmd:
-        return scripts.script(scripts.RECEIVE, self.tmp, str(offset), base, str(self.size), *self.install_args,
-                              label="receive", bash=True)
+    def receive_cmd(self, offset: int, base: str) -> Cmd:
+        return scripts.command_of("receive.sh", {"tmp": self.tmp, "off": offset, "base": base, "size": self.size,
+                                                 **self.install})
 
-    def _receive(self, chunks: Iterator[bytes], offset: int, base: str) -> str:
-        cmd = self._receive_cmd(offset, base)
+    def _receive(self, chunks: Iterator[bytes], offset: int, base: str) -> InstallReport:
+        cmd = self.receive_cmd(offset, base)
         ready, self.ready = self.ready, None
         if ready is None or ready.cmd != cmd:
             if ready:
                 ready.close()
             ready = self.host.prepare(cmd)
         result = ready.send(itertools.chain([b"GO\n"], self._counted(chunks)), timeout=600)
-        report = result.stdout
         if result.exit_code != 0:
-            report = f"BROKEN exit {result.exit_code}: {result.stderr.strip()[-200:]}"
-        if report.startswith("OFFSET"):
-            raise Refused(f"the partial upload {self.tmp} changed while resuming ({report.split()[1]} bytes, "
+            return InstallReport(failure=Word.BROKEN, detail=f"exit {result.exit_code}: {result.stderr.strip()[-200:]}")
+        report = parse_install(result.stdout.splitlines())
+        if report.failure is Word.OFFSET:
+            raise Refused(f"the partial upload {self.tmp} changed while resuming ({report.detail} bytes, "
                           f"expected {offset}); run the deploy again", host=self.host.name)
         return report

@@ -1,0 +1,184 @@
+"""Rolling a swap out over many hosts: rolling by default, parallel, canaries first, a failure budget.
+
+Deploy and rollback share this. Each host's swap is independent (its own connection, lock, rollback);
+the rollout only decides which hosts start. Once failures exceed the budget no new host starts, and
+hosts in flight finish their swap or roll back. The core never prints or asks: the caller passes what
+runs one host, and callbacks that show progress and confirm the canaries.
+"""
+
+from __future__ import annotations
+
+import io
+import threading
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+
+from . import playbook as pb
+from .errors import BadInput, SwapctlError
+from .logs.timings import parse
+from .playbook import HostSpec
+from .remote import connect
+from .swap.deploy import Outcome, Swap
+
+Result = Outcome | SwapctlError
+SKIPPED = "skipped"
+
+
+@dataclass(frozen=True)
+class Fleet:
+    parallel: int = 1
+    canary: int = 0
+    canary_wait: float | None = None
+    max_fail: str | None = None
+    limit: str | None = None
+
+    @classmethod
+    def of(cls, rollout: pb.RolloutSpec, parallel: int | None, canary: int | None, canary_wait: float | None,
+           max_fail: str | None, limit: str | None) -> Fleet:
+        """The command line's options; those it leaves out come from the playbook's [rollout] table."""
+        return cls(rollout.parallel if parallel is None else parallel, rollout.canary if canary is None else canary,
+                   rollout.canary_wait_s if canary_wait is None else canary_wait,
+                   rollout.max_fail if max_fail is None else max_fail, limit)
+
+
+def fail_budget(max_fail: str | None, hosts: int) -> int | None:
+    """--max-fail as a number of failed hosts the rollout tolerates; None: no limit."""
+    if max_fail is None:
+        return None
+    try:
+        if max_fail.endswith("%"):
+            return int(hosts * float(max_fail[:-1]) / 100)
+        return int(max_fail)
+    except ValueError:
+        raise BadInput(f"--max-fail {max_fail!r} is neither a number of hosts nor a percentage (2, or 25%)") from None
+
+
+@dataclass
+class Rollout:
+    """Runs `one` over hosts, at most `parallel` at a time, until failures exceed `budget`."""
+
+    one: Callable[[HostSpec], Result]
+    parallel: int = 1
+    budget: int | None = None
+    results: dict[str, Result | str] = field(default_factory=dict)
+    failures: int = 0
+    stopped: str = ""  # why no further host starts; set by a failure, or from outside (Ctrl-C)
+
+    def run(self, specs: list[HostSpec]) -> None:
+        queue = list(specs)
+        if self.parallel == 1:  # rolling: in the caller's thread, so Ctrl-C reaches the swap as it always did
+            while queue and not self.stopped:
+                spec = queue.pop(0)
+                self._record(spec, self.one(spec))
+            for spec in queue:
+                self.results[spec.name] = SKIPPED
+            return
+        with ThreadPoolExecutor(max_workers=max(1, self.parallel)) as pool:
+            running: dict[Future[Result], HostSpec] = {}
+            while queue or running:
+                while queue and len(running) < self.parallel and not self.stopped:
+                    spec = queue.pop(0)
+                    running[pool.submit(self.one, spec)] = spec
+                if not running:
+                    break
+                done, _ = wait(running, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    self._record(running.pop(fut), fut.result())
+            for spec in queue:
+                self.results[spec.name] = SKIPPED
+
+    def _record(self, spec: HostSpec, result: Result) -> None:
+        self.results[spec.name] = result
+        if isinstance(result, SwapctlError):
+            self.failures += 1
+            if self.budget is not None and self.failures > self.budget and not self.stopped:
+                self.stopped = f"{self.failures} hosts failed, more than --max-fail {self.budget}"
+
+
+@dataclass(frozen=True)
+class Canary:
+    """A canary after its swap, as checked before the rollout goes on."""
+
+    host: str
+    pid: int
+    ready_s: float
+    partitions: int
+    p50_ms: dict[str, float]  # synth_ms, ntt_kernels, gpu_total_ms where its log has them
+    gpu_phase_share: float | None  # from its log: held GPU / wall, not how busy the GPU is
+
+
+def check_canary(book: pb.Playbook, name: str, outcome: Outcome) -> Canary | str:
+    """Whether the canary still runs the new build, and its first partitions' timings; or why it went down."""
+    with connect(book.hosts.get(name) or pb.resolve_host(book, name)) as host:
+        sw = Swap(host, book)
+        daemon = sw.situation().daemon
+        if not daemon or daemon.sha256 != outcome.new_sha:
+            return f"canary {name} went down: it no longer runs {(outcome.new_sha or '')[:12]}"
+        report = parse([io.BytesIO(sw.log_tail(outcome.log_offset or 0, 5000).encode())]).report()
+    p50 = {k: v["p50"] for k, v in report["phases"].items() if v["p50"]}
+    return Canary(name, daemon.pid, outcome.steps.get("ready", 0), report["partitions"],
+                  {k: p50[k] for k in ("synth_ms", "ntt_kernels", "gpu_total_ms") if k in p50},
+                  report["gpu_phase_share"])
+
+
+def _pause(seconds: float) -> None:
+    threading.Event().wait(seconds)
+
+
+@dataclass(frozen=True)
+class CanaryGate:
+    """What decides whether the rollout goes on after its canaries."""
+
+    book: pb.Playbook
+    wait_s: float | None = None  # let the canaries run this long first
+    confirm: Callable[[list[Canary]], bool] = lambda canaries: True  # shown the canaries; False stops
+    waiting: Callable[[float], None] = field(default=lambda s: _pause(s))  # injectable for tests
+    check: Callable[[pb.Playbook, str, Outcome], Canary | str] = check_canary
+
+    def verdict(self, results: dict[str, Result | str]) -> str:
+        """Why the rollout stops after its canaries, or "" to go on."""
+        if any(isinstance(r, SwapctlError) for r in results.values()):
+            return "the canary failed"
+        if self.wait_s:
+            self.waiting(self.wait_s)
+        canaries = []
+        for name, outcome in results.items():
+            if not isinstance(outcome, Outcome):
+                continue
+            found = self.check(self.book, name, outcome)
+            if isinstance(found, str):
+                return found
+            canaries.append(found)
+        return "" if self.confirm(canaries) else "stopped after the canary"
+
+
+Batch = Callable[[Rollout, list[HostSpec]], None]
+
+
+def roll_out(specs: list[HostSpec], one: Callable[[HostSpec], Result], fleet: Fleet, gate: CanaryGate, *,
+             dry_run: bool = False, batch: Batch | None = None,
+             halted: Callable[[], str] = lambda: "") -> tuple[dict[str, Result | str], str]:
+    """Runs `one` on every host as `fleet` says: canaries first, then the rest within the failure budget.
+
+    `batch` runs a Rollout over some hosts (the CLI wraps it in its live view); `halted` says why no
+    further host may start (Ctrl-C). Returns each host's result (or SKIPPED) and why the rollout
+    stopped early ("" if it did not)."""
+    budget = fail_budget(fleet.max_fail, len(specs))
+    run = batch or (lambda rollout, hosts: rollout.run(hosts))
+    results: dict[str, Result | str] = {}
+    why, rest = "", specs
+    if fleet.canary and len(specs) > 1 and not dry_run:
+        canaries, rest = specs[:fleet.canary], specs[fleet.canary:]
+        first = Rollout(one, fleet.parallel)
+        run(first, canaries)
+        results.update(first.results)
+        why = first.stopped or halted() or gate.verdict(first.results)
+    if why:
+        results.update({s.name: SKIPPED for s in rest})
+        return results, why
+    done = sum(isinstance(r, SwapctlError) for r in results.values())
+    rollout = Rollout(one, fleet.parallel, None if budget is None else budget - done)
+    run(rollout, rest)
+    results.update(rollout.results)
+    return results, rollout.stopped or halted()

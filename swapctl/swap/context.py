@@ -1,0 +1,39 @@
+"""What every step of a swap works with: the host, the playbook, its daemon, and where to report."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..playbook import Playbook, RequiredDaemon
+from ..remote.cmd import Cmd
+from ..remote.host import Host, Result
+from .events import Event, EventSink, Interrupts
+
+
+def _ignore(event: Event) -> None:
+    pass
+
+
+@dataclass
+class Context:
+    host: Host
+    book: Playbook
+    spec: RequiredDaemon  # book.require_daemon()
+    events: EventSink = _ignore
+    interrupts: Interrupts = field(default_factory=Interrupts)
+
+    @property
+    def state(self) -> str:
+        """The host's state directory: releases, journal, locks."""
+        return self.spec.state_dir
+
+    @property
+    def name(self) -> str:
+        return self.host.name
+
+    def emit(self, step: str, message: str = "", **kw: Any) -> None:
+        self.events(Event(step, message, **kw))
+
+    def run(self, cmd: Cmd, *, check: bool = True) -> Result:
+        return self.host.run(cmd, check=check)

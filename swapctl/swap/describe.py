@@ -1,0 +1,45 @@
+"""--dry-run: the remote commands a deploy or rollback runs, rendered from the same `Cmd`s it runs
+(secrets masked), each with a line saying what it does."""
+
+from __future__ import annotations
+
+from . import lock, store, swaprun
+from .context import Context
+from .plan import DeployPlan, Plan
+from .rollback import rollback_fallback
+from .session import Session, patch_base
+from .upload import Patch
+
+
+def describe(ctx: Context, plan: Plan, session: Session) -> list[str]:
+    """The commands, in order, as `str(Cmd)` shows them, each after a `# what it does` line."""
+    new, st, spec = plan.new, ctx.state, ctx.spec
+    out = ["# the deploy lock, held for the whole deploy (flock -n on lock)", str(lock.lock_cmd(ctx))]
+    if isinstance(plan, DeployPlan) and new.id not in plan.releases:
+        sender = session.uploader(plan)
+        base = patch_base(ctx, plan) if Patch.possible() else None  # as Uploader.prepare chooses
+        sha = f"takes its sha256 (openssl dgst -sha256, else sha256sum): it must be {new.sha256}; then ldd"
+        if plan.host_zstd:
+            how = (f"a zstd patch against release {base.id} (zstd -d --patch-from={base.remote_path})" if base
+                   else "a zstd stream (zstd -d)")
+            out += [f"# receive {how} into {sender.tmp}; {sha}",
+                    str(sender.receive_cmd(sender.resumable(plan.partial(sender.tmp)) if not base else 0,
+                                           base.remote_path if base else ""))]
+        else:
+            out += [f"# sftp put {plan.binary.path} {sender.tmp}, then: {sha}", str(sender.install_cmd())]
+    for b in plan.to_save:
+        out += [f"# backup ({b.release.source}): cp {b.source} {b.release.path(st)}", str(store.backup_cmd(ctx, b))]
+    d = plan.daemon
+    stop = (f"systemctl stop {d.unit}" if d and d.unit else
+            f"kill -TERM {'-' if d.group_leader else ''}{d.pid}; after {spec.stop_grace_s:g} s: kill -KILL" if d
+            else "nothing runs: no stop")
+    env = f"(its {len(new.env or ())} recorded variables)"  # listed, secrets masked, in the swap command below
+    fallback = plan.fallback() if isinstance(plan, DeployPlan) else rollback_fallback(plan)
+    out += [f"# {stop}; wait until its pids are gone and MemAvailable >= {ctx.book.memory.min_available_gib:g} GiB "
+            f"(at most {ctx.book.memory.release_timeout_s:g} s); ln -sfn {new.path(st)} {spec.binary}; "
+            f"cd {new.cwd} && setsid env -i {env} {' '.join(new.argv or ())} >> {spec.log}; wait for "
+            f"/{spec.ready_log}/ (at most {spec.ready_timeout_s:g} s)",
+            str(swaprun.swap_cmd(ctx, d, new, swaprun.gpu_limits(ctx, plan.status, [d.pid] if d else []),
+                                 fallback)),
+            f"# then one line appended to {st}/journal.jsonl (sh/append_line.sh)"]
+    return out

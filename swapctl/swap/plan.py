@@ -1,0 +1,233 @@
+"""What a swap is planned from: the host's situation (read by the preflight) and the plan made of it.
+
+Everything here is data and pure functions over the inspect script's output: tested without a host.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from dataclasses import dataclass, fields
+from pathlib import PurePosixPath
+from typing import Any
+
+from ..facts.status import HostStatus
+from . import elf
+from .releases import Release, now_iso, parse_releases, previous_good, who_am_i
+
+CONFIG_FLAGS = ("-c", "--config")
+
+
+@dataclass(frozen=True)
+class Daemon:
+    """The daemon running now, as it must be restarted: exact argv, cwd, environment."""
+
+    pid: int
+    sha256: str
+    size: int
+    argv: tuple[str, ...]
+    cwd: str
+    env: tuple[tuple[str, str], ...]
+    unit: str | None  # its systemd unit, when it runs under one
+    group_leader: bool
+    rss_kib: int
+    elapsed_s: int
+
+    @classmethod
+    def started(cls, pid: int) -> Daemon:
+        """A daemon swapctl started itself (setsid: it leads its process group)."""
+        return cls(pid=pid, sha256="", size=0, argv=(), cwd="/", env=(), unit=None, group_leader=True,
+                   rss_kib=0, elapsed_s=0)
+
+
+@dataclass(frozen=True)
+class Backup:
+    """A copy made before the stop: `source` (/proc/PID/exe, or the file at the binary path) as `release`."""
+
+    source: str
+    release: Release
+
+
+@dataclass(frozen=True)
+class Partial:
+    """An interrupted upload on the host: a later one resumes after its bytes."""
+
+    path: str
+    size: int
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """What the host keeps: its releases, the one the binary path points at, its journal (oldest first)."""
+
+    releases: dict[str, Release]
+    current: str | None
+    journal: tuple[dict[str, Any], ...]
+
+    @property
+    def deployed(self) -> tuple[str, ...]:
+        """Release ids that deploys put in place, oldest first."""
+        return tuple(e["current"] for e in self.journal
+                     if e.get("action") == "deploy" and e.get("outcome") == "deployed" and e.get("current"))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Situation:
+    """What runs on the host and what it has: the part of a plan that needs no new binary."""
+
+    host: str
+    status: HostStatus
+    daemon: Daemon | None
+    releases: dict[str, Release]
+    current: str | None  # release id the binary path points at
+    to_save: tuple[Backup, ...]  # backups made before the stop
+    warnings: tuple[str, ...]
+    history: tuple[str, ...] = ()  # release ids deploys put in place, oldest first
+    free_kib: int = 0
+    host_zstd: bool = False  # the host can unpack zstd streams and patches
+    partials: tuple[Partial, ...] = ()
+    configs_checked: tuple[str, ...] = ()  # config files the inspect script looked for
+    configs_missing: tuple[str, ...] = ()  # of those, the ones it did not find
+
+    @property
+    def known(self) -> dict[str, Release]:
+        """Releases on the host once the backups are made."""
+        return {**self.releases, **{b.release.id: b.release for b in self.to_save}}
+
+    @property
+    def running(self) -> str | None:
+        """The release id that runs now: the daemon's, else what the binary path points at."""
+        return self.daemon.sha256[:12] if self.daemon else self.current
+
+    def partial(self, path: str) -> int:
+        return next((p.size for p in self.partials if p.path == path), 0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Plan(Situation):
+    """A situation and the release to run: a rollback's plan (an earlier release)."""
+
+    new: Release
+    unchanged: bool = False
+    commands: tuple[str, ...] = ()  # the remote commands it runs, for --dry-run
+
+    @classmethod
+    def of(cls, sit: Situation, **more: Any) -> Any:
+        return cls(**{f.name: getattr(sit, f.name) for f in fields(Situation)}, **more)
+
+    def fallback(self) -> Release | None:
+        """What a failed start goes back to: what runs now, else the current release, else the last good one."""
+        known = self.known
+        candidate = known.get(self.running or "")
+        if candidate is None or candidate.id == self.new.id or candidate.status != "ok":
+            candidate = previous_good(known, self.new.id, list(self.history))
+        return candidate
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeployPlan(Plan):
+    """A deploy's plan: the local binary to upload as the new release."""
+
+    binary: elf.LocalBinary
+
+
+def cgroup_unit(text: str) -> str | None:
+    """The systemd service a process runs under, from /proc/PID/cgroup (v1 or v2)."""
+    for line in text.splitlines():
+        path = line.split(":", 2)[-1]
+        m = re.search(r"/([^/]+\.service)$", path)
+        if m and not m.group(1).startswith(("user@", "session-")):
+            return m.group(1)
+    return None
+
+
+def config_paths(argv: tuple[str, ...]) -> list[str]:
+    """The config files a daemon's command line names (`--config FILE`, `-c FILE`, `--config=FILE`)."""
+    paths = []
+    for i, arg in enumerate(argv):
+        if arg in CONFIG_FLAGS and i + 1 < len(argv):
+            paths.append(argv[i + 1])
+        elif arg.startswith("--config="):
+            paths.append(arg.split("=", 1)[1])
+    return paths
+
+
+def read_catalog(facts: dict[str, str]) -> Catalog:
+    """The host's releases, current release and journal, from the inspect script's sections."""
+    kind, _, target = facts.get("binary", "missing").partition(" ")
+    journal = []
+    for line in facts.get("journal", "").splitlines():
+        try:
+            journal.append(json.loads(line))
+        except ValueError:
+            continue  # a line cut short by a full disk or a killed swapctl
+    return Catalog(parse_releases(facts.get("releases", "")),
+                   PurePosixPath(target).parent.name if kind == "link" else None, tuple(journal))
+
+
+def read_daemon(status: HostStatus, facts: dict[str, str]) -> Daemon | None:
+    """The running daemon as the status facts and the inspect script saw it."""
+    if not status.daemons:
+        return None
+    p = status.daemons[0]
+
+    def nul_split(b64: str) -> list[str]:
+        raw = base64.b64decode(b64.strip() or b"")
+        return [s.decode("utf-8", "surrogateescape") for s in raw.split(b"\0") if s]
+
+    env = [(k, v) for k, sep, v in (item.partition("=") for item in nul_split(facts.get("environ", ""))) if sep]
+    return Daemon(
+        pid=p.pid, sha256=facts.get("exe_sha", "").strip(), size=int(facts.get("exe_size", "0").strip() or 0),
+        argv=tuple(nul_split(facts.get("cmdline", ""))),
+        cwd=facts.get("cwd", "").strip() or "/", env=tuple(env), unit=cgroup_unit(facts.get("cgroup", "")),
+        group_leader=facts.get("pgid", "").strip() == str(p.pid), rss_kib=p.rss_kib, elapsed_s=p.elapsed_s,
+    )
+
+
+def backups(binary_path: str, facts: dict[str, str], daemon: Daemon | None,
+            releases: dict[str, Release]) -> tuple[Backup, ...]:
+    """What to save before anything stops: the running daemon, and a plain file at the binary path."""
+    name = PurePosixPath(binary_path).name
+    kind, _, target = facts.get("binary", "missing").partition(" ")
+    out = []
+    if daemon and daemon.sha256[:12] not in releases:
+        out.append(Backup(f"/proc/{daemon.pid}/exe", Release(
+            sha256=daemon.sha256, size=daemon.size, name=name, created=now_iso(), by=who_am_i(),
+            argv=daemon.argv, cwd=daemon.cwd, env=daemon.env, source="adopted")))
+    if kind == "file" and target[:12] not in releases and (not daemon or target != daemon.sha256):
+        out.append(Backup(binary_path, Release(sha256=target, size=0, name=name, created=now_iso(), by=who_am_i(),
+                                               source="disk")))
+    return tuple(out)
+
+
+def warnings(status: HostStatus, daemon: Daemon | None) -> tuple[str, ...]:
+    """What the person deploying should know: other people logged in, GPUs in trouble, other GPU users."""
+    out = [f"{s.user} is logged in ({s.tty}, {s.source or 'local'}, {s.since})" for s in status.other_sessions]
+    for g in status.gpus:
+        if g.ecc_uncorrected:
+            out.append(f"GPU {g.index} has {g.ecc_uncorrected} uncorrected ECC errors")
+        if g.active_throttles:
+            out.append(f"GPU {g.index} is throttled: {', '.join(g.active_throttles)}")
+    daemon_pids = {daemon.pid} if daemon else set()
+    out += [f"GPU process {app.pid} ({app.name}) is not the daemon" for app in status.gpu_processes
+            if app.pid not in daemon_pids]
+    if status.gpu_error:
+        out.append(status.gpu_error)
+    return tuple(out)
+
+
+def read_situation(host: str, binary_path: str, status: HostStatus, facts: dict[str, str],
+                   configs: tuple[str, ...]) -> Situation:
+    """The situation from the status facts and the inspect script's sections (`configs`: the files it checked)."""
+    catalog = read_catalog(facts)
+    daemon = read_daemon(status, facts)
+    free = (facts.get("free", "").split() or ["0"] * 4)
+    partials = tuple(Partial(path, int(size)) for size, _, path in
+                     (line.partition(" ") for line in facts.get("partial", "").splitlines()) if size.isdigit())
+    return Situation(host=host, status=status, daemon=daemon, releases=catalog.releases, current=catalog.current,
+                     to_save=backups(binary_path, facts, daemon, catalog.releases),
+                     warnings=warnings(status, daemon), history=catalog.deployed,
+                     free_kib=int(free[3] if len(free) > 3 and free[3].isdigit() else 0),
+                     host_zstd=bool(facts.get("tools", "").strip()), partials=partials, configs_checked=configs,
+                     configs_missing=tuple(facts.get("missing", "").splitlines()))

@@ -1,0 +1,130 @@
+"""Step 1, the preflight: what the host runs and has, and the plan made of it, before anything changes.
+
+Raises BadInput (a binary or playbook that cannot work there) or Refused (not now, or not this way)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import PurePosixPath
+
+from ..errors import BadInput, LockHeld, Refused
+from ..facts.status import gather, split_sections
+from . import elf, scripts
+from .context import Context
+from .plan import Catalog, DeployPlan, Plan, Situation, config_paths, read_catalog, read_situation
+from .releases import Release, now_iso, previous_good, releases_newest_first, who_am_i
+
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def swapping(ctx: Context) -> LockHeld:
+    return LockHeld(f"a swap started by an earlier deploy still runs on the host (that deploy lost its "
+                    f"connection); wait for it to end, then check `swapctl status {ctx.name}`", host=ctx.name)
+
+
+def catalog(ctx: Context) -> Catalog:
+    """The host's releases, current release and journal (the inspect script, without a daemon)."""
+    cmd = scripts.command("inspect.sh", pid="", bin=ctx.spec.binary, state=ctx.state)
+    return read_catalog(split_sections(ctx.run(cmd).stdout))
+
+
+def situation(ctx: Context) -> Situation:
+    """The status facts and the inspect script: what runs, what the host has, what to save first."""
+    ctx.emit("preflight", "checking the host")
+    status = gather(ctx.host, ctx.spec)
+    if status.swapping:  # mid-swap, what runs (or lingers) is not what a plan can be made from
+        raise swapping(ctx)
+    if len(status.daemons) > 1:
+        pids = ", ".join(str(p.pid) for p in status.daemons)
+        raise Refused(f"several processes match daemon.match {ctx.spec.match_regex.pattern!r} (pids {pids}); "
+                      f"make `match` precise enough to find one daemon", host=ctx.name)
+    if status.gpu_error and status.gpu_error.startswith("nvidia-smi failed"):
+        # e.g. a driver upgraded without a reboot: the running daemon still works, a new process would
+        # not, and neither would the old one started again. Stopping it would leave the GPU idle.
+        raise Refused(f"{status.gpu_error}; a daemon started now could not use the GPU, so the running "
+                      f"one is left alone: fix the driver (often a reboot after a driver upgrade) first",
+                      host=ctx.name)
+    pid = str(status.daemons[0].pid) if status.daemons else ""
+    # with args in the playbook the config files are known now: checked here, not in a command of their own
+    configs = tuple(config_paths(ctx.spec.args)) if ctx.spec.args is not None else ()
+    out = ctx.run(scripts.command("inspect.sh", *configs, pid=pid, bin=ctx.spec.binary, state=ctx.state)).stdout
+    return read_situation(ctx.name, ctx.spec.binary, status, split_sections(out), configs)
+
+
+def check_configs(ctx: Context, sit: Situation, argv: tuple[str, ...]) -> None:
+    """The config files `argv` names must exist on the host."""
+    paths = config_paths(argv)
+    if not paths:
+        return
+    missing = list(sit.configs_missing)
+    if tuple(paths) != sit.configs_checked:  # the arguments came from the running daemon: check its files now
+        missing = ctx.run(scripts.command("check_files.sh", *paths, label="configs")).stdout.splitlines()
+    if missing:
+        raise BadInput(f"config file {missing[0]} named in the daemon's arguments is missing on the host "
+                       f"(create it, or fix daemon.args)", host=ctx.name)
+
+
+def env_for(ctx: Context, base: tuple[tuple[str, str], ...] | None) -> tuple[tuple[str, str], ...]:
+    env = dict(base or (("PATH", DEFAULT_PATH), ("HOME", "/root")))
+    env.update(ctx.spec.env)
+    return tuple(env.items())
+
+
+def new_release(ctx: Context, sit: Situation, binary: elf.LocalBinary, build: dict | None) -> Release:
+    """The release a deploy of `binary` runs: the playbook's command line, else the running daemon's."""
+    spec = ctx.spec
+    base = sit.daemon or sit.releases.get(sit.current or "")
+    args = spec.args if spec.args is not None else (tuple(base.argv[1:]) if base and base.argv else ())
+    cwd = spec.cwd or (base.cwd if base and base.cwd else str(PurePosixPath(spec.binary).parent))
+    new = Release(sha256=binary.sha256, size=binary.size, name=PurePosixPath(spec.binary).name, created=now_iso(),
+                  by=who_am_i(), argv=(spec.binary, *args), cwd=cwd, env=env_for(ctx, base.env if base else None),
+                  build=build)
+    if new.id in sit.releases:  # deployed before: keep its record, take the new command line
+        old = sit.releases[new.id]
+        new = replace(old, argv=new.argv, cwd=new.cwd, env=new.env, status="ok", build=build or old.build)
+    return new
+
+
+def plan_deploy(ctx: Context, sit: Situation, binary: elf.LocalBinary, restart: bool = False,
+                build: dict | None = None) -> DeployPlan:
+    """Everything a deploy checks before anything changes."""
+    elf.check_arch(binary, sit.status.arch, ctx.name)
+    new = new_release(ctx, sit, binary, build)
+    needed = binary.size * (1 if new.id in sit.releases else 2) // 1024 + 1024
+    if sit.free_kib < needed:
+        raise Refused(f"only {sit.free_kib // 1024} MiB free beside {ctx.spec.binary}; the upload and backup need "
+                      f"{needed // 1024} MiB (free some space)", host=ctx.name)
+    check_configs(ctx, sit, new.argv or ())
+    unchanged = bool(sit.daemon and sit.daemon.sha256 == binary.sha256 and not restart)
+    plan: DeployPlan = DeployPlan.of(sit, binary=binary, new=new, unchanged=unchanged)
+    return plan
+
+
+def find_release(ctx: Context, known: dict[str, Release], to: str) -> Release:
+    """`to`: a sha256 prefix, or an index from `swapctl history` (1 = newest)."""
+    ordered = releases_newest_first(known)
+    if to.isdigit() and len(to) <= 3 and 1 <= int(to) <= len(ordered):
+        return ordered[int(to) - 1]
+    found = [r for r in ordered if r.sha256.startswith(to.lower())]
+    if len(found) == 1:
+        return found[0]
+    what = "matches several releases" if found else "matches no release"
+    raise BadInput(f"--to {to} {what}; give a longer sha256 prefix or an index from `swapctl history`",
+                   host=ctx.name)
+
+
+def plan_rollback(ctx: Context, sit: Situation, to: str | None = None) -> Plan:
+    """A plan whose new release is an earlier one: `to`, or the last known-good one before what runs now."""
+    if to:
+        target = find_release(ctx, sit.known, to)
+    else:
+        found = previous_good(sit.known, sit.running, list(sit.history))
+        if found is None:
+            raise Refused("no earlier known-good release to roll back to (see `swapctl history`)", host=ctx.name)
+        target = found
+    if target.id == sit.running and sit.daemon:
+        raise BadInput(f"release {target.id} is the one running now; pick another with --to", host=ctx.name)
+    if target.argv:
+        check_configs(ctx, sit, target.argv)
+    plan: Plan = Plan.of(sit, new=target)
+    return plan

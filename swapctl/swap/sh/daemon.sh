@@ -1,0 +1,60 @@
+# shellcheck shell=sh
+# Stopping a daemon and waiting for its memory: the stop script and the swap script include this file.
+# Needs lib.sh (alive, now). Report words: see swapctl/swap/report.py.
+
+# stop_daemon PID GRACE_MS GROUP UNIT: SIGTERM (its process group too when GROUP is 1; `systemctl stop`
+# when it runs under UNIT), SIGKILL after GRACE_MS. Notes its descendants first, in WATCH, for the
+# memory wait. Prints KIDS pids, SIGKILL, STOPPED ms.
+stop_daemon() {
+  victim=$1; grace=$2; leads=$3; its_unit=$4
+  kids=$(ps -eo pid=,ppid= | awk -v root="$victim" '{p[$1]=$2} END {for (x in p) {y=p[x]; while (y in p && y != root && y > 1) y=p[y]; if (y == root) printf "%s ", x}}')
+  echo "KIDS $kids"
+  now; begin=$NOW
+  if [ -n "$its_unit" ]; then systemctl stop -- "$its_unit" 2>&1 | sed 's/^/LOG /'; fi
+  kill -TERM "$victim" 2>/dev/null
+  [ "$leads" = 1 ] && kill -TERM -- "-$victim" 2>/dev/null
+  while alive "$victim"; do
+    now
+    if [ $(( NOW - begin )) -ge "$grace" ]; then
+      echo SIGKILL
+      kill -KILL "$victim" 2>/dev/null
+      [ "$leads" = 1 ] && kill -KILL -- "-$victim" 2>/dev/null
+      break
+    fi
+    sleep 0.01
+  done
+  while alive "$victim"; do sleep 0.01; done
+  now; echo "STOPPED $(( NOW - begin ))"
+  WATCH="$victim $kids"
+}
+
+# gpu_ok LIMITS USED: whether each GPU uses at most its limit ("index:mib,..." against "index,mib;...").
+gpu_ok() {
+  [ -z "$1" ] && return 0
+  printf '%s\n' "$2" | tr ';' '\n' | awk -F, -v t="$1" '
+    BEGIN { k = split(t, a, ","); for (i = 1; i <= k; i++) { split(a[i], b, ":"); max[b[1]] = b[2] } }
+    ($1 in max) && $2 + 0 > max[$1] + 0 { bad = 1 } END { exit bad }'
+}
+
+# wait_memory TIMEOUT_MS MIN_KIB GPU_MAX: until the pids in WATCH are gone, GPU memory is back under
+# GPU_MAX and MemAvailable >= MIN_KIB. Prints readings `R ms avail_kib alive gpu_used` (alive: pids
+# joined by commas, or - for none; gpu_used only when GPUs are watched), then DONE ms or TIMEOUT ms
+# (and returns 1).
+wait_memory() {
+  limit_ms=$1; need_kib=$2; gpu_limits=$3
+  now; begin=$NOW; n=0; used=""
+  while :; do
+    left=""; for p in $WATCH; do alive "$p" && left="$left,$p"; done
+    avail=; while read -r key kib _; do [ "$key" = MemAvailable: ] && avail=$kib && break; done < /proc/meminfo
+    if [ -n "$gpu_limits" ] && [ $((n % 10)) -eq 0 ]; then
+      used=$(nvidia-smi --query-gpu=index,memory.used --format=csv,noheader,nounits 2>/dev/null | tr -d ' ' | paste -sd';')
+    fi
+    now; ms=$(( NOW - begin )); holding=${left#,}
+    if [ -z "$left" ] && [ "$avail" -ge "$need_kib" ] && gpu_ok "$gpu_limits" "$used"; then
+      echo "R $ms $avail - $used"; echo "DONE $ms"; return 0
+    fi
+    [ $((n % 20)) -eq 0 ] && echo "R $ms $avail ${holding:--} $used"
+    if [ "$ms" -ge "$limit_ms" ]; then echo "R $ms $avail ${holding:--} $used"; echo "TIMEOUT $ms"; return 1; fi
+    sleep 0.01; n=$((n+1))
+  done
+}

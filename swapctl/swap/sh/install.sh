@@ -1,0 +1,9 @@
+#!/bin/sh
+# Turns a file uploaded by SFTP into a release: checks its sha256, then renames it into place.
+# Inputs: tmp (the uploaded file), dir, name, sha (its expected sha256), manifest. Prints as install_release.
+: "${tmp?}" "${dir?}" "${name?}" "${sha?}" "${manifest?}"
+# shellcheck source=lib.sh
+. ./lib.sh
+# shellcheck source=release.sh
+. ./release.sh
+install_release ""

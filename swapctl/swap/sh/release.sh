@@ -1,0 +1,18 @@
+# shellcheck shell=sh
+# Turning a verified upload into a release: the install script and the receive script include this file.
+# Needs lib.sh (sha256).
+
+# install_release GOT: checks that $tmp has sha256 $sha (GOT when taken on the way in), then renames it to
+# $dir/$name with $manifest beside it. Prints MISMATCH sha256 or INSTALLED, then MISSING for each shared
+# library the release needs and the host lacks: they must resolve here, before anything stops.
+install_release() {
+  got=$1; : "${tmp?}" "${dir?}" "${name?}" "${sha?}" "${manifest?}"
+  [ -n "$got" ] || got=$(sha256 < "$tmp")
+  if [ "$got" != "$sha" ]; then rm -f -- "$tmp"; echo "MISMATCH $got"; return 0; fi
+  # shellcheck disable=SC2174 # 700 for the release directory itself; its parents exist already
+  chmod 755 "$tmp" && mkdir -p -m 700 -- "$dir" && mv -f -- "$tmp" "$dir/$name" &&
+    printf '%s\n' "$manifest" > "$dir/.manifest.tmp" && mv -f -- "$dir/.manifest.tmp" "$dir/manifest.json" &&
+    echo INSTALLED
+  ldd -- "$dir/$name" 2>&1 | grep 'not found' | sed 's/^[[:space:]]*/MISSING /'
+  return 0
+}

@@ -1,0 +1,117 @@
+#!/bin/sh
+# The swap itself, as one script on one channel: no round trip between the old daemon's exit and the new
+# one's start, whatever the host's shell start-up costs (a .bashrc running `conda init` is common). It
+# runs under bash when the readiness check is a port (/dev/tcp is bash's). It streams what happens
+# (the words are swapctl/swap/report.py's Word):
+#   KIDS pids | SIGKILL | STOPPED ms          stop (daemon.sh's stop_daemon)
+#   R ms avail_kib alive gpu_used | DONE ms | TIMEOUT ms
+#                                             wait until they are gone, GPU memory is back, MemAvailable >= min
+#   STARTED pid log_offset                    the binary path points at the release; started with env -i
+#   LOG line | READY | EXITED | ALIVE 0/1     the log after the start until ready, exit or time-out
+#   WATCH ms                                  ready: watched for ms more, as it must stay up that long
+#   NOTREADY                                  not ready; when this line finds nobody listening any more,
+#                                             the host goes back to the fallback release by itself
+#   FAILED why                                it could not go on (another swap runs, the switch or start failed)
+# Inputs:
+#   pid grace_ms group unit       the daemon to stop (an empty pid: none runs), its process group, its unit
+#   timeout_ms min_kib gpu_max    the memory wait
+#   bin target cwd log            the binary path, the release it becomes, where the new daemon runs and logs
+#   re ready_s port stable_ms     readiness: the log line (or the port), how long to wait, how long to stay up
+#   fb_target fb_cwd fb_cmd       the fallback release when nobody listens (an empty fb_target: none), and
+#                                 its command line rendered once (quoted by swapctl's Cmd)
+#   fb_host fb_from fb_to fb_current   for the journal line the host then writes itself
+# Arguments: K=V... command...: the new daemon's environment and command line, as `env -i` takes them.
+: "${pid?}" "${grace_ms?}" "${group?}" "${unit?}" "${timeout_ms?}" "${min_kib?}" "${gpu_max?}"
+: "${bin?}" "${target?}" "${cwd?}" "${log?}" "${re?}" "${ready_s?}" "${port?}" "${stable_ms?}"
+: "${fb_target?}" "${fb_cwd?}" "${fb_cmd?}" "${fb_host?}" "${fb_from?}" "${fb_to?}" "${fb_current?}"
+# shellcheck source=lib.sh
+. ./lib.sh
+# shellcheck source=daemon.sh
+. ./daemon.sh
+
+# whether the started daemon ($new, output from byte $off of $log) is alive and ready now
+ready_now() {
+  alive "$new" || return 1
+  # shellcheck disable=SC3025 # with a port, swapctl runs this script under bash
+  if [ -n "$port" ]; then (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null
+  else tail -c +"$((off + 1))" -- "$log" 2>/dev/null | grep -qE -- "$re"; fi
+}
+
+# wait_ready: streams the new daemon's log until it is ready, exits or ready_s pass; then, with stable_ms,
+# watches it that long; prints ALIVE 1 or ALIVE 0 at the end.
+wait_ready() {
+  me=$$; use_log=1
+  ( while alive "$new"; do sleep 0.01; done; echo EXITED; pkill -TERM -P "$me" -x timeout ) 8>&- &
+  watchers=$!
+  if [ -n "$port" ]; then
+    # shellcheck disable=SC3025 # with a port, swapctl runs this script under bash
+    ( until (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; do sleep 0.02; done; echo READY;
+      pkill -TERM -P "$me" -x timeout ) 8>&- &
+    watchers="$watchers $!"
+    use_log=0
+  fi
+  # mawk (Debian's and Ubuntu's awk) fills its input buffer before it reads a line from a pipe
+  case "$(awk -W version 2>&1 | head -n 1)" in mawk*) line_input="-W interactive" ;; *) line_input="" ;; esac
+  # shellcheck disable=SC2086 # $line_input is empty or two words
+  timeout "$ready_s" tail -c +"$((off + 1))" -F -s 0.02 -- "$log" 2>/dev/null |
+    awk $line_input -v re="$re" -v me="$me" -v use="$use_log" '{ print "LOG " $0; fflush() }
+      use && $0 ~ re { print "READY"; fflush(); system("pkill -TERM -P " me " -x timeout"); exit }'
+  # shellcheck disable=SC2086 # only the watchers: the daemon is this shell's child too
+  kill $watchers 2>/dev/null
+  if [ "$stable_ms" -gt 0 ] && ready_now; then  # ready is not enough: it must stay up a while
+    now; echo "WATCH $stable_ms"; until_ms=$(( NOW + stable_ms ))
+    while alive "$new" && now && [ "$NOW" -lt "$until_ms" ]; do sleep 0.05; done
+  fi
+  if alive "$new"; then echo "ALIVE 1"; else echo "ALIVE 0"; fi
+}
+
+# switch_to RELEASE: the binary path becomes a symlink to RELEASE, atomically (a rename)
+switch_to() { ln -sfn -- "$1" "$bin.swapctl-new" && mv -Tf -- "$bin.swapctl-new" "$bin"; }
+
+# A dropped connection must not cut the swap between the stop and the start: writes to the closed
+# channel fail, and the script goes on. The daemon gets the default dispositions back.
+trap '' PIPE HUP
+state=${target%/releases/*}
+# The swap holds its own lock until it ends, even when the deploy that started it has lost its connection
+# (and with it the deploy lock); lock.sh refuses a new deploy meanwhile. Nothing started here keeps fd 8.
+exec 8>>"$state/swap.lock"
+flock -w 30 8 || { echo "FAILED another swap still runs on this host"; exit 0; }
+WATCH=""
+[ -n "$pid" ] && stop_daemon "$pid" "$grace_ms" "$group" "$unit"
+wait_memory "$timeout_ms" "$min_kib" "$gpu_max" || exit 0
+switch_to "$target" || { echo "FAILED switch"; exit 0; }
+off=$(stat -c %s -- "$log" 2>/dev/null || echo 0)
+if [ -n "$unit" ]; then
+  systemctl start -- "$unit" || { echo "FAILED systemctl start"; exit 0; }
+  new=$(systemctl show -p MainPID --value -- "$unit")
+else
+  cd -- "$cwd" || { echo "FAILED cd $cwd"; exit 0; }
+  ( trap - PIPE HUP; exec setsid env -i "$@" ) >> "$log" 2>&1 < /dev/null 8>&- &
+  new=$!
+fi
+echo "STARTED $new $off"
+now; started_ms=$NOW
+wait_ready
+
+# When the deploy lost its connection, nobody will roll back a new daemon that failed: do it here.
+{ [ -n "$fb_target" ] && ! ready_now; } || exit 0
+printf 'NOTREADY\n' 2>/dev/null && exit 0  # someone still listens: the deploy decides
+# Nobody listens: the log reader above stopped at its first write, maybe before the ready line, so
+# wait for it here, to the same deadline, before calling the start a failure.
+until_ms=$(( started_ms + ready_s * 1000 ))
+while alive "$new" && ! ready_now && now && [ "$NOW" -lt "$until_ms" ]; do sleep 0.05; done
+ready_now && exit 0
+stop_daemon "$new" "$grace_ms" 1 "" >/dev/null 2>&1
+wait_memory "$timeout_ms" "$min_kib" "" >/dev/null 2>&1 || exit 0
+switch_to "$fb_target" || exit 0
+cd -- "$fb_cwd" || exit 0
+off=$(stat -c %s -- "$log" 2>/dev/null || echo 0)
+# the journal line is made whole here (keys sorted, as swapctl writes its own), all but the pid before the
+# start, so that it is written in one go right after it
+entry=$(printf '{"action": "auto-rollback", "by": %s, "current": %s, "from": %s, "host": %s, "log_offset": %s, ' \
+  "$(json_str "$fb_host itself (swapctl lost its connection)")" "$(json_str "$fb_current")" \
+  "$(json_str "$fb_from")" "$(json_str "$fb_host")" "$off")
+rest=$(printf '"reason": "not ready, and no swapctl listening", "time": "%s", "to": %s}' \
+  "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$(json_str "$fb_to")")
+( trap - PIPE HUP; eval "exec setsid $fb_cmd" ) >> "$log" 2>&1 < /dev/null 8>&- &
+printf '%s"outcome": "rolled-back", "pid": %s, %s\n' "$entry" "$!" "$rest" >> "$state/journal.jsonl"

@@ -1,0 +1,116 @@
+"""The plan's pure readers and choices, in tables: no host needed."""
+
+import json
+
+import pytest
+
+from swapctl.errors import BadInput
+from swapctl.fleet import fail_budget
+from swapctl.logs.timings import release_segments
+from swapctl.swap.plan import cgroup_unit, config_paths, read_catalog
+from swapctl.swap.releases import Release
+
+
+@pytest.mark.parametrize("argv, paths", [
+    (("/data/cuzk", "--config", "/data/cuzk.toml"), ["/data/cuzk.toml"]),
+    (("/data/cuzk", "-c", "a.toml", "--config=b.toml"), ["a.toml", "b.toml"]),
+    (("/data/cuzk", "--config"), []),  # a flag without its value names nothing
+    (("/data/cuzk", "--listen", "0.0.0.0:9820"), []),
+])
+def test_config_paths(argv, paths):
+    assert config_paths(argv) == paths
+
+
+@pytest.mark.parametrize("cgroup, unit", [
+    ("0::/system.slice/cuzk.service\n", "cuzk.service"),  # cgroup v2
+    ("12:pids:/system.slice/cuzk.service\n1:name=systemd:/system.slice/cuzk.service\n", "cuzk.service"),  # v1
+    ("0::/user.slice/user-0.slice/session-3.scope\n", None),  # started by hand in a login session
+    ("0::/user.slice/user-0.slice/user@0.service\n", None),
+    ("", None),
+])
+def test_cgroup_unit(cgroup, unit):
+    assert cgroup_unit(cgroup) == unit
+
+
+def manifest(rid: str) -> str:
+    return Release(sha256=rid * 4, size=1, name="cuzk", created="2026-01-01", by="t").to_json()
+
+
+@pytest.mark.parametrize("facts, current, ids, journal", [
+    ({}, None, [], 0),
+    ({"binary": "file 3f2a"}, None, [], 0),
+    ({"binary": "link /data/.swapctl/cuzk/releases/aaaaaaaaaaaa/cuzk",
+      "releases": manifest("aaa") + "\n{\"sha256\": \"half-writ", "journal":
+      json.dumps({"action": "deploy", "outcome": "deployed", "current": "aaaaaaaaaaaa"}) + "\n{\"cut"},
+     "aaaaaaaaaaaa", ["aaaaaaaaaaaa"], 1),  # a half-written manifest and a cut journal line are skipped
+])
+def test_read_catalog(facts, current, ids, journal):
+    cat = read_catalog(facts)
+    assert (cat.current, sorted(cat.releases), len(cat.journal)) == (current, ids, journal)
+    assert cat.deployed == (("aaaaaaaaaaaa",) if journal else ())
+
+
+@pytest.mark.parametrize("max_fail, hosts, budget", [
+    (None, 10, None), ("0", 10, 0), ("2", 10, 2), ("25%", 10, 2), ("50%", 3, 1), ("100%", 4, 4), ("0%", 8, 0),
+])
+def test_fail_budget(max_fail, hosts, budget):
+    assert fail_budget(max_fail, hosts) == budget
+
+
+@pytest.mark.parametrize("max_fail", ["two", "%", "1.5x"])
+def test_a_fail_budget_that_is_no_number_is_bad_input(max_fail):
+    with pytest.raises(BadInput, match="neither a number of hosts nor a percentage"):
+        fail_budget(max_fail, 4)
+
+
+@pytest.mark.parametrize("journal, size, segments", [
+    ([], 100, []),
+    ([{"log_offset": 0, "current": "aaa"}], 100, [("aaa", 0, 100)]),
+    # what came before the first start is labelled by the release that start replaced
+    ([{"log_offset": 40, "current": "bbb", "from": "aaaaaaaaaaaaffff"}], 100,
+     [("aaaaaaaaaaaa", 0, 40), ("bbb", 40, 100)]),
+    ([{"log_offset": 10, "current": "aaa"}, {"log_offset": 60, "current": "bbb"}, {"action": "history"}], 100,
+     [("before", 0, 10), ("aaa", 10, 60), ("bbb", 60, 100)]),
+    # a log truncated since: offsets past its end are skipped
+    ([{"log_offset": 0, "current": "aaa"}, {"log_offset": 500, "current": "bbb"}], 100, []),
+])
+def test_release_segments(journal, size, segments):
+    assert release_segments(journal, size) == segments
+
+
+def release(rid: str, created: str, status: str = "ok", source: str = "upload") -> Release:
+    return Release(sha256=rid * 4, size=1, name="cuzk", created=created, by="t", status=status, source=source)
+
+
+@pytest.mark.parametrize("facts, running, saved", [
+    # the first deploy adopts the daemon it finds, and keeps a plain file at the binary path too
+    ({"binary": "file " + "f" * 64}, "a" * 64, ["/proc/42/exe", "/data/cuzk"]),
+    ({"binary": "file " + "a" * 64}, "a" * 64, ["/proc/42/exe"]),  # the file is what runs: once
+    ({"binary": "link /data/.swapctl/cuzk/releases/aaaaaaaaaaaa/cuzk"}, "a" * 64, []),  # known already
+    ({"binary": "missing"}, None, []),
+])
+def test_what_is_saved_before_the_stop(facts, running, saved):
+    from swapctl.swap.plan import Daemon, backups
+
+    daemon = Daemon(pid=42, sha256=running, size=1, argv=("/data/cuzk",), cwd="/data", env=(), unit=None,
+                    group_leader=True, rss_kib=1, elapsed_s=1) if running else None
+    known = {"aaaaaaaaaaaa": release("aaa", "2026-01-01")} if "link" in facts["binary"] else {}
+    assert [b.source for b in backups("/data/cuzk", facts, daemon, known)] == saved
+
+
+OLD, MID, NEW = release("aaa", "2026-01-01"), release("bbb", "2026-01-02"), release("ccc", "2026-01-03")
+
+
+@pytest.mark.parametrize("running, releases, history, fallback", [
+    (MID.id, [OLD, MID], (OLD.id, MID.id), MID),  # what runs now
+    (None, [OLD, MID], (OLD.id, MID.id), MID),  # nothing runs: the last one deployed
+    (NEW.id, [OLD, MID, NEW], (OLD.id, MID.id, NEW.id), MID),  # it runs already (--restart): the one before
+    (MID.id, [OLD, release("bbb", "2026-01-02", status="bad")], (OLD.id, MID.id), OLD),  # never a bad one
+    (None, [], (), None),  # a first deploy: nothing to go back to
+])
+def test_what_a_failed_start_goes_back_to(running, releases, history, fallback):
+    from swapctl.swap.plan import Plan
+
+    plan = Plan(host="lab", status=None, daemon=None, releases={r.id: r for r in releases}, current=running,
+                to_save=(), warnings=(), history=history, new=NEW)
+    assert plan.fallback() == fallback

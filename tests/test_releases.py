@@ -1,0 +1,58 @@
+"""The release bookkeeping's pure functions, in tables: deploy order, rollback targets, pruning."""
+
+import pytest
+
+from swapctl.swap.releases import Release, deploy_order, previous_good, releases_newest_first, to_prune
+
+
+def rel(rid: str, created: str, source: str = "upload", status: str = "ok") -> Release:
+    return Release(sha256=rid + "0" * 52, size=1, name="cuzk", created=created, by="t", source=source, status=status)
+
+
+A = rel("aaaaaaaaaaaa", "2026-01-01", source="adopted")
+B = rel("bbbbbbbbbbbb", "2026-01-02")
+C = rel("cccccccccccc", "2026-01-03")
+D = rel("dddddddddddd", "2026-01-04", status="bad")
+E = rel("eeeeeeeeeeee", "2025-12-31")  # an upload the journal does not know
+ALL = {r.id: r for r in (A, B, C, D, E)}
+
+
+@pytest.mark.parametrize("releases, deployed, order", [
+    ({}, [], []),
+    ({A.id: A}, [], [A.id]),
+    ({A.id: A, B.id: B, C.id: C}, [B.id, C.id], [A.id, B.id, C.id]),
+    # a rollback to B and a deploy of it again: B lands last
+    ({A.id: A, B.id: B, C.id: C}, [B.id, C.id, B.id], [A.id, C.id, B.id]),
+    # uploads the journal lost go first, by creation time
+    (ALL, [B.id, C.id], [E.id, D.id, A.id, B.id, C.id]),
+])
+def test_deploy_order(releases, deployed, order):
+    assert deploy_order(releases, deployed) == order
+
+
+@pytest.mark.parametrize("current, deployed, expected", [
+    (C.id, [B.id, C.id], B),  # the one before
+    (B.id, [B.id, C.id], A),  # before B: the adopted one
+    (A.id, [B.id, C.id], E),  # before the adopted one: an upload the journal lost, never the bad D
+    (E.id, [B.id, C.id], None),  # nothing before the oldest
+    (D.id, [B.id, C.id, D.id], C),  # what runs is bad: the last good before it
+    ("ffffffffffff", [B.id, C.id, D.id], C),  # not a known release: the newest good one, never a bad one
+    (None, [B.id], B),
+])
+def test_previous_good(current, deployed, expected):
+    assert previous_good(ALL, current, deployed) == expected
+
+
+@pytest.mark.parametrize("keep, protect, pruned", [
+    (5, set(), []),
+    (3, set(), [A.id, E.id]),  # the oldest go
+    (2, {A.id}, [C.id, B.id, E.id]),  # a protected one stays, whatever its age, and counts against keep
+    (1, {C.id, A.id}, [D.id, B.id, E.id]),  # never fewer than the protected ones
+    (0, set(), [D.id, C.id, B.id, A.id, E.id]),
+])
+def test_to_prune(keep, protect, pruned):
+    assert [r.id for r in to_prune(ALL, keep, protect)] == pruned
+
+
+def test_history_numbers_releases_newest_first():
+    assert [r.id for r in releases_newest_first(ALL)] == [D.id, C.id, B.id, A.id, E.id]
