@@ -90,6 +90,33 @@ def help_texts(command, path: tuple[str, ...] = ()):
         yield from help_texts(sub, (*path, name))
 
 
+def test_the_verb_list_in_help_is_each_verbs_own_first_line():
+    """`swapctl --help` lists verbs from swapctl.cli.VERBS without importing them: the lines must agree."""
+    from swapctl.cli import VERBS, load_verb
+    for name, (_, _, line) in VERBS.items():
+        assert load_verb(name).get_short_help_str(limit=1000) == line, name
+
+
+def test_help_and_version_import_no_verb_ssh_or_rich():
+    """Start-up (issue 23): listing the verbs costs typer, not paramiko, fabric, rich or the deploy core."""
+    probe = ("import sys\nfrom swapctl.cli import app\ntry:\n    app(['--help'])\nexcept SystemExit:\n    pass\n"
+             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('paramiko', 'fabric', 'invoke', 'rich')"
+             " or m.startswith(('swapctl.cli.', 'swapctl.swap', 'swapctl.remote', 'swapctl.playbook'))))")
+    r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[-1] == "[]"
+
+
+def test_the_library_imports_paramiko_and_fabric_only_to_connect():
+    """Local verbs (timings, init --example) and playbook checks pay no SSH import; SshHost still resolves."""
+    probe = ("import sys\nimport swapctl.remote, swapctl.playbook, swapctl.facts.status\n"
+             "print(sorted(m for m in ('paramiko', 'fabric') if m in sys.modules))\n"
+             "swapctl.remote.SshHost\nprint(sorted(m for m in ('paramiko', 'fabric') if m in sys.modules))")
+    r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["[]", "['fabric', 'paramiko']"]
+
+
 def test_help_texts_render_as_written():
     """Square brackets are playbook tables here ("[build] table"), never markup to be eaten."""
     cases = [(path, token) for path, help in help_texts(typer.main.get_command(app))

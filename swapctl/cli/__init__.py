@@ -1,17 +1,119 @@
-"""The command line: parsing and presentation only; the work is in the library."""
+"""The command line: parsing and presentation only; the work is in the library.
+
+Verbs are registered by name and imported when one runs: importing all of them (fabric, paramiko, rich,
+the deploy core) cost every command, `--help` included, about 0.4 s before it did anything (issue 23).
+"""
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import os
+from collections.abc import Iterator, MutableMapping
 from typing import Annotated
 
 import typer
+import typer.core
+import typer.main
 
 from .. import __version__
-from . import build, deploy, experiment, fetch_logs, gpu_sampler, history, init, rollback, sandbox, status, timings
+
+# name: (module under swapctl.cli, its command function or Typer app, the one-line help `swapctl --help`
+# shows). The line is the command's own first paragraph; tests/test_cli.py checks they agree.
+VERBS: dict[str, tuple[str, str, str]] = {
+    "init": ("init", "init", "Write a commented playbook to start from."),
+    "status": ("status", "status", "Show the daemon, memory, GPUs, other sessions, disk and releases of each host."),
+    "build": ("build", "build", "Build the daemon's image from the playbook's [build] table and take the binary out."),
+    "deploy": ("deploy", "deploy", "Upload a new daemon binary and swap it in, rolling back by itself if it fails."),
+    "rollback": ("rollback", "rollback",
+                 "Go back to the previous known-good release (or --to one), started exactly as it ran."),
+    "history": ("history", "history", "Show a host's releases (numbered for `rollback --to`) and its deploy journal."),
+    "timings": ("timings", "timings",
+                "Phase times (count, p50, p95, max), GPU phase share per GPU and starvation signs from cuzk logs."),
+    "fetch-logs": ("fetch_logs", "fetch_logs",
+                   "Download the files that logs.paths names: incremental, resumable, compressed on the wire."),
+    "experiment": ("experiment", "experiment",
+                   "Swap B in, let it work, and say what changed against the build before it; keep it or roll back."),
+    "sandbox": ("sandbox", "app", "A local sandbox host: a real sshd on loopback running the stand-in prover."),
+    "gpu-sampler": ("gpu_sampler", "app",
+                    "The GPU sampler on the host: nvidia-smi dmon (and query-gpu) while the daemon runs."),
+}
+
+
+def load_verb(name: str) -> typer.core.TyperCommand | typer.core.TyperGroup:
+    """The click command of one verb, built as `app.command()` / `app.add_typer()` would build it."""
+    module, attr, _ = VERBS[name]
+    target = getattr(importlib.import_module(f"{__name__}.{module}"), attr)
+    if isinstance(target, typer.Typer):
+        options = {"pretty_exceptions_short": app.pretty_exceptions_short, "rich_markup_mode": app.rich_markup_mode}
+        if "suggest_commands" in inspect.signature(typer.main.get_group_from_info).parameters:  # typer >= 0.16
+            options["suggest_commands"] = app.suggest_commands
+        return typer.main.get_group_from_info(typer.models.TyperInfo(target, name=name), **options)
+    return typer.main.get_command_from_info(
+        typer.models.CommandInfo(name=name, callback=target),
+        pretty_exceptions_short=app.pretty_exceptions_short, rich_markup_mode=app.rich_markup_mode)
+
+
+class _Verbs(MutableMapping):
+    """The group's commands: every verb's name is there, its module is imported on first lookup."""
+
+    def __init__(self, eager: MutableMapping):
+        self._loaded = dict(eager)
+
+    def __getitem__(self, name: str):
+        if name not in self._loaded:
+            if name not in VERBS:
+                raise KeyError(name)
+            self._loaded[name] = load_verb(name)
+        return self._loaded[name]
+
+    def __setitem__(self, name: str, command) -> None:
+        self._loaded[name] = command
+
+    def __delitem__(self, name: str) -> None:
+        del self._loaded[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in VERBS or name in self._loaded
+
+    def __iter__(self) -> Iterator[str]:
+        yield from VERBS
+        yield from (name for name in self._loaded if name not in VERBS)
+
+    def __len__(self) -> int:
+        return len(set(VERBS) | set(self._loaded))
+
+
+class _LazyGroup(typer.core.TyperGroup):
+    def __init__(self, **attrs):
+        super().__init__(**attrs)
+        self.commands = _Verbs(self.commands)
+
+    def list_commands(self, ctx) -> list[str]:
+        """The verbs' names, none imported (typer's own walks `.items()`); in typer's order: newer typer keeps
+        the order they were added, older sorts them as click does."""
+        keeps_order = "list_commands" in vars(typer.core.TyperGroup)
+        return list(self.commands) if keeps_order else sorted(self.commands)
+
+    def format_commands(self, ctx, formatter) -> None:
+        """The list `--help` shows, from VERBS: listing a verb must not import it."""
+        names = [name for name in self.list_commands(ctx) if name in VERBS]
+        if not names:
+            return
+        limit = formatter.width - 6 - max(map(len, names))
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, _short(VERBS[name][2], limit)) for name in names])
+
+
+def _short(line: str, limit: int) -> str:
+    """A verb's line cut as click cuts a command's help (typer 0.29 carries its own click, 0.12 and 0.24 run
+    on click itself: a throwaway command does it the same way on each)."""
+    return typer.core.TyperCommand(name="verb", help=line).get_short_help_str(limit)
+
 
 app = typer.Typer(
     name="swapctl",
+    cls=_LazyGroup,
     help="Ship a new build of a GPU daemon to remote GPU machines and swap it in safely.",
     no_args_is_help=True,
     add_completion=True,  # --install-completion / --show-completion for bash, zsh, fish
@@ -38,19 +140,6 @@ def _root(
 ) -> None:
     if inventory is not None:  # read where the playbook is loaded, as -p's default $SWAPCTL_PLAYBOOK is
         os.environ["SWAPCTL_INVENTORY"] = inventory
-
-
-app.command()(init.init)
-app.command()(status.status)
-app.command()(build.build)
-app.command()(deploy.deploy)
-app.command()(rollback.rollback)
-app.command()(history.history)
-app.command()(timings.timings)
-app.command(name="fetch-logs")(fetch_logs.fetch_logs)
-app.command()(experiment.experiment)
-app.add_typer(sandbox.app, name="sandbox")
-app.add_typer(gpu_sampler.app, name="gpu-sampler")
 
 
 def main() -> None:

@@ -9,7 +9,6 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-import paramiko
 import tomlkit
 from tomlkit.exceptions import ParseError
 
@@ -363,6 +362,8 @@ _ADHOC = re.compile(r"^(?:(?P<user>[^@\s]+)@)?(?P<address>\[[0-9a-fA-F:]+\]|[^@:
 
 def ssh_config_aliases(paths: tuple[str, ...] = SSH_CONFIGS) -> set[str]:
     """The names `Host` lines of the ssh_config files give literally (patterns like `gpu*` left out)."""
+    import paramiko  # here: importing it costs 0.15 s, and only a HOST outside the playbook needs this
+
     names: set[str] = set()
     for path in paths:
         try:
