@@ -50,7 +50,7 @@ def pairs(a: list[str], b: list[str], n: int, env: dict) -> tuple[list[float], l
 
 def row(name: str, ref_name: str, t: list[float], ref: list[float], goal: float) -> str:
     mt, mr = statistics.median(t), statistics.median(ref)
-    ratio = statistics.median(x / y for x, y in zip(t, ref))
+    ratio = statistics.median(x / y for x, y in zip(t, ref, strict=False))
     return (f"{name:<24} {mt * 1000:7.0f} ms   {ref_name:<24} {mr * 1000:7.0f} ms   "
             f"{ratio:5.2f}x  (goal <= {goal:g}x{'' if ratio <= goal else ', NOT met'})")
 

@@ -10,7 +10,7 @@ import importlib
 import inspect
 import os
 from collections.abc import Iterator, MutableMapping
-from typing import Annotated
+from typing import Annotated, Any, cast
 
 import typer
 import typer.core
@@ -45,13 +45,14 @@ def load_verb(name: str) -> typer.core.TyperCommand | typer.core.TyperGroup:
     module, attr, _ = VERBS[name]
     target = getattr(importlib.import_module(f"{__name__}.{module}"), attr)
     if isinstance(target, typer.Typer):
-        options = {"pretty_exceptions_short": app.pretty_exceptions_short, "rich_markup_mode": app.rich_markup_mode}
+        options: dict[str, Any] = {"pretty_exceptions_short": app.pretty_exceptions_short,
+                                   "rich_markup_mode": app.rich_markup_mode}
         if "suggest_commands" in inspect.signature(typer.main.get_group_from_info).parameters:  # typer >= 0.16
             options["suggest_commands"] = app.suggest_commands
         return typer.main.get_group_from_info(typer.models.TyperInfo(target, name=name), **options)
-    return typer.main.get_command_from_info(
+    return cast(typer.core.TyperCommand, typer.main.get_command_from_info(
         typer.models.CommandInfo(name=name, callback=target),
-        pretty_exceptions_short=app.pretty_exceptions_short, rich_markup_mode=app.rich_markup_mode)
+        pretty_exceptions_short=app.pretty_exceptions_short, rich_markup_mode=app.rich_markup_mode))
 
 
 class _Verbs(MutableMapping):
