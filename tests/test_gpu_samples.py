@@ -458,3 +458,15 @@ def test_two_starts_at_once_leave_one_sampler_that_stop_ends(gpu_box, prover):
     assert started[0]["pid"] == started[1]["pid"] and started[0]["running"]
     stopped = json.loads(sampler(gpu_box, "stop").stdout)["hosts"]["lab"]
     assert stopped["outcome"] == "stopped" and not group_alive(started[0]["pid"]) and lock_free(gpu_box)
+
+
+def test_deploy_and_rollback_leave_the_sampler_following_the_daemon_they_started(gpu_box, prover, prover_b):
+    """The stand-in nvidia-smi again (no GPU here): after a deploy the sampler follows the new daemon's
+    pid, after a rollback the old build's new pid."""
+    gpu_box.start_by_hand(prover)
+    for verb, args in (("deploy", ("--binary", str(prover_b))), ("rollback", ())):
+        r = swapctl(verb, "lab", *args, "--yes", "--json", "-p", str(gpu_box.playbook_path))
+        assert r.returncode == 0, r.stderr
+        [pid] = gpu_box.daemons()
+        st = host_status(gpu_box)
+        assert (st["running"], st["daemon_pid"]) == (True, pid), (verb, st)

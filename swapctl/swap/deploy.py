@@ -109,7 +109,7 @@ def deploy(sw: Swap, plan: DeployPlan) -> Outcome:
             outcome = replace(outcome, upload_mb_s=plan.new.size / 1e6 / max(sent.seconds, 1e-6))
         protect = {plan.new.id} | ({previous.id} if previous else set())
         store.prune(sw.ctx, {**plan.known, plan.new.id: plan.new}, protect, tuple(p.path for p in plan.partials))
-        return sample(sw, outcome)
+        return sample(sw, plan, outcome)
     except KeyboardInterrupt:
         raise Refused("interrupted before the old daemon was stopped: nothing changed on the host",
                       host=sw.host.name) from None
@@ -120,10 +120,11 @@ def deploy(sw: Swap, plan: DeployPlan) -> Outcome:
             cached.join()
 
 
-def sample(sw: Swap, outcome: Outcome) -> Outcome:
+def sample(sw: Swap, plan: Plan, outcome: Outcome) -> Outcome:
     """Starts the host's GPU sampler for the daemon now running (what `timings` reads as GPU busy). A
-    sampler that cannot start (no nvidia-smi, say) is a note in the outcome; the swap stands."""
-    if not outcome.pid:
+    host the preflight found without nvidia-smi gets none (no round trip, no note file); a sampler that
+    cannot start is a note in the outcome; the swap stands either way."""
+    if not outcome.pid or (plan.status.gpu_error or "").startswith("no GPU tools"):
         return outcome
     try:
         status = start_sampler(sw.host, sw.book.daemon.state_dir, outcome.pid)
@@ -142,7 +143,7 @@ def rollback(sw: Swap, plan: Plan) -> Outcome:
     try:
         _timed(steps, "lock", t)
         store.backup(sw.ctx, plan)
-        return sample(sw, back.swap_in(sw.ctx, plan, plan.new, "rollback", back.rollback_fallback(plan), steps))
+        return sample(sw, plan, back.swap_in(sw.ctx, plan, plan.new, "rollback", back.rollback_fallback(plan), steps))
     except KeyboardInterrupt:
         raise Refused("interrupted before the daemon was stopped: nothing changed on the host",
                       host=sw.host.name) from None
