@@ -91,9 +91,24 @@ def test_deploy_refuses_on_a_wedged_gpu_and_the_daemon_keeps_running(tmp_path, p
         pid = box.start_by_hand(prover)
         r = swapctl("deploy", "lab", "--binary", str(prover_b), "--yes", "-p", str(box.playbook_path))
         assert r.returncode == 3, r.stderr
-        # the limit is the playbook's once swap/deploy.py hands [gpu] to the status facts; 10 s until then
-        assert "nvidia-smi failed: did not answer within" in r.stderr and "(GPU or driver wedged?" in r.stderr
-        assert "the running one is left alone" in r.stderr
+        # the playbook's limit reaches the preflight's status facts
+        assert f"nvidia-smi failed: did not answer within {LIMIT_S} s" in r.stderr
+        assert "(GPU or driver wedged?" in r.stderr
+        assert "the running one is left alone" in r.stderr and "--ignore-gpu-hang" in r.stderr
         assert box.daemons() == [pid] and sha(Path(f"/proc/{pid}/exe")) == sha(prover)
         assert not box.binary.is_symlink()  # nothing changed: no release switched in
+        wait_until(lambda: nothing_left(box, pids), timeout=10, what="the hung nvidia-smi and the status script gone")
+
+
+def test_ignore_gpu_hang_swaps_anyway_and_names_the_hang_in_the_plan(tmp_path, prover, prover_b):
+    pids = tmp_path / "nvidia-smi.pids"
+    with own_box(tmp_path, tools={"nvidia-smi": HUNG.format(pids=pids)}) as box:
+        box.write_playbook(gpu={"nvidia_smi_timeout_s": LIMIT_S})
+        box.start_by_hand(prover)
+        r = swapctl("deploy", "lab", "--binary", str(prover_b), "--yes", "--ignore-gpu-hang",
+                    "-p", str(box.playbook_path))
+        assert r.returncode == 0, r.stderr
+        assert "warning: nvidia-smi failed: did not answer within" in r.stderr
+        [pid] = box.daemons()
+        assert sha(Path(f"/proc/{pid}/exe")) == sha(prover_b)
         wait_until(lambda: nothing_left(box, pids), timeout=10, what="the hung nvidia-smi and the status script gone")

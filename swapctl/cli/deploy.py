@@ -22,6 +22,7 @@ from .fleet import (
     CanaryOpt,
     CanaryWaitOpt,
     Fleet,
+    IgnoreGpuHangOpt,
     MaxFailOpt,
     ParallelOpt,
     dry_run_outcome,
@@ -42,6 +43,7 @@ def deploy(
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Check and show the plan; change nothing.")] = False,
     restart: Annotated[bool, typer.Option("--restart", help="Restart even if the same binary runs.")] = False,
+    ignore_gpu_hang: IgnoreGpuHangOpt = False,
     parallel: ParallelOpt = None,
     canary: CanaryOpt = None,
     canary_wait: CanaryWaitOpt = None,
@@ -55,7 +57,7 @@ def deploy(
     fleet = partial(Fleet.of, parallel=parallel, canary=canary, canary_wait=canary_wait, max_fail=max_fail,
                     limit=limit)  # what the command line leaves out comes from the playbook
     guarded(lambda: _deploy(hosts, binary, playbook, yes, dry_run, restart, json, build_arg if build else None,
-                            verbose, fleet))
+                            verbose, fleet, ignore_gpu_hang))
 
 
 def show_plan(plan: Plan, dry_run: bool) -> None:
@@ -100,7 +102,7 @@ def _confirm(plan: Plan, yes: bool) -> None:
 
 def _deploy(targets: list[str], binary: str | None, playbook_path: str | None, yes: bool, dry_run: bool,
             restart: bool, as_json: bool, build_args: list[str] | None, verbose: bool,
-            fleet_of: Callable[[pb.RolloutSpec], Fleet]) -> int:
+            fleet_of: Callable[[pb.RolloutSpec], Fleet], ignore_gpu_hang: bool = False) -> int:
     book = pb.load(playbook_path)
     daemon = book.require_daemon()
     fleet = fleet_of(book.rollout)
@@ -116,7 +118,7 @@ def _deploy(targets: list[str], binary: str | None, playbook_path: str | None, y
 
     def one(spec: pb.HostSpec, interrupts: Interrupts, events: EventSink) -> Outcome:
         with connect(spec) as host:
-            sw = Swap(host, book, events, interrupts)
+            sw = Swap(host, book, events, interrupts, ignore_gpu_hang=ignore_gpu_hang)
             try:
                 plan = sw.plan(local, restart=restart, build=build)
                 show_plan(plan, dry_run)

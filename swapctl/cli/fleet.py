@@ -37,6 +37,8 @@ CanaryOpt = Annotated[int | None, typer.Option(
 CanaryWaitOpt = Annotated[float | None, typer.Option(
     "--canary-wait", help="Seconds the canaries run before the rollout goes on by itself. "
                           "Default: [rollout] canary_wait_s.")]
+IgnoreGpuHangOpt = Annotated[bool, typer.Option(
+    "--ignore-gpu-hang", help="Swap even though nvidia-smi does not answer (a wedged GPU).")]
 MaxFailOpt = Annotated[str | None, typer.Option(
     "--max-fail", help="Start no new host once more than N (or P%) hosts failed. Default: [rollout] max_fail.")]
 

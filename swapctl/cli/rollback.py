@@ -14,7 +14,17 @@ from ..swap.deploy import EventSink, Interrupts, Outcome, Swap
 from ..swap.deploy import rollback as run_rollback
 from .common import JsonOpt, LimitOpt, PlaybookOpt, guarded
 from .deploy import _confirm, report, show_plan
-from .fleet import CanaryOpt, CanaryWaitOpt, Fleet, MaxFailOpt, ParallelOpt, dry_run_outcome, roll_out, select_fleet
+from .fleet import (
+    CanaryOpt,
+    CanaryWaitOpt,
+    Fleet,
+    IgnoreGpuHangOpt,
+    MaxFailOpt,
+    ParallelOpt,
+    dry_run_outcome,
+    roll_out,
+    select_fleet,
+)
 
 
 def rollback(
@@ -24,6 +34,7 @@ def rollback(
     playbook: PlaybookOpt = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show the plan; change nothing.")] = False,
+    ignore_gpu_hang: IgnoreGpuHangOpt = False,
     parallel: ParallelOpt = None,
     canary: CanaryOpt = None,
     canary_wait: CanaryWaitOpt = None,
@@ -34,11 +45,11 @@ def rollback(
     """Go back to the previous known-good release (or --to one), started exactly as it ran."""
     fleet = partial(Fleet.of, parallel=parallel, canary=canary, canary_wait=canary_wait, max_fail=max_fail,
                     limit=limit)  # what the command line leaves out comes from the playbook
-    guarded(lambda: _rollback(hosts, to, playbook, yes, dry_run, fleet, json))
+    guarded(lambda: _rollback(hosts, to, playbook, yes, dry_run, fleet, json, ignore_gpu_hang))
 
 
 def _rollback(targets: list[str], to: str | None, playbook_path: str | None, yes: bool, dry_run: bool,
-              fleet_of: Callable[[pb.RolloutSpec], Fleet], as_json: bool) -> int:
+              fleet_of: Callable[[pb.RolloutSpec], Fleet], as_json: bool, ignore_gpu_hang: bool = False) -> int:
     book = pb.load(playbook_path)
     book.require_daemon()
     fleet = fleet_of(book.rollout)
@@ -47,7 +58,7 @@ def _rollback(targets: list[str], to: str | None, playbook_path: str | None, yes
 
     def one(spec: pb.HostSpec, interrupts: Interrupts, events: EventSink) -> Outcome:
         with connect(spec) as host:
-            sw = Swap(host, book, events, interrupts)
+            sw = Swap(host, book, events, interrupts, ignore_gpu_hang=ignore_gpu_hang)
             plan = sw.plan_rollback(to)
             show_plan(plan, dry_run)
             if dry_run:

@@ -22,6 +22,7 @@ class Context:
     spec: RequiredDaemon  # book.require_daemon()
     events: EventSink = _ignore
     interrupts: Interrupts = field(default_factory=Interrupts)
+    ignore_gpu_hang: bool = False  # swap even though nvidia-smi does not answer (a wedged GPU), when told to
 
     @property
     def state(self) -> str:

@@ -31,8 +31,9 @@ class Swap:
     """One host's swap. Reuse it for the steps of a deploy, a rollback, or both."""
 
     def __init__(self, host: Host, book: Playbook, events: EventSink | None = None,
-                 interrupts: Interrupts | None = None):
-        self.ctx = Context(host, book, book.require_daemon(), interrupts=interrupts or Interrupts())
+                 interrupts: Interrupts | None = None, ignore_gpu_hang: bool = False):
+        self.ctx = Context(host, book, book.require_daemon(), interrupts=interrupts or Interrupts(),
+                           ignore_gpu_hang=ignore_gpu_hang)
         if events is not None:
             self.ctx.events = events
         self.host, self.book, self.interrupts = host, book, self.ctx.interrupts
@@ -124,7 +125,7 @@ def sample(sw: Swap, plan: Plan, outcome: Outcome) -> Outcome:
     """Starts the host's GPU sampler for the daemon now running (what `timings` reads as GPU busy). A
     host the preflight found without nvidia-smi gets none (no round trip, no note file); a sampler that
     cannot start is a note in the outcome; the swap stands either way."""
-    if not outcome.pid or (plan.status.gpu_error or "").startswith("no GPU tools"):
+    if not outcome.pid or plan.status.gpu_hung or (plan.status.gpu_error or "").startswith("no GPU tools"):
         return outcome
     try:
         status = start_sampler(sw.host, sw.book.daemon.state_dir, outcome.pid)

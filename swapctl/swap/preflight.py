@@ -31,14 +31,18 @@ def catalog(ctx: Context) -> Catalog:
 def situation(ctx: Context) -> Situation:
     """The status facts and the inspect script: what runs, what the host has, what to save first."""
     ctx.emit("preflight", "checking the host")
-    status = gather(ctx.host, ctx.spec)
+    status = gather(ctx.host, ctx.spec, ctx.book.gpu)
     if status.swapping:  # mid-swap, what runs (or lingers) is not what a plan can be made from
         raise swapping(ctx)
     if len(status.daemons) > 1:
         pids = ", ".join(str(p.pid) for p in status.daemons)
         raise Refused(f"several processes match daemon.match {ctx.spec.match_regex.pattern!r} (pids {pids}); "
                       f"make `match` precise enough to find one daemon", host=ctx.name)
-    if status.gpu_error and status.gpu_error.startswith("nvidia-smi failed"):
+    if status.gpu_hung and not ctx.ignore_gpu_hang:
+        raise Refused(f"{status.gpu_error}; a daemon started now could not use the GPU either, so the running "
+                      f"one is left alone: look at the GPU first (dmesg, a GPU reset or a reboot), or pass "
+                      f"--ignore-gpu-hang to swap anyway", host=ctx.name)
+    if status.gpu_error and status.gpu_error.startswith("nvidia-smi failed") and not status.gpu_hung:
         # e.g. a driver upgraded without a reboot: the running daemon still works, a new process would
         # not, and neither would the old one started again. Stopping it would leave the GPU idle.
         raise Refused(f"{status.gpu_error}; a daemon started now could not use the GPU, so the running "
