@@ -13,7 +13,8 @@ elif [ -f "$bin" ]; then echo "file $(sha256 < "$bin")"
 else echo missing; fi
 sec free; df -P -k -- "$(dirname -- "$bin")" | tail -n 1
 sec releases
-for m in "$state"/releases/*/manifest.json; do [ -f "$m" ] && { tr -d '\n' < "$m"; echo; }; done
+# a manifest over 1 MiB is no manifest swapctl wrote (status reads it so too): cut, it does not parse
+for m in "$state"/releases/*/manifest.json; do [ -f "$m" ] && { head -c 1048576 -- "$m" | tr -d '\n'; echo; }; done
 sec journal; cat -- "$state/journal.jsonl" 2>/dev/null
 sec tools; command -v zstd
 sec partial; for f in "$state"/releases/.upload-*; do [ -f "$f" ] && stat -c '%s %n' -- "$f"; done
