@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -304,23 +305,28 @@ def test_a_host_that_never_stops_sending_is_held_to_the_deadline(ssh_host, produ
     assert time.monotonic() - t < 3 + 2
 
 
+# Runs argv[2:] as its child and writes the child's peak RSS (KiB) to argv[1]. The measured process must
+# be forked from a small one: a child's ru_maxrss counts the pages it had before exec, and a child forked
+# (or vforked) from pytest late in the suite starts out as big as pytest is (250 MB was seen in CI).
+MEASURE = """
+import os, sys
+pid = os.fork()
+if pid == 0:
+    os.execvp(sys.argv[2], sys.argv[2:])
+_, status, usage = os.wait4(pid, 0)
+open(sys.argv[1], "w").write(str(usage.ru_maxrss))
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
 def run_swapctl_measured(*args: str) -> tuple[subprocess.CompletedProcess, float, float]:
-    """A swapctl run, its seconds and its peak RSS in MiB (from wait4, which reports the child's own)."""
-    t = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-m", "swapctl", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
-    out, err = bytearray(), bytearray()
-    readers = [threading.Thread(target=lambda s=s, b=b: b.extend(s.read()), daemon=True)
-               for s, b in ((proc.stdout, out), (proc.stderr, err))]
-    for r in readers:
-        r.start()
-    _, status, usage = os.wait4(proc.pid, 0)
-    seconds = time.monotonic() - t
-    for r in readers:
-        r.join(timeout=10)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    done = subprocess.CompletedProcess(proc.args, proc.returncode, out.decode(), err.decode())
-    return done, seconds, usage.ru_maxrss / 1024
+    """A swapctl run, its seconds and its own peak RSS in MiB."""
+    with tempfile.NamedTemporaryFile("r") as rss:
+        t = time.monotonic()
+        done = subprocess.run([sys.executable, "-c", MEASURE, rss.name, sys.executable, "-m", "swapctl", *args],
+                              capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=120)
+        seconds = time.monotonic() - t
+        return done, seconds, int(rss.read() or 0) / 1024
 
 
 def test_a_100_mb_manifest_costs_history_and_status_little(box):
