@@ -28,7 +28,7 @@ from swapctl.gpu.samples import (
 )
 
 from conftest import own_box
-from lab import swapctl, wait_until
+from lab import prover_config, swapctl, wait_until
 
 NV = Path(__file__).parent / "data" / "nvidia-smi"
 RUN_DMON = NV / "h200-1gpu" / "dmon-u-t-during-run.txt"
@@ -470,3 +470,17 @@ def test_deploy_and_rollback_leave_the_sampler_following_the_daemon_they_started
         [pid] = gpu_box.daemons()
         st = host_status(gpu_box)
         assert (st["running"], st["daemon_pid"]) == (True, pid), (verb, st)
+
+
+def test_the_experiments_window_shows_the_gpus_own_sm_percent(gpu_box, prover, prover_b):
+    """With the stand-in nvidia-smi replaying real H200 output (no GPU here), the window's progress
+    line carries the sampler's latest sm% readings, and the verdict B's GPU busy."""
+    gpu_box.write_playbook(logs={"paths": [str(gpu_box.log)]})
+    gpu_box.start_by_hand(prover, config=prover_config(memory_mib=8, jobs=-1, partitions=4, synth_ms=5, gpu_ms=20))
+    r = swapctl("experiment", "lab", "-p", str(gpu_box.playbook_path), "--dest", str(gpu_box.workdir / "logs"),
+                "--yes", "--binary", str(prover_b), "--for", "5s", "--baseline", "3s", "--min-proofs", "2",
+                "--then", "keep", "--json", timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "GPU sm% " in r.stderr and "readings)" in r.stderr
+    v = json.loads(r.stdout)
+    assert v["after"]["gpu_busy"]["0"] is not None

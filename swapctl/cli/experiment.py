@@ -128,7 +128,9 @@ def _watch(win: Window, start: int, for_s: float, proofs: int | None, baseline: 
         done = sum(r.jobs for r in runs)
         ntt = runs[-1].report()["phases"].get("ntt_kernels", {}).get("p50") if runs else None
         left = max(0.0, deadline - time.monotonic())
-        err.print(text(f"window: {done} proofs, ntt_kernels p50 {_ms(ntt)} (baseline {_ms(base_p50)}), "
+        sm = [x.sm_pct for x in win.samples()[-10:] if x.sm_pct is not None]
+        busy = f", GPU sm% {sum(sm) / len(sm):.0f} (last {len(sm)} readings)" if sm else ""
+        err.print(text(f"window: {done} proofs, ntt_kernels p50 {_ms(ntt)} (baseline {_ms(base_p50)}){busy}, "
                        f"{left:.0f} s left"), style="dim")
         if proofs is not None and done >= proofs:
             return
