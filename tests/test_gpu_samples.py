@@ -229,6 +229,8 @@ def gpu_box(gpu_host):
     box = gpu_host
     box.standin.write_text("delay=0.05\n")
     shutil.rmtree(box.data / ".swapctl", ignore_errors=True)
+    if box.binary.is_symlink():  # a deploy's link into the releases just removed
+        box.binary.unlink()
     yield box
     end_sampler(box)
     box.kill_all()
