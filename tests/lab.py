@@ -59,8 +59,12 @@ REAPER = textwrap.dedent("""
 """)
 
 
+_NETS = iter(range(256))  # each lab host gets its own /30, never reused within a process
+
+
 class NetnsLab:
-    """Several hosts, each in its own network, mount and PID namespace, reached over veth links."""
+    """Several hosts, each in its own network, mount and PID namespace, reached over veth links. Its
+    addresses are 10.<from the pid>.<n>.0/30, so test runs side by side (worktrees) do not collide."""
 
     def __init__(self, base: Path, count: int, prefix: str = "swt", bashrc: Path | None = None):
         """`bashrc`: a file each host's root sees as ~/.bashrc (default: this machine's own)."""
@@ -71,25 +75,28 @@ class NetnsLab:
         known = base / "known_hosts"
         known.touch()
         Path("/data").mkdir(exist_ok=True)  # mount point; each host binds its own directory here
+        self.nets: list[str] = []
         for i in range(count):
             ns = f"{self.prefix}-{i}"
-            self._link(ns, i)
-            server = make_server(base / f"host{i}", address=f"10.231.{i}.2", port=22,
+            net = f"10.{32 + os.getpid() % 200}.{next(_NETS)}"
+            self.nets.append(net)
+            self._link(ns, net)
+            server = make_server(base / f"host{i}", address=f"{net}.2", port=22,
                                  client_key=client_key, known_hosts=known)
             server.netns = ns
             server.wrap = ["ip", "netns", "exec", ns, "unshare", "--mount", "--pid", "--fork", "--kill-child",
                            "--mount-proc", sys.executable, "-c", REAPER, str(server.data), str(bashrc or "")]
             self.servers.append(server)
 
-    def _link(self, ns: str, i: int) -> None:
+    def _link(self, ns: str, net: str) -> None:
         outer, inner = f"{ns}h", f"{ns}n"
         for cmd in (
             f"ip netns add {ns}",
             f"ip link add {outer} type veth peer name {inner}",
             f"ip link set {inner} netns {ns}",
-            f"ip addr add 10.231.{i}.1/30 dev {outer}",
+            f"ip addr add {net}.1/30 dev {outer}",
             f"ip link set {outer} up",
-            f"ip netns exec {ns} ip addr add 10.231.{i}.2/30 dev {inner}",
+            f"ip netns exec {ns} ip addr add {net}.2/30 dev {inner}",
             f"ip netns exec {ns} ip link set {inner} up",
             f"ip netns exec {ns} ip link set lo up",
         ):
