@@ -401,6 +401,35 @@ def test_a_release_with_the_same_12_digits_and_another_sha256_is_not_already_on_
     assert box.daemons() == [pid]
 
 
+def test_a_partial_upload_whose_name_forges_a_listing_line_removes_nothing_else(box, prover, prover_b,
+                                                                                swapctl_env):
+    box.start_by_hand(prover)
+    assert deploy(box, prover_b).returncode == 0
+    # read as lines, it listed `7 NAME` as a stale upload, removed relative to the login's home directory
+    victim = Path(pwd.getpwuid(0).pw_dir) / f"swapctl-victim-{os.getpid()}"
+    victim.write_text("keep me")
+    releases = box.data / ".swapctl/cuzk/releases"
+    forged = releases / f".upload-x\n7 {victim.name}"
+    forged.write_text("x")
+    stale = releases / f".upload-{'c' * 12}"  # a real one from an interrupted upload: pruned, as before
+    stale.write_text("x")
+    try:
+        assert deploy(box, prover, "--restart").returncode == 0
+        assert victim.read_text() == "keep me" and forged.exists() and not stale.exists()
+    finally:
+        victim.unlink(missing_ok=True)
+
+
+def test_the_state_files_are_their_owners_only(box, prover, prover_b, swapctl_env):
+    box.start_by_hand(prover)
+    assert deploy(box, prover_b).returncode == 0
+    state = box.data / ".swapctl/cuzk"
+    files = [state / "journal.jsonl", *state.glob("releases/*/manifest.json")]
+    assert len(files) == 3
+    assert {oct(f.stat().st_mode & 0o777) for f in files} == {"0o600"}
+    assert {oct(d.stat().st_mode & 0o777) for d in (state, state / "releases")} == {"0o700"}
+
+
 # -- finding 7: environment keys are names -------------------------------------------------------
 
 @pytest.mark.parametrize("table, key", [
