@@ -120,6 +120,8 @@ def test_another_users_process_that_matches_is_neither_adopted_nor_blocks_the_de
     wait_until(lambda: Path(f"/proc/{fake.pid}/cmdline").read_bytes().startswith(str(box.binary).encode()),
                what="the hostile process")
     try:
+        r = swapctl("status", "lab", "-p", str(box.playbook_path), env={"COLUMNS": "500"})
+        assert f"daemon: pid {pid}" in r.stdout and f"not the daemon: pid {fake.pid} (uid 65534" in r.stdout
         r = deploy(box, prover_b)
         assert r.returncode == 0, r.stderr  # not "several processes match"
         assert f"pid {fake.pid} (uid 65534, runs /usr/bin/sleep) matches daemon.match but is not the daemon" \
