@@ -167,7 +167,7 @@ def _experiment(target: str, binary: str, for_s: float, proofs: int | None, base
             start_sampler(host, book.daemon.state_dir, running.pid)
         base_start, base_runs = _baseline(sw, win, baseline_s, min_proofs)
         plan = sw.plan(binary)
-        show_plan(plan, False)
+        show_plan(plan, False, book.daemon.secret_env)
         if plan.unchanged:
             raise BadInput("B is the build that runs already: nothing to compare", host=host.name)
         _confirm(plan, yes)

@@ -97,6 +97,9 @@ def render(st: HostStatus) -> None:
         out.print(text(f"  exe: {exe}"), style="red" if p.exe_deleted else None)
         out.print(text(f"  cmd: {p.args}"))
         out.print(text(f"  cwd: {p.cwd or '?'}"))
+    for p in st.not_daemons:  # another user's, or another program: what a deploy leaves alone
+        out.print(text(f"not the daemon: pid {p.pid} (uid {p.uid}, runs {p.exe or '?'}) matches daemon.match"),
+                  style="yellow")
 
     if st.gpu_error:
         out.print(text(f"GPUs: {st.gpu_error}"), style="bold red" if st.gpu_hung else "yellow")

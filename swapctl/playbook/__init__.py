@@ -47,6 +47,8 @@ class DaemonSpec:
     cwd: str | None = None
     env: tuple[tuple[str, str], ...] = ()
     secret_env: tuple[str, ...] = ()
+    user: str | None = None  # who the daemon runs as (a name or uid); None: root, or the binary's owner
+    keep_loader_env: tuple[str, ...] = ()  # loader variables (LD_PRELOAD...) a running daemon's env may pass on
 
     @property
     def match_regex(self) -> re.Pattern[str] | None:
@@ -144,6 +146,8 @@ _SCHEMA: dict[str, dict[str, tuple[str, bool]]] = {
         "cwd": ("str", False),
         "env": ("strtable", False),
         "secret_env": ("strlist", False),
+        "user": ("str", False),
+        "keep_loader_env": ("strlist", False),
     },
     "memory": {
         "min_available_gib": ("num", False),
@@ -168,6 +172,7 @@ _SCHEMA: dict[str, dict[str, tuple[str, bool]]] = {
         "platform": ("str", False),
     },
 }
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _TOP = ("hosts", "groups", "daemon", "memory", "gpu", "rollout", "logs", "releases", "build")
 _KIND_NAMES = {
     "str": "a string",
@@ -323,8 +328,14 @@ def parse(text: str, path: str = DEFAULT_PLAYBOOK, inventory: str | None = None)
             raise ld.fail(f"must be an absolute path on the host, not {d[key]!r}", "daemon", key)
     if "args" in d:
         d["args"] = tuple(d["args"])
+    for key in ("env", "secret_env", "keep_loader_env"):  # names the daemon's environment gets: checked here
+        for name in d.get(key, ()):
+            if not ENV_NAME.fullmatch(name):
+                raise ld.fail(f"{name!r} is not an environment variable name (letters, digits and _, not first a "
+                              f"digit)", "daemon", key)
     d["env"] = tuple(d.get("env", {}).items())
     d["secret_env"] = tuple(d.get("secret_env", ()))
+    d["keep_loader_env"] = tuple(d.get("keep_loader_env", ()))
     daemon = DaemonSpec(**d)
 
     memory = MemorySpec(**ld.section(ld.table(doc, "memory"), "memory", "memory"))

@@ -195,6 +195,8 @@ class SshHost(Host):
         try:
             chan = self._transport().open_session(window_size=WINDOW_SIZE, timeout=CONNECT_TIMEOUT_S)
             chan.exec_command(line)
+            if feed := cmd.feed():  # its named inputs, ahead of anything else on its stdin
+                chan.sendall(feed)
         except (paramiko.SSHException, OSError, EOFError) as exc:  # "Channel closed.": sshd could not start it
             raise self._broken(self._what(cmd), exc) from None
         return chan
