@@ -20,9 +20,11 @@ import threading
 from pathlib import Path
 
 import pytest
+from test_playbooks import adapted
 
 from swapctl import playbook as pb
 from swapctl.errors import Refused, RemoteTimeout
+from swapctl.playbook import examples
 from swapctl.remote import Cmd, connect
 from swapctl.remote.become import rule
 
@@ -104,6 +106,14 @@ def sbox(sudo_host, tmp_path, swapctl_env, request):
 
 def deploy(box: Box, binary: Path, *extra: str):
     return swapctl("deploy", "lab", "--binary", str(binary), "--yes", "-p", str(box.playbook_path), *extra)
+
+
+def runs_only(box: Box, binary: Path) -> bool:
+    """Whether exactly one daemon runs in the box, from `binary`; False while processes come and go."""
+    try:
+        return [sha(Path(f"/proc/{p}/exe")) for p in box.daemons()] == [sha(binary)]
+    except OSError:  # one ended between the listing and the read
+        return False
 
 
 def owner(path: Path) -> tuple[int, int]:
@@ -336,5 +346,29 @@ def test_a_swap_whose_connection_drops_finishes_alone_as_root(sbox, prover, prov
     assert proc.wait(60) == 5
     reader.join(5)
     assert any("the host finishes the swap by itself" in line for line in lines), lines
-    wait_until(lambda: [sha(Path(f"/proc/{p}/exe")) for p in sbox.daemons()] == [sha(prover_b)], timeout=30,
+    wait_until(lambda: runs_only(sbox, prover_b), timeout=30,
                what="the new daemon, started by the host's swap script alone")
+
+
+def test_the_sudo_example_deploys_and_rolls_back_through_sudo(sbox, prover, prover_b):
+    """playbooks/sudo.toml as it stands, pointed at the sudo host with /data/zk moved to the box."""
+    server, users = sbox.server, sbox.users
+    text = adapted(examples.render("sudo"), {
+        'address = "203.0.113.10"': f'address = "{server.address}"\nport = {server.port}\n'
+                                    f'identity_file = "{server.client_key}"\nknown_hosts = "{server.known_hosts}"',
+        'user = "ubuntu"': f'user = "{users.sudoer}"',
+        "/data/zk": str(sbox.data),
+        "ready_timeout_s = 600": "ready_timeout_s = 20", "stop_grace_s = 30": "stop_grace_s = 5",
+        "min_available_gib = 400": "min_available_gib = 0.5", "release_timeout_s = 900": "release_timeout_s = 20",
+    })
+    sbox.playbook_path.write_text(text)
+    assert pb.load(sbox.playbook_path).hosts["gpu-cloud"].become == "sudo"
+    old = sbox.start_by_hand(prover)
+    r = swapctl("deploy", "gpu-cloud", "--binary", str(prover_b), "--yes", "-p", str(sbox.playbook_path))
+    assert r.returncode == 0, r.stderr
+    assert [sha(Path(f"/proc/{p}/exe")) for p in sbox.daemons()] == [sha(prover_b)]
+    assert owner(sbox.binary) == (0, 0) and owner(sbox.data / ".swapctl") == (0, 0)
+    r = swapctl("rollback", "gpu-cloud", "--yes", "-p", str(sbox.playbook_path))
+    assert r.returncode == 0, r.stderr
+    [again] = sbox.daemons()
+    assert again != old and sha(Path(f"/proc/{again}/exe")) == sha(prover)

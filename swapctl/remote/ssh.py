@@ -167,22 +167,28 @@ class SshHost(Host):
         """`sudo -n true` before any other command: a sudo that would ask for a password refuses the host
         here, exit 3, before anything on it changed."""
         what = f"the {become.PROBE.label} step"
+        late = RemoteTimeout(f"`{become.PROBE}` did not finish within {become.PROBE_TIMEOUT_S} s", host=self.name)
+        err = bytearray()
         try:
             chan = transport.open_session(timeout=CONNECT_TIMEOUT_S)
+            chan.settimeout(become.PROBE_TIMEOUT_S)
             chan.exec_command(become.PROBE.render())
             chan.shutdown_write()
+            # to the channel's EOF, not its exit status: sshd may send that before the last of stderr
+            while data := chan.recv_stderr(1 << 16):
+                keep_tail(err, data)
             ended = chan.status_event.wait(become.PROBE_TIMEOUT_S)
-            err = bytearray()
-            while chan.recv_stderr_ready():
-                keep_tail(err, chan.recv_stderr(1 << 16))
             code = chan.recv_exit_status() if ended else -1
             self._close(chan)
+        except TimeoutError:
+            conn.close()
+            raise late from None
         except (paramiko.SSHException, OSError, EOFError) as exc:
             conn.close()
             raise self._broken(what, exc) from None
         if not ended:
             conn.close()
-            raise RemoteTimeout(f"`{become.PROBE}` did not finish within {become.PROBE_TIMEOUT_S} s", host=self.name)
+            raise late
         refused = become.refusal(self.name, conn.user, code, err.decode("utf-8", "replace"))
         if refused:
             conn.close()
