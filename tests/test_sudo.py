@@ -372,3 +372,29 @@ def test_the_sudo_example_deploys_and_rolls_back_through_sudo(sbox, prover, prov
     assert r.returncode == 0, r.stderr
     [again] = sbox.daemons()
     assert again != old and sha(Path(f"/proc/{again}/exe")) == sha(prover)
+
+
+def test_a_host_without_zstd_gets_the_plain_upload_as_root(sbox, prover, prover_b, tmp_path):
+    """No zstd on sudo's PATH (secure_path): the plain upload (SFTP for a root login) goes through a root
+    command's stdin, and install.sh checks its sha256 before the rename, as for any upload."""
+    bin_dir = tmp_path / "no-zstd-bin"
+    bin_dir.mkdir()
+    for d in ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"):
+        for tool in Path(d).iterdir() if Path(d).is_dir() else ():
+            if tool.name != "zstd" and not (bin_dir / tool.name).exists():
+                (bin_dir / tool.name).symlink_to(tool)
+    rules = sbox.users.rules
+    kept = rules.read_text()
+    rules.write_text(kept + f"Defaults:{sbox.users.sudoer} secure_path={bin_dir}\n")
+    try:
+        sbox.start_by_hand(prover)
+        r = deploy(sbox, prover_b)
+        assert r.returncode == 0, r.stderr
+    finally:
+        rules.write_text(kept)
+    state = sbox.data / ".swapctl" / "cuzk"
+    [entry] = [json.loads(line) for line in (state / "journal.jsonl").read_text().splitlines()]
+    assert entry["upload"]["method"] == "sftp" and entry["upload"]["wire_bytes"] == prover_b.stat().st_size
+    release = state / "releases" / sha(prover_b)[:12] / "cuzk"
+    assert release.read_bytes() == prover_b.read_bytes() and owner(release) == (0, 0)
+    assert runs_only(sbox, prover_b)
