@@ -348,6 +348,8 @@ def test_a_swap_whose_connection_drops_finishes_alone_as_root(sbox, prover, prov
     assert any("the host finishes the swap by itself" in line for line in lines), lines
     wait_until(lambda: runs_only(sbox, prover_b), timeout=30,
                what="the new daemon, started by the host's swap script alone")
+    wait_until(lambda: not any("swapctl-swap" in cmd and str(sbox.data) in cmd for _, cmd in _processes().values()),
+               timeout=30, what="the cut-off swap script to end")  # before the teardown kills what it started
 
 
 def test_the_sudo_example_deploys_and_rolls_back_through_sudo(sbox, prover, prover_b):
