@@ -184,8 +184,6 @@ def test_status_rollback_history_and_fetch_logs_work_through_sudo(sbox, prover, 
     assert b"cuzk-daemon ready" in got and sbox.log.read_bytes().startswith(got)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 19 (branch sec2) moves script inputs, secrets among them, from the "
-                   "command line onto stdin; once merged this passes: remove this mark")
 def test_secrets_never_reach_sudos_command_log(sbox, prover, prover_b):
     """sudo logs every command line it runs (syslog, here its logfile): a secret in an argv would be there."""
     sbox.write_playbook(host={"user": sbox.users.sudoer, "become": "sudo"},
