@@ -161,7 +161,8 @@ def test_ssh_config_aliases_are_the_literal_host_names(tmp_path, text, aliases):
 
 def test_an_ssh_config_alias_takes_everything_from_ssh_config():
     book = pb.Playbook(path="x")
-    assert pb.resolve_host(book, "gpu1", ssh_aliases={"gpu1"}) == pb.HostSpec(name="gpu1", address="gpu1")
+    assert pb.resolve_host(book, "gpu1", ssh_aliases={"gpu1"}) == pb.HostSpec(name="gpu1", address="gpu1",
+                                                                             become="none")
     with pytest.raises(pb.PlaybookError, match="unknown host 'gpu2'"):
         pb.resolve_host(book, "gpu2", ssh_aliases={"gpu1"})
 
