@@ -110,8 +110,8 @@ class _LazyGroup(typer.core.TyperGroup):
 
 
 def _short(line: str, limit: int) -> str:
-    """A verb's line cut as click cuts a command's help (typer 0.29 carries its own click, 0.12 and 0.24 run
-    on click itself: a throwaway command does it the same way on each)."""
+    """A verb's line cut as click cuts a command's help (typer 0.26 to 0.29 carry their own click, 0.12 and
+    0.24 run on click itself: a throwaway command does it the same way on each)."""
     return typer.core.TyperCommand(name="verb", help=line).get_short_help_str(limit)
 
 
@@ -157,8 +157,10 @@ def main() -> None:
 def _exit(code: object) -> None:
     """Exits as sys.exit(code) would, without the interpreter's teardown of every module (rich, pydantic,
     cryptography, paramiko): that took 70-130 ms after a verb's work was done. atexit handlers still run;
-    with a thread still running, the ordinary exit waits for it as it always did."""
-    if any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
+    with a thread still running, or under a profiler or tracer (cProfile, coverage write their data after
+    the program returns), the ordinary exit is taken, as it always was."""
+    if sys.getprofile() is not None or sys.gettrace() is not None or any(
+            t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
         sys.exit(code)  # type: ignore[arg-type] # what SystemExit carried, as it was
     if code is not None and not isinstance(code, int):
         print(code, file=sys.stderr)
