@@ -192,6 +192,9 @@ def one_fleet(n: int, runs: int, base: Path, builds: dict, bashrc: Path | None, 
                 add("deploy ansible", timed(t.ansible_swap(builds["c"]), aenv))
                 assert ready_everywhere(lab.servers, "c"), "the Ansible play left a host without build c ready"
     finally:
+        for s in lab.servers:  # each namespace's init ignores SIGTERM: stop() would wait 10 s for each
+            if s.proc:
+                s.proc.kill()
         lab.close()
     return got
 
