@@ -41,5 +41,6 @@ def describe(ctx: Context, plan: Plan, session: Session) -> list[str]:
             f"/{spec.ready_log}/ (at most {spec.ready_timeout_s:g} s)",
             str(swaprun.swap_cmd(ctx, d, new, swaprun.gpu_limits(ctx, plan.status, [d.pid] if d else []),
                                  fallback)),
-            f"# then one line appended to {st}/journal.jsonl (sh/append_line.sh)"]
+            f"# then one line appended to {st}/journal.jsonl (sh/append_line.sh) and the pruning, sent to a "
+            f"`sh -s` started before the swap"]
     return out
