@@ -245,6 +245,10 @@ class SshHost(Host):
             self._conn = conn
             return conn
 
+    def shown(self, cmd: Cmd) -> str:
+        """As the host runs it: through `sudo -n --` where swapctl becomes root (known once connected)."""
+        return f"{' '.join(become.SUDO)} {cmd}" if self._sudo else str(cmd)
+
     def _check_sudo(self, conn: _Direct | fabric.Connection, transport: paramiko.Transport) -> None:
         """`sudo -n true` before any other command: a sudo that would ask for a password refuses the host
         here, exit 3, before anything on it changed."""
