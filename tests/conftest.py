@@ -117,6 +117,9 @@ class Box:
                 pass
         # stray memory holders left their session but keep running from a file in data/
         subprocess.run(["pkill", "-9", "-f", str(self.data)], check=False)
+        # SIGKILL is not yet gone: until the kernel has torn a daemon down, its binary is busy (ETXTBSY)
+        # for the next test's copy onto it
+        wait_until(lambda: not self._processes(), timeout=20, what="the box's processes to be gone")
 
 
 @contextmanager
