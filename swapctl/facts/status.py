@@ -9,9 +9,10 @@ from pathlib import PurePosixPath
 from ..playbook import DaemonSpec, GpuSpec
 from ..remote import Cmd, Host
 from . import nvidia, system
+from . import systemd as sd
 
 STATUS_SCRIPT = r"""
-bin=$1; state=$2; PS_FORMAT=$3; GPU_FIELDS=$4; GPU_APPS=$5; smi_cs=$6; shift 6
+bin=$1; state=$2; PS_FORMAT=$3; GPU_FIELDS=$4; GPU_APPS=$5; smi_cs=$6; unit=$7; shift 7
 sec() { printf '\n==> %s\n' "$1"; }
 """ + nvidia.BOUNDED_SMI + r"""
 sec host; uname -m; uname -n
@@ -37,6 +38,17 @@ if [ -n "$state" ] && [ -d "$g" ]; then
   if [ -f "$g/gpu-sampler.lock" ] && ! flock -n "$g/gpu-sampler.lock" true 2>/dev/null; then
     echo "running $(cat -- "$g/gpu-sampler.pid" 2>/dev/null)"; else echo idle; fi
   tail -n 1 -- "$g/gpu-sampler.notes" 2>/dev/null
+fi
+sec unit  # swapctl.facts.systemd: the playbook's unit, else the one a process running the binary is in
+if [ -d /run/systemd/system ] && command -v systemctl >/dev/null 2>&1; then
+  if [ -z "$unit" ] && [ -n "$bin" ] && real=$(readlink -f -- "$bin"); then
+    p=$(find /proc/[0-9]*/exe -maxdepth 0 -lname "$real" -printf '%h\n' 2>/dev/null | head -n 1)
+    [ -n "$p" ] && unit=$(grep -o '[^/]*\.service$' "$p/cgroup" 2>/dev/null | grep -v '^user@' | head -n 1)
+  fi
+  if [ -n "$unit" ]; then
+    systemctl show -p """ + ",".join(sd.PROPERTIES) + r""" -- "$unit" 2>/dev/null
+    echo "--- cat"; systemctl cat -- "$unit" 2>/dev/null | head -c 65536
+  fi
 fi
 sec releases
 # a manifest over 1 MiB is no manifest swapctl wrote: cut, it does not parse, and is not shown
@@ -65,13 +77,14 @@ class HostStatus:
     swapping: bool = False  # a swap script runs on the host now (it holds swap.lock)
     gpu_sampler: str | None = None  # one line: the GPU sampler runs (and follows which pid) or not, its last note
     gpu_hung: bool = False  # nvidia-smi did not answer within [gpu] nvidia_smi_timeout_s: GPU or driver wedged
+    unit: sd.Unit | None = None  # the systemd unit the daemon runs under (or the playbook names)
 
     @property
     def other_sessions(self) -> tuple[system.Session, ...]:
         return tuple(s for s in self.sessions if not s.own)
 
 
-DF_ARG = 10  # where the status script's df paths start in its argv (sh -c SCRIPT $0 $1...$6)
+DF_ARG = 11  # where the status script's df paths start in its argv (sh -c SCRIPT $0 $1...$7)
 
 
 DEFAULT_GPU = GpuSpec()  # frozen: one default for every call
@@ -82,7 +95,7 @@ def status_cmd(daemon: DaemonSpec, gpu: GpuSpec = DEFAULT_GPU) -> Cmd:
     state = daemon.state_dir if daemon.binary else ""
     smi_cs = max(1, round(gpu.nvidia_smi_timeout_s * 100))
     return Cmd.script(STATUS_SCRIPT, daemon.binary or "", state, system.PS_FORMAT, nvidia.QUERY_FIELDS,
-                      nvidia.QUERY_APPS, str(smi_cs), *dict.fromkeys(dirs), label="status")
+                      nvidia.QUERY_APPS, str(smi_cs), daemon.unit or "", *dict.fromkeys(dirs), label="status")
 
 
 def split_sections(text: str) -> dict[str, str]:
@@ -205,6 +218,7 @@ def parse_status(host: str, text: str, daemon: DaemonSpec, df_paths: list[str]) 
         swapping=s.get("swapping", "").strip() == "yes",
         gpu_sampler=_sampler_line(s.get("gpu-sampler", "")),
         gpu_hung=hung is not None,
+        unit=sd.parse_unit(s.get("unit", "")),
     )
 
 

@@ -47,6 +47,7 @@ class DaemonSpec:
     cwd: str | None = None
     env: tuple[tuple[str, str], ...] = ()
     secret_env: tuple[str, ...] = ()
+    unit: str | None = None  # the systemd service it runs under; None: the one its process is found in
 
     @property
     def match_regex(self) -> re.Pattern[str] | None:
@@ -144,6 +145,7 @@ _SCHEMA: dict[str, dict[str, tuple[str, bool]]] = {
         "cwd": ("str", False),
         "env": ("strtable", False),
         "secret_env": ("strlist", False),
+        "unit": ("str", False),
     },
     "memory": {
         "min_available_gib": ("num", False),
@@ -321,6 +323,10 @@ def parse(text: str, path: str = DEFAULT_PLAYBOOK, inventory: str | None = None)
     for key in ("binary", "log", "cwd"):
         if key in d and not d[key].startswith("/"):
             raise ld.fail(f"must be an absolute path on the host, not {d[key]!r}", "daemon", key)
+    if "unit" in d:
+        d["unit"] = d["unit"] if d["unit"].endswith(".service") else f"{d['unit']}.service"  # as systemctl does
+        if not re.fullmatch(r"[A-Za-z0-9:_.@\\-]+\.service", d["unit"]):
+            raise ld.fail(f"{d['unit']!r} is not a systemd service name (e.g. \"cuzk.service\")", "daemon", "unit")
     if "args" in d:
         d["args"] = tuple(d["args"])
     d["env"] = tuple(d.get("env", {}).items())
