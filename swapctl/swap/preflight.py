@@ -52,7 +52,31 @@ def situation(ctx: Context) -> Situation:
     # with args in the playbook the config files are known now: checked here, not in a command of their own
     configs = tuple(config_paths(ctx.spec.args)) if ctx.spec.args is not None else ()
     out = ctx.run(scripts.command("inspect.sh", *configs, pid=pid, bin=ctx.spec.binary, state=ctx.state)).stdout
-    return read_situation(ctx.name, ctx.spec.binary, status, split_sections(out), configs)
+    return read_situation(ctx.name, ctx.spec.binary, status, split_sections(out), configs, ctx.spec.unit)
+
+
+def check_unit(ctx: Context, sit: Situation) -> None:
+    """Under a unit, its ExecStart must run the binary path (the release symlink): what `systemctl start`
+    runs is the unit's, so the playbook's binary, args and env must be the unit's too."""
+    if not sit.unit:
+        return
+    spec, u = ctx.spec, sit.status.unit
+    if u is None or u.name != sit.unit or not u.found:
+        state = u.load_state if u and u.name == sit.unit else "not found"
+        raise BadInput(f"daemon.unit {sit.unit} is not a unit on the host ({state}); fix daemon.unit, or install "
+                       f"the unit first", host=ctx.name)
+    if u.exec_path != spec.binary:
+        raise BadInput(f"the unit {u.name} runs {u.exec_path or '?'} (its ExecStart), the playbook's daemon.binary "
+                       f"is {spec.binary}: make them the same path (swapctl swaps the binary the unit runs)",
+                       host=ctx.name)
+    if spec.args is not None and " ".join(spec.args) != " ".join(u.exec_argv[1:]):
+        raise BadInput(f"daemon.args {' '.join(spec.args)!r} are not the unit {u.name}'s ExecStart arguments "
+                       f"{' '.join(u.exec_argv[1:])!r}; the unit decides what runs: change it (a drop-in), or "
+                       f"drop daemon.args", host=ctx.name)
+    missing = [k for k, v in spec.env if (k, v) not in u.environment]
+    if missing:
+        raise BadInput(f"daemon.env {missing[0]} is not in the unit {u.name}'s Environment; the unit decides what "
+                       f"runs: set it there (a drop-in), or drop it from daemon.env", host=ctx.name)
 
 
 def check_configs(ctx: Context, sit: Situation, argv: tuple[str, ...]) -> None:
@@ -80,9 +104,12 @@ def new_release(ctx: Context, sit: Situation, binary: elf.LocalBinary, build: di
     base = sit.daemon or sit.releases.get(sit.current or "")
     args = spec.args if spec.args is not None else (tuple(base.argv[1:]) if base and base.argv else ())
     cwd = spec.cwd or (base.cwd if base and base.cwd else str(PurePosixPath(spec.binary).parent))
+    env = env_for(ctx, base.env if base else None)
+    unit = sit.status.unit
+    if sit.unit and unit and unit.name == sit.unit:  # what `systemctl start` will run (check_unit checked it)
+        args, cwd, env = unit.exec_argv[1:], unit.working_directory or "/", unit.environment
     new = Release(sha256=binary.sha256, size=binary.size, name=PurePosixPath(spec.binary).name, created=now_iso(),
-                  by=who_am_i(), argv=(spec.binary, *args), cwd=cwd, env=env_for(ctx, base.env if base else None),
-                  build=build)
+                  by=who_am_i(), argv=(spec.binary, *args), cwd=cwd, env=env, build=build)
     if new.id in sit.releases:  # deployed before: keep its record, take the new command line
         old = sit.releases[new.id]
         new = replace(old, argv=new.argv, cwd=new.cwd, env=new.env, status="ok", build=build or old.build)
@@ -93,6 +120,7 @@ def plan_deploy(ctx: Context, sit: Situation, binary: elf.LocalBinary, restart: 
                 build: dict | None = None) -> DeployPlan:
     """Everything a deploy checks before anything changes."""
     elf.check_arch(binary, sit.status.arch, ctx.name)
+    check_unit(ctx, sit)
     new = new_release(ctx, sit, binary, build)
     needed = binary.size * (1 if new.id in sit.releases else 2) // 1024 + 1024
     if sit.free_kib < needed:
@@ -128,6 +156,7 @@ def plan_rollback(ctx: Context, sit: Situation, to: str | None = None) -> Plan:
         target = found
     if target.id == sit.running and sit.daemon:
         raise BadInput(f"release {target.id} is the one running now; pick another with --to", host=ctx.name)
+    check_unit(ctx, sit)
     if target.argv:
         check_configs(ctx, sit, target.argv)
     plan: Plan = Plan.of(sit, new=target)

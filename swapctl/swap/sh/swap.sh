@@ -13,7 +13,9 @@
 #                                             the host goes back to the fallback release by itself
 #   FAILED why                                it could not go on (another swap runs, the switch or start failed)
 # Inputs:
-#   pid grace_ms group unit       the daemon to stop (an empty pid: none runs), its process group, its unit
+#   pid grace_ms group unit       the daemon to stop (an empty pid: none runs), its process group, and the
+#                                 systemd unit it runs under: stopped, started and rolled back through it
+#   reset                         1: `systemctl reset-failed` the unit once started (a rollback does)
 #   timeout_ms min_kib gpu_max    the memory wait
 #   bin target cwd log            the binary path, the release it becomes, where the new daemon runs and logs
 #   re ready_s port stable_ms     readiness: the log line (or the port), how long to wait, how long to stay up
@@ -21,7 +23,7 @@
 #                                 its command line rendered once (quoted by swapctl's Cmd)
 #   fb_host fb_from fb_to fb_current   for the journal line the host then writes itself
 # Arguments: K=V... command...: the new daemon's environment and command line, as `env -i` takes them.
-: "${pid?}" "${grace_ms?}" "${group?}" "${unit?}" "${timeout_ms?}" "${min_kib?}" "${gpu_max?}"
+: "${pid?}" "${grace_ms?}" "${group?}" "${unit?}" "${timeout_ms?}" "${min_kib?}" "${gpu_max?}" "${reset?}"
 : "${bin?}" "${target?}" "${cwd?}" "${log?}" "${re?}" "${ready_s?}" "${port?}" "${stable_ms?}"
 : "${fb_target?}" "${fb_cwd?}" "${fb_cmd?}" "${fb_host?}" "${fb_from?}" "${fb_to?}" "${fb_current?}"
 # shellcheck source=lib.sh
@@ -41,7 +43,10 @@ ready_now() {
 # watches it that long; prints ALIVE 1 or ALIVE 0 at the end.
 wait_ready() {
   me=$$; use_log=1
-  ( while alive "$new"; do sleep 0.01; done; echo EXITED; pkill -TERM -P "$me" -x timeout ) 8>&- &
+  # a daemon gone before the log reader starts (a unit's MainPID 0: it exited already) would leave the
+  # reader to its time-out: the end is retried until it finds the reader (the watchers are killed after)
+  ( while alive "$new"; do sleep 0.01; done; echo EXITED; n=0
+    until pkill -TERM -P "$me" -x timeout || [ "$n" -ge 500 ]; do n=$((n + 1)); sleep 0.01; done ) 8>&- &
   watchers=$!
   if [ -n "$port" ]; then
     # shellcheck disable=SC3025 # with a port, swapctl runs this script under bash
@@ -78,12 +83,13 @@ exec 8>>"$state/swap.lock"
 flock -w 30 8 || { echo "FAILED another swap still runs on this host"; exit 0; }
 WATCH=""
 [ -n "$pid" ] && stop_daemon "$pid" "$grace_ms" "$group" "$unit"
+# no daemon, but its unit may be about to restart one (Restart=, after a crash): the stop cancels that
+[ -z "$pid" ] && [ -n "$unit" ] && systemctl stop -- "$unit" >/dev/null 2>&1
 wait_memory "$timeout_ms" "$min_kib" "$gpu_max" || exit 0
 switch_to "$target" || { echo "FAILED switch"; exit 0; }
 off=$(stat -c %s -- "$log" 2>/dev/null || echo 0)
 if [ -n "$unit" ]; then
-  systemctl start -- "$unit" || { echo "FAILED systemctl start"; exit 0; }
-  new=$(systemctl show -p MainPID --value -- "$unit")
+  start_unit "$unit" "$reset" || exit 0
 else
   cd -- "$cwd" || { echo "FAILED cd $cwd"; exit 0; }
   ( trap - PIPE HUP; exec setsid env -i "$@" ) >> "$log" 2>&1 < /dev/null 8>&- &
@@ -92,6 +98,7 @@ fi
 echo "STARTED $new $off"
 now; started_ms=$NOW
 wait_ready
+[ -n "$unit" ] && ! alive "$new" && hold_unit "$unit"
 
 # When the deploy lost its connection, nobody will roll back a new daemon that failed: do it here.
 { [ -n "$fb_target" ] && ! ready_now; } || exit 0
@@ -101,7 +108,7 @@ printf 'NOTREADY\n' 2>/dev/null && exit 0  # someone still listens: the deploy d
 until_ms=$(( started_ms + ready_s * 1000 ))
 while alive "$new" && ! ready_now && now && [ "$NOW" -lt "$until_ms" ]; do sleep 0.05; done
 ready_now && exit 0
-stop_daemon "$new" "$grace_ms" 1 "" >/dev/null 2>&1
+stop_daemon "$new" "$grace_ms" 1 "$unit" >/dev/null 2>&1
 wait_memory "$timeout_ms" "$min_kib" "" >/dev/null 2>&1 || exit 0
 switch_to "$fb_target" || exit 0
 cd -- "$fb_cwd" || exit 0
@@ -113,5 +120,10 @@ entry=$(printf '{"action": "auto-rollback", "by": %s, "current": %s, "from": %s,
   "$(json_str "$fb_from")" "$(json_str "$fb_host")" "$off")
 rest=$(printf '"reason": "not ready, and no swapctl listening", "time": "%s", "to": %s}' \
   "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$(json_str "$fb_to")")
+if [ -n "$unit" ]; then  # back through the unit: a daemon started beside it, systemd would start again
+  start_unit "$unit" 1 >/dev/null || exit 0
+  printf '%s"outcome": "rolled-back", "pid": %s, %s\n' "$entry" "$new" "$rest" >> "$state/journal.jsonl"
+  exit 0
+fi
 ( trap - PIPE HUP; eval "exec setsid $fb_cmd" ) >> "$log" 2>&1 < /dev/null 8>&- &
 printf '%s"outcome": "rolled-back", "pid": %s, %s\n' "$entry" "$!" "$rest" >> "$state/journal.jsonl"
