@@ -35,19 +35,22 @@ class UnitBox:
         self.path = f"/data/{name}"  # inside
         self.binary, self.log, self.config = f"{self.path}/cuzk", f"{self.path}/cuzk.log", f"{self.path}/cuzk.toml"
         self.playbook_path = workdir / "swapctl.toml"
+        self.journaled = False
         leader = host.leader()
         self.pidns = os.readlink(f"/proc/{leader}/ns/pid")
 
     def install(self, binary: Path, restart: str = "on-failure", restart_sec: str = "1", exec_path: str = "",
-                drop_in: str = "", extra: str = "") -> int:
+                drop_in: str = "", journal: bool = False) -> int:
         """Puts `binary` at the binary path and runs it as the unit, as an admin would; returns its MainPID
-        once it is ready."""
+        once it is ready. `journal`: the unit logs to the journal (systemd's default), not to the log file."""
         shutil.copy(binary, self.dir / "cuzk")
         (self.dir / "cuzk.toml").write_text(prover_config())
+        output = "" if journal else f"StandardOutput=append:{self.log}\nStandardError=append:{self.log}\n"
         unit = (f"[Unit]\nDescription=stand-in cuzk ({self.name})\n[Service]\n"
                 f"ExecStart={exec_path or self.binary} --config {self.config}\nRestart={restart}\n"
                 f"RestartSec={restart_sec}\nWorkingDirectory={self.path}\nEnvironment=RUST_LOG=info \"FIL_NOTE=a b\"\n"
-                f"StandardOutput=append:{self.log}\nStandardError=append:{self.log}\n{extra}")
+                + output)
+        self.journaled = journal
         (self.dir / "unit").write_text(unit)
         script = f"cp {self.path}/unit /etc/systemd/system/{self.unit}"
         if drop_in:
@@ -58,6 +61,10 @@ class UnitBox:
         wait_until(lambda: "cuzk-daemon ready" in self.log_text(), what="the unit's daemon to be ready")
         return self.main_pid()
 
+    def journal_text(self) -> str:
+        """The unit's journal as `journalctl -u UNIT -o cat` prints it."""
+        return self.host.sh(f"journalctl -q -o cat --no-pager -u {self.unit}").stdout
+
     def write_playbook(self, **daemon) -> Path:
         d = {"binary": self.binary, "match": re.escape(self.binary), "log": self.log, "ready_timeout_s": 20,
              "stop_grace_s": 5, **daemon}
@@ -66,6 +73,8 @@ class UnitBox:
         return self.playbook_path
 
     def log_text(self) -> str:
+        if self.journaled:
+            return self.journal_text()
         try:
             return (self.dir / "cuzk.log").read_text(errors="replace")
         except FileNotFoundError:
@@ -267,3 +276,36 @@ def test_a_daemon_started_by_hand_in_ssh_services_cgroup_is_not_taken_for_that_u
     assert sha(f"/proc/{new}/exe") == sha(prover_b)
     for inside in ubox.daemons():
         ubox.host.sh(f"kill {inside}", check=False)
+
+
+def test_a_unit_logging_to_the_journal_readiness_rollback_fetch_logs_and_timings(ubox, prover, prover_b,
+                                                                                 prover_crash, tmp_path):
+    ubox.install(prover, restart_sec="200ms", journal=True)
+    ubox.write_playbook(log="journal", unit=ubox.unit)
+    dest = tmp_path / "logs"
+
+    def fetch() -> dict:
+        r = swapctl("fetch-logs", "lab", "--dest", str(dest), "-p", str(ubox.playbook_path), "--json")
+        assert r.returncode == 0, r.stderr
+        [got] = json.loads(r.stdout)["hosts"]["lab"]
+        return got
+
+    first = fetch()
+    assert first["remote"] == f"journal -u {ubox.unit}" and first["new_bytes"] > 0
+    again = fetch()  # resumed after the cursor, into the same local copy
+    assert again["local"] == first["local"] and not again["restarted"]
+    r = deploy(ubox, prover_b)
+    assert r.returncode == 0, r.stderr
+    assert "is ready" in r.stderr and ubox.runs(prover_b), ubox.daemons()  # its ready line came from the journal
+    r = deploy(ubox, prover_crash)
+    assert r.returncode == 4, r.stderr
+    assert f"Failed log: journalctl -u {ubox.unit}" in r.stderr
+    assert "stand-in built to crash at start" in r.stderr  # the failed start's lines, from the journal
+    assert ubox.runs(prover_b), ubox.daemons()
+    assert ubox.journal_text().count("stand-in built to crash at start") == 1
+    fetch()
+    local = Path(first["local"]).read_text()
+    assert local == ubox.journal_text()  # fetched by cursor, piece by piece: every line once, in order
+    t = swapctl("timings", first["local"], "--json")
+    assert t.returncode == 0, t.stderr
+    assert json.loads(t.stdout)["jobs"] >= 2  # a proof from each build that came up

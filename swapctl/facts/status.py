@@ -91,7 +91,8 @@ DEFAULT_GPU = GpuSpec()  # frozen: one default for every call
 
 
 def status_cmd(daemon: DaemonSpec, gpu: GpuSpec = DEFAULT_GPU) -> Cmd:
-    dirs = [str(PurePosixPath(p).parent) for p in (daemon.binary, daemon.log) if p] or ["/"]
+    files = (daemon.binary, None if daemon.journal else daemon.log)
+    dirs = [str(PurePosixPath(p).parent) for p in files if p] or ["/"]
     state = daemon.state_dir if daemon.binary else ""
     smi_cs = max(1, round(gpu.nvidia_smi_timeout_s * 100))
     return Cmd.script(STATUS_SCRIPT, daemon.binary or "", state, system.PS_FORMAT, nvidia.QUERY_FIELDS,

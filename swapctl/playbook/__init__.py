@@ -19,6 +19,7 @@ DEFAULT_PLAYBOOK = "swapctl.toml"
 SSH_CONFIGS = ("~/.ssh/config", "/etc/ssh/ssh_config")  # the files `ssh NAME` reads, as fabric does
 HOST_KEY_POLICIES = ("strict", "accept-new")
 TRANSPORTS = ("ssh", "local")
+JOURNAL = "journal"  # daemon.log's value for a daemon whose unit logs to the journal
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,11 @@ class DaemonSpec:
     def match_regex(self) -> re.Pattern[str] | None:
         pattern = self.match or (PurePosixPath(self.binary).name if self.binary else None)
         return re.compile(pattern) if pattern else None
+
+    @property
+    def journal(self) -> bool:
+        """The daemon logs to its unit's journal (`log = "journal"`), not to a file."""
+        return self.log == JOURNAL
 
     @property
     def state_dir(self) -> str:
@@ -320,8 +326,11 @@ def parse(text: str, path: str = DEFAULT_PLAYBOOK, inventory: str | None = None)
             re.compile(d["match"])
         except re.error as exc:
             raise ld.fail(f"not a valid regular expression ({exc})", "daemon", "match") from None
+    if d.get("log") == JOURNAL and "unit" not in d:
+        raise ld.fail('"journal" needs the unit whose journal it is: add `unit = "cuzk.service"` under [daemon]',
+                      "daemon", "log")
     for key in ("binary", "log", "cwd"):
-        if key in d and not d[key].startswith("/"):
+        if key in d and not d[key].startswith("/") and not (key == "log" and d[key] == JOURNAL):
             raise ld.fail(f"must be an absolute path on the host, not {d[key]!r}", "daemon", key)
     if "unit" in d:
         d["unit"] = d["unit"] if d["unit"].endswith(".service") else f"{d['unit']}.service"  # as systemctl does

@@ -67,10 +67,10 @@ def roll_back(ctx: Context, failed: Release, fallback: Release | None, attempt: 
     Under `unit` all of it goes through the unit, which is then reset-failed: a daemon started beside it
     would run next to the one its Restart= starts."""
     started = attempt.run.pid
-    tail = swaprun.log_tail(ctx, attempt.run.offset) if started else ""
+    tail = swaprun.log_tail(ctx, attempt.run.offset, invocation=attempt.run.invocation) if started or unit else ""
     ctx.emit("rollback", f"{failed.id} failed: {attempt.why}; rolling back")
     store.mark(ctx, failed, "bad")
-    log = f"{ctx.spec.log} from byte {attempt.run.offset}"
+    log = f"journalctl -u {unit}" if ctx.spec.journal else f"{ctx.spec.log} from byte {attempt.run.offset}"
     entry = {"action": "auto-rollback" if action == "deploy" else "rollback", "from": failed.sha256,
              "steps": attempt.steps, "failed_log": log, "reason": attempt.why}
     if fallback is None:
@@ -94,8 +94,8 @@ def roll_back(ctx: Context, failed: Release, fallback: Release | None, attempt: 
         journal.write(ctx, {**entry, "to": fallback.sha256, "current": fallback.id, "outcome": "rollback-failed"},
                       upload)
         raise UnknownState(f"{failed.id} failed ({attempt.why}), and the rollback to {fallback.id} failed too "
-                           f"({why}); no daemon runs now; logs: {ctx.spec.log}", host=ctx.name,
-                           detail=swaprun.log_tail(ctx, run.offset))
+                           f"({why}); no daemon runs now; logs: {log}", host=ctx.name,
+                           detail=swaprun.log_tail(ctx, run.offset, invocation=run.invocation))
     journal.write(ctx, {**entry, "to": fallback.sha256, "current": fallback.id, "outcome": "rolled-back",
                         "pid": run.pid, "log_offset": run.offset}, upload)
     if action == "rollback":  # the host runs what it ran, but not what was asked for

@@ -143,6 +143,8 @@ def stop_only(ctx: Context, pid: int, unit: str = "") -> SwapReport:
     return parse_swap((0.0, line) for line in out.stdout.splitlines())
 
 
-def log_tail(ctx: Context, offset: int, lines: int = 20) -> str:
-    """The daemon's log after byte `offset`, its last `lines` lines."""
-    return ctx.run(scripts.command("tail.sh", path=ctx.spec.log, offset=offset, lines=lines), check=False).stdout
+def log_tail(ctx: Context, offset: int, lines: int = 20, invocation: str = "") -> str:
+    """The daemon's log after byte `offset`, its last `lines` lines; with log "journal", the lines of the
+    unit's start `invocation` (else the unit's last lines)."""
+    return ctx.run(scripts.command("tail.sh", path=ctx.spec.log, offset=offset, lines=lines,
+                                   unit=ctx.spec.unit or "", inv=invocation), check=False).stdout

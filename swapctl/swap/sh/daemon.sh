@@ -34,11 +34,13 @@ stop_daemon() {
 
 # start_unit UNIT RESET: `systemctl start UNIT`, whose ExecStart runs the binary path (the release now);
 # with RESET 1 then `systemctl reset-failed UNIT`, as a rollback clears the failed start's record. Sets
-# new (its MainPID: 0 when it has exited already). Prints FAILED and returns 1 when systemctl refuses.
+# new (its MainPID: 0 when it has exited already) and inv (its InvocationID: its lines in the journal). Prints FAILED and returns 1 when systemctl refuses.
 start_unit() {
   said=$(systemctl start -- "$1" 2>&1) || { echo "FAILED systemctl start $1: $(printf '%s' "$said" | tr '\n' ' ')"; return 1; }
-  # shellcheck disable=SC2034 # new: read by the script that includes this file
+  # shellcheck disable=SC2034 # new, inv: read by the script that includes this file
   new=$(systemctl show -p MainPID --value -- "$1")
+  # shellcheck disable=SC2034
+  inv=$(systemctl show -p InvocationID --value -- "$1")
   [ "$2" = 1 ] && systemctl reset-failed -- "$1" 2>/dev/null
   return 0
 }

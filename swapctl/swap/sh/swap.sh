@@ -6,7 +6,8 @@
 #   KIDS pids | SIGKILL | STOPPED ms          stop (daemon.sh's stop_daemon)
 #   R ms avail_kib alive gpu_used | DONE ms | TIMEOUT ms
 #                                             wait until they are gone, GPU memory is back, MemAvailable >= min
-#   STARTED pid log_offset                    the binary path points at the release; started with env -i
+#   STARTED pid log_offset [inv]              the binary path points at the release; started with env -i
+#                                             (or its unit, whose InvocationID is inv)
 #   LOG line | READY | EXITED | ALIVE 0/1     the log after the start until ready, exit or time-out
 #   WATCH ms                                  ready: watched for ms more, as it must stay up that long
 #   NOTREADY                                  not ready; when this line finds nobody listening any more,
@@ -36,7 +37,14 @@ ready_now() {
   alive "$new" || return 1
   # shellcheck disable=SC3025 # with a port, swapctl runs this script under bash
   if [ -n "$port" ]; then (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null
-  else tail -c +"$((off + 1))" -- "$log" 2>/dev/null | grep -qE -- "$re"; fi
+  else log_since 2>/dev/null | grep -qE -- "$re"; fi
+}
+
+# log_since: the started daemon's output, from byte $off of $log; with log "journal", its unit's journal
+# for this start (its InvocationID, $inv)
+log_since() {
+  if [ "$log" = journal ]; then journalctl -q -o cat _SYSTEMD_INVOCATION_ID="$inv"
+  else tail -c +"$((off + 1))" -- "$log"; fi
 }
 
 # wait_ready: streams the new daemon's log until it is ready, exits or ready_s pass; then, with stable_ms,
@@ -57,8 +65,12 @@ wait_ready() {
   fi
   # mawk (Debian's and Ubuntu's awk) fills its input buffer before it reads a line from a pipe
   case "$(awk -W version 2>&1 | head -n 1)" in mawk*) line_input="-W interactive" ;; *) line_input="" ;; esac
+  # log_since, followed (tail -F); `timeout` is this shell's child, for the watchers' pkill
+  # (-f alone starts at the last 10 lines: a daemon that wrote more before it starts would hide its ready line)
+  if [ "$log" = journal ]; then set -- journalctl -q -o cat -f -n all _SYSTEMD_INVOCATION_ID="$inv"
+  else set -- tail -c +"$((off + 1))" -F -s 0.02 -- "$log"; fi
   # shellcheck disable=SC2086 # $line_input is empty or two words
-  timeout "$ready_s" tail -c +"$((off + 1))" -F -s 0.02 -- "$log" 2>/dev/null |
+  timeout "$ready_s" "$@" 2>/dev/null |
     awk $line_input -v re="$re" -v me="$me" -v use="$use_log" '{ print "LOG " $0; fflush() }
       use && $0 ~ re { print "READY"; fflush(); system("pkill -TERM -P " me " -x timeout"); exit }'
   # shellcheck disable=SC2086 # only the watchers: the daemon is this shell's child too
@@ -81,7 +93,7 @@ state=${target%/releases/*}
 # (and with it the deploy lock); lock.sh refuses a new deploy meanwhile. Nothing started here keeps fd 8.
 exec 8>>"$state/swap.lock"
 flock -w 30 8 || { echo "FAILED another swap still runs on this host"; exit 0; }
-WATCH=""
+WATCH=""; inv=""
 [ -n "$pid" ] && stop_daemon "$pid" "$grace_ms" "$group" "$unit"
 # no daemon, but its unit may be about to restart one (Restart=, after a crash): the stop cancels that
 [ -z "$pid" ] && [ -n "$unit" ] && systemctl stop -- "$unit" >/dev/null 2>&1
@@ -95,7 +107,7 @@ else
   ( trap - PIPE HUP; exec setsid env -i "$@" ) >> "$log" 2>&1 < /dev/null 8>&- &
   new=$!
 fi
-echo "STARTED $new $off"
+echo "STARTED $new $off${inv:+ $inv}"
 now; started_ms=$NOW
 wait_ready
 [ -n "$unit" ] && ! alive "$new" && hold_unit "$unit"
