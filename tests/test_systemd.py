@@ -309,3 +309,51 @@ def test_a_unit_logging_to_the_journal_readiness_rollback_fetch_logs_and_timings
     t = swapctl("timings", first["local"], "--json")
     assert t.returncode == 0, t.stderr
     assert json.loads(t.stdout)["jobs"] >= 2  # a proof from each build that came up
+
+
+def _here(host, inside: int) -> int:
+    """The pid this machine gives the container's process `inside`."""
+    ns = os.readlink(f"/proc/{host.leader()}/ns/pid")
+    for p in Path("/proc").iterdir():
+        try:
+            if p.name.isdigit() and os.readlink(p / "ns/pid") == ns:
+                nspid = next(line for line in (p / "status").read_text().splitlines() if line.startswith("NSpid:"))
+                if int(nspid.split()[-1]) == inside:
+                    return int(p.name)
+        except (OSError, StopIteration):
+            continue
+    raise AssertionError(f"no process {inside} in the container")
+
+
+def test_the_systemd_example_playbook_deploys_through_cuzks_own_unit(systemd_host, prover, prover_b, tmp_path,
+                                                                    swapctl_env):
+    """playbooks/systemd.toml as it stands, on the unit cuzk's docs give, pointed at the lab host."""
+    from swapctl.playbook import examples
+
+    h, s = systemd_host, systemd_host.server
+    (h.data / "zk").mkdir(exist_ok=True)
+    (h.data / "zk" / "cuzk.toml").write_text(prover_config())
+    shutil.copy(prover, h.data / "zk" / "prover-a")
+    unit = "[Service]\nExecStart=/usr/local/bin/cuzk --config /data/zk/cuzk.toml\nRestart=on-failure\nRestartSec=10\n"
+    (h.data / "zk" / "cuzk.service").write_text(unit)
+    h.sh("install -m 755 /data/zk/prover-a /usr/local/bin/cuzk && cp /data/zk/cuzk.service /etc/systemd/system/ && "
+         "systemctl daemon-reload && systemctl start cuzk.service")
+    try:
+        wait_until(lambda: "cuzk-daemon ready" in h.sh("journalctl -q -o cat -u cuzk.service").stdout,
+                   what="cuzk.service ready")
+        text = examples.render("systemd")
+        for old, new in {'address = "141.0.85.211"': f'address = "{s.address}"\nidentity_file = "{s.client_key}"\n'
+                                                     f'known_hosts = "{s.known_hosts}"',
+                         "ready_stable_s = 30": "ready_stable_s = 1", "ready_timeout_s = 600": "ready_timeout_s = 30",
+                         "min_available_gib = 400": "min_available_gib = 0.5"}.items():
+            assert old in text, f"the example no longer has {old!r}"
+            text = text.replace(old, new)
+        (tmp_path / "systemd.toml").write_text(text)
+        r = swapctl("deploy", "gpu-box", "--binary", str(prover_b), "--yes", "-p", str(tmp_path / "systemd.toml"))
+        assert r.returncode == 0, r.stderr
+        assert "systemctl stop cuzk.service" in r.stderr
+        main = int(h.show("cuzk.service", "MainPID")["MainPID"])
+        assert sha(f"/proc/{_here(h, main)}/exe") == sha(prover_b)
+        assert h.sh("readlink /usr/local/bin/cuzk").stdout.startswith("/usr/local/bin/.swapctl/cuzk/releases/")
+    finally:
+        h.sh("systemctl stop cuzk.service", check=False)
