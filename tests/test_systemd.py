@@ -155,6 +155,10 @@ def test_status_shows_the_unit_its_state_restarts_main_pid_and_files(ubox, prove
 def test_deploy_and_rollback_go_through_the_unit(ubox, prover, prover_b):
     ubox.install(prover)
     ubox.write_playbook()
+    dry = deploy(ubox, prover_b, "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    said = " ".join((dry.stdout + dry.stderr).split())
+    assert f"# systemctl stop {ubox.unit};" in said and f"systemctl start {ubox.unit} (its ExecStart runs" in said
     r = deploy(ubox, prover_b)
     assert r.returncode == 0, r.stderr
     assert f"systemctl stop {ubox.unit}" in r.stderr and "SIGTERM to" not in r.stderr
@@ -213,6 +217,17 @@ def test_restart_always_racing_a_hand_kill_ends_with_one_daemon_the_new_one(ubox
     r = deploy(ubox, prover_b)
     assert r.returncode == 0, r.stderr
     assert ubox.runs(prover_b), ubox.daemons()
+    assert ubox.host.sh(f"systemctl list-jobs --no-legend {ubox.unit}").stdout.strip() == ""
+
+
+def test_a_unit_crashed_and_waiting_to_restart_is_found_and_deployed_through(ubox, prover, prover_b):
+    pid = ubox.install(prover, restart="on-failure", restart_sec="30s")
+    ubox.write_playbook()  # the unit not named: found from its file, as no process runs the binary
+    os.kill(ubox.daemons()[pid], signal.SIGKILL)  # a crash: systemd restarts it in 30 s
+    wait_until(lambda: ubox.show("SubState")["SubState"] == "auto-restart", what="the unit to wait for its restart")
+    r = deploy(ubox, prover_b)
+    assert r.returncode == 0, r.stderr
+    assert ubox.runs(prover_b), ubox.daemons()  # one daemon: the unit's, not one beside the pending restart
     assert ubox.host.sh(f"systemctl list-jobs --no-legend {ubox.unit}").stdout.strip() == ""
 
 

@@ -45,6 +45,12 @@ if [ -d /run/systemd/system ] && command -v systemctl >/dev/null 2>&1; then
     p=$(find /proc/[0-9]*/exe -maxdepth 0 -lname "$real" -printf '%h\n' 2>/dev/null | head -n 1)
     [ -n "$p" ] && unit=$(grep -o '[^/]*\.service$' "$p/cgroup" 2>/dev/null | grep -v '^user@' | head -n 1)
   fi
+  # none runs it (a unit crashed, waiting to restart, or stopped): a unit file that names the binary
+  if [ -z "$unit" ] && [ -n "$bin" ]; then
+    f=$(grep -lsF -- "$bin" /etc/systemd/system/*.service /run/systemd/system/*.service \
+      /lib/systemd/system/*.service /usr/lib/systemd/system/*.service 2>/dev/null | head -n 1)
+    unit=${f##*/}
+  fi
   if [ -n "$unit" ]; then
     systemctl show -p """ + ",".join(sd.PROPERTIES) + r""" -- "$unit" 2>/dev/null
     echo "--- cat"; systemctl cat -- "$unit" 2>/dev/null | head -c 65536

@@ -218,14 +218,20 @@ def warnings(status: HostStatus, daemon: Daemon | None) -> tuple[str, ...]:
     return tuple(out)
 
 
-def unit_for(status: HostStatus, daemon: Daemon | None, named: str | None) -> str:
-    """The unit the swap goes through: the playbook's `daemon.unit`, else the unit whose main process the
+def unit_for(status: HostStatus, daemon: Daemon | None, named: str | None, binary: str) -> str:
+    """The unit the swap goes through: the playbook's `daemon.unit`; else the unit whose main process the
     daemon is (a daemon started by hand from an ssh session sits in ssh.service's cgroup on a host
-    without pam_systemd, and is not that unit's)."""
+    without pam_systemd, and is not that unit's); else, with no daemon running, the unit whose ExecStart
+    runs the binary (crashed and waiting to restart, or stopped: a daemon started beside it would run next
+    to the one its Restart= starts)."""
     if named:
         return named
     u = status.unit
-    return u.name if u and u.found and daemon and u.main_pid == daemon.pid else ""
+    if not u or not u.found:
+        return ""
+    if daemon:
+        return u.name if u.main_pid == daemon.pid else ""
+    return u.name if u.exec_path == binary else ""
 
 
 def read_situation(host: str, binary_path: str, status: HostStatus, facts: dict[str, str],
@@ -235,7 +241,7 @@ def read_situation(host: str, binary_path: str, status: HostStatus, facts: dict[
     what the unit gives it, not what systemd adds (INVOCATION_ID...)."""
     catalog = read_catalog(facts)
     daemon = read_daemon(status, facts)
-    unit = unit_for(status, daemon, named_unit)
+    unit = unit_for(status, daemon, named_unit, binary_path)
     if daemon:
         daemon = replace(daemon, unit=unit or None)
         if unit and status.unit and status.unit.name == unit:
