@@ -162,6 +162,7 @@ def test_deploy_and_rollback_go_through_the_unit(ubox, prover, prover_b):
     r = deploy(ubox, prover_b)
     assert r.returncode == 0, r.stderr
     assert f"systemctl stop {ubox.unit}" in r.stderr and "SIGTERM to" not in r.stderr
+    assert f"through the unit: systemctl stop {ubox.unit}, then systemctl start {ubox.unit}" in r.stderr
     assert ubox.runs(prover_b), ubox.daemons()
     assert (ubox.dir / "cuzk").is_symlink()  # the unit's ExecStart runs the release through the binary path
     assert ubox.show("ExecStart")["ExecStart"].startswith(f"{{ path={ubox.binary} ;")
@@ -227,6 +228,7 @@ def test_a_unit_crashed_and_waiting_to_restart_is_found_and_deployed_through(ubo
     wait_until(lambda: ubox.show("SubState")["SubState"] == "auto-restart", what="the unit to wait for its restart")
     r = deploy(ubox, prover_b)
     assert r.returncode == 0, r.stderr
+    assert f"old daemon: none running (systemd unit {ubox.unit})" in r.stderr
     assert ubox.runs(prover_b), ubox.daemons()  # one daemon: the unit's, not one beside the pending restart
     assert ubox.host.sh(f"systemctl list-jobs --no-legend {ubox.unit}").stdout.strip() == ""
 
