@@ -284,6 +284,8 @@ def test_a_daemon_started_by_hand_in_ssh_services_cgroup_is_not_taken_for_that_u
     [pid] = ubox.daemons()
     assert "ssh.service" in Path(f"/proc/{ubox.daemons()[pid]}/cgroup").read_text()
     ubox.write_playbook()
+    st = swapctl("status", "lab", "-p", str(ubox.playbook_path))
+    assert st.returncode == 0 and "ssh.service" not in st.stdout and "unit:" not in st.stdout
     r = deploy(ubox, prover_b)
     assert r.returncode == 0, r.stderr
     assert "systemctl stop" not in r.stderr and f"SIGTERM to {pid}" in r.stderr

@@ -225,8 +225,19 @@ def parse_status(host: str, text: str, daemon: DaemonSpec, df_paths: list[str]) 
         swapping=s.get("swapping", "").strip() == "yes",
         gpu_sampler=_sampler_line(s.get("gpu-sampler", "")),
         gpu_hung=hung is not None,
-        unit=sd.parse_unit(s.get("unit", "")),
+        unit=_own_unit(sd.parse_unit(s.get("unit", "")), daemon, daemons),
     )
+
+
+def _own_unit(unit: sd.Unit | None, daemon: DaemonSpec, daemons: tuple[system.Process, ...]) -> sd.Unit | None:
+    """The unit, if it is the daemon's: named by the playbook, or the daemon is its main process, or none
+    runs and its ExecStart runs the binary. A daemon started by hand from ssh on a host without
+    pam_systemd sits in ssh.service's cgroup: that unit is not its own."""
+    if unit is None or daemon.unit:
+        return unit
+    if daemons:
+        return unit if unit.main_pid == daemons[0].pid else None
+    return unit if unit.exec_path == daemon.binary else None
 
 
 def _sampler_line(text: str) -> str | None:
