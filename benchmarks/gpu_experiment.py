@@ -26,16 +26,20 @@ sys.path.insert(0, str(ROOT))
 
 from gpubox import gpu_host  # noqa: E402
 
-from swapctl.gpu.samples import parse_dmon, read_samples, window  # noqa: E402
+from swapctl.gpu.samples import QUERY, QUERY_FIELDS, parse_dmon, parse_query, read_samples, window  # noqa: E402
 from swapctl.logs.gpu import run_window  # noqa: E402
 from swapctl.logs.timings import parse  # noqa: E402
 from swapctl.sandbox import build_prover, prover_config, start_daemon  # noqa: E402
 
 # Partitions of 4 GiB a/b/c (a pageable copy of ~0.6 s on an H200) and 1.5 s of kernels: phases long
-# enough that a 1 s dmon reading lies inside or outside one. The stand-in synthesizes on one thread, one
-# partition after the other; cuzk synthesizes several in parallel, which keeps its GPU fed: a short
-# synth_ms stands for that.
-CONFIG = prover_config(memory_mib=8192, jobs=-1, partitions=4, partition_mib=4096, synth_ms=150, gpu_ms=1500)
+# enough that a 1 s dmon reading lies inside or outside one. The stand-in synthesizes on its own thread
+# ahead of the GPU worker (two a/b/c buffers), as cuzk's synthesis workers keep its GPU fed; writing
+# 4 GiB takes it about 0.5 s a partition, well under the GPU's 2 s, so the GPU does not wait for it.
+# gpu_ms 1250 makes a partition's cycle about 1.77 s pageable (0.52 s copy) and 1.33 s pinned: not a
+# multiple of dmon's 1 s. At gpu_ms 1500 the pageable cycle was 2.0 s, and each 1 s reader saw the same
+# two phases for minutes (99, 13, 99, 13...): two dmon readers of one GPU over one window read 71.8%
+# and 64.5% (saved in tests/data/h200-experiment/aliased/).
+CONFIG = prover_config(memory_mib=8192, jobs=-1, partitions=4, partition_mib=4096, synth_ms=150, gpu_ms=1250)
 
 
 def main() -> None:
@@ -70,13 +74,17 @@ def main() -> None:
                            text=True).stdout
     transcript.write(probe)
     server, data, playbook = gpu_host(base, pageable, config)
-    reader = None
+    reader = fast = None
     try:
         # the second reader: its own nvidia-smi, apart from swapctl's sampler, for the whole run
         if shutil.which("nvidia-smi"):
             reader = subprocess.Popen(["nvidia-smi", "dmon", "-s", "ut", "-d", "1", "-o", "DT"],
                                       stdout=open(out / "dmon-independent.txt", "w"), stderr=subprocess.STDOUT,
                                       env={**os.environ, "TZ": "UTC"})
+            # a third reader, ten times as often: utilization.gpu every 100 ms, no 1 s phase to lock to
+            fast = subprocess.Popen(["nvidia-smi", f"--query-gpu={QUERY_FIELDS}", "--format=csv", "-lms", "100"],
+                                    stdout=open(out / "query-100ms.csv", "w"), stderr=subprocess.STDOUT,
+                                    env={**os.environ, "TZ": "UTC"})
         pid = start_daemon(data / "cuzk", data / "cuzk.toml", data / "cuzk.log", data)
         print(f"pageable build runs as pid {pid}", flush=True)
         time.sleep(3)
@@ -89,9 +97,10 @@ def main() -> None:
         verdict = json.loads(r.stdout) if r.returncode == 0 and r.stdout.strip() else {}
         swapctl("fetch-logs", "h200", "--dest", str(logs), "-p", str(playbook))
         swapctl("gpu-sampler", "stop", "h200", "-p", str(playbook))
-        if reader:
-            reader.terminate()
-            reader.wait()
+        for r_ in (reader, fast):
+            if r_:
+                r_.terminate()
+                r_.wait()
         fetched = logs / "h200"
         swapctl("timings", str(fetched / "cuzk.log"), "--plot", str(out / "timeline.png"))
         table = swapctl("timings", str(fetched / "cuzk.log"))
@@ -100,6 +109,7 @@ def main() -> None:
                    "verdict": verdict.get("summary"), "runs": []}
         ours = read_samples(sorted(fetched.glob("gpu-samples-*.dmon")))
         theirs = parse_dmon((out / "dmon-independent.txt").read_text()) if reader else []
+        quick = parse_query((out / "query-100ms.csv").read_text()) if fast else []
         log = parse([open(fetched / "cuzk.log", "rb")])
         for i, run in enumerate(log.runs, 1):
             bounds = run_window(run)
@@ -111,8 +121,10 @@ def main() -> None:
 
                 end = bounds[1] + timedelta(seconds=1)
                 a, b = window(ours, bounds[0], end, 0), window(theirs, bounds[0], end, 0)
+                q = window(quick, bounds[0], bounds[1], 0, QUERY)
                 row.update({"sampler_sm_mean": a.sm_mean, "sampler_n": a.count, "independent_sm_mean": b.sm_mean,
-                            "independent_n": b.count, "sampler_rx_mean": a.rx_mean_mbps})
+                            "independent_n": b.count, "sampler_rx_mean": a.rx_mean_mbps,
+                            "query_100ms_util_mean": q.sm_mean, "query_100ms_n": q.count})
             summary["runs"].append(row)
         j = swapctl("timings", str(fetched / "cuzk.log"), "--json")
         try:
@@ -128,8 +140,9 @@ def main() -> None:
         (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
         print(json.dumps(summary, indent=1, default=str), flush=True)
     finally:
-        if reader and reader.poll() is None:
-            reader.kill()
+        for r_ in (reader, fast):
+            if r_ and r_.poll() is None:
+                r_.kill()
         subprocess.run(["pkill", "-KILL", "-f", str(base / "data")])
         server.stop()
         transcript.close()

@@ -56,6 +56,7 @@ class SshServer:
     netns: str | None = None
     wrap: list[str] = field(default_factory=list)  # a command that runs sshd inside namespaces
     path: str | None = None  # the PATH its sessions get; this process's PATH by default
+    home_keys: bool = False  # also each user's own ~/.ssh/authorized_keys (logins that are not root)
 
     @property
     def host_pub(self) -> str:
@@ -68,7 +69,7 @@ class SshServer:
             ListenAddress {self.address}
             HostKey {self.dir}/host_key
             PidFile none
-            AuthorizedKeysFile {self.dir}/authorized_keys
+            AuthorizedKeysFile {self.dir}/authorized_keys{" .ssh/authorized_keys" if self.home_keys else ""}
             PermitRootLogin prohibit-password
             PasswordAuthentication no
             KbdInteractiveAuthentication no
@@ -113,8 +114,8 @@ class SshServer:
                *map(shlex.quote, args)]
         return subprocess.run(cmd, capture_output=True, text=True, check=check, timeout=60)
 
-    def playbook(self, name: str = "lab", **sections: dict) -> str:
-        """Playbook text naming this host; `sections` add tables."""
+    def playbook(self, name: str = "lab", host: dict | None = None, **sections: dict) -> str:
+        """Playbook text naming this host (`host`: its keys to add or change, e.g. user); `sections` add tables."""
         import json
 
         def toml(v: object) -> str:
@@ -122,8 +123,9 @@ class SshServer:
                 return "{" + ", ".join(f"{json.dumps(k)} = {toml(x)}" for k, x in v.items()) + "}"
             return ("true" if v else "false") if isinstance(v, bool) else json.dumps(v)
 
-        lines = [f"[hosts.{name}]", f'address = "{self.address}"', f"port = {self.port}", 'user = "root"',
-                 f'identity_file = "{self.client_key}"', f'known_hosts = "{self.known_hosts}"', ""]
+        keys = {"address": self.address, "port": self.port, "user": "root", "identity_file": str(self.client_key),
+                "known_hosts": str(self.known_hosts), **(host or {})}
+        lines = [f"[hosts.{name}]", *(f"{k} = {toml(v)}" for k, v in keys.items()), ""]
         for table, values in sections.items():
             lines.append(f"[{table}]")
             lines += [f"{k} = {toml(v)}" for k, v in values.items()]

@@ -69,7 +69,8 @@ class Box:
         self.config = data / "cuzk.toml"
         self.playbook_path = workdir / "swapctl.toml"
 
-    def write_playbook(self, daemon: dict | None = None, memory: dict | None = None, **tables: dict) -> Path:
+    def write_playbook(self, daemon: dict | None = None, memory: dict | None = None, host: dict | None = None,
+                       **tables: dict) -> Path:
         d = {
             "binary": str(self.binary), "args": ["--config", str(self.config)], "match": re.escape(str(self.binary)),
             "log": str(self.log), "ready_timeout_s": 20, "stop_grace_s": 5,
@@ -77,7 +78,7 @@ class Box:
         d.update(daemon or {})
         m = {"min_available_gib": 0.5, "release_timeout_s": 20}
         m.update(memory or {})
-        self.playbook_path.write_text(self.server.playbook(daemon=d, memory=m, **tables))
+        self.playbook_path.write_text(self.server.playbook(host=host, daemon=d, memory=m, **tables))
         return self.playbook_path
 
     def start_by_hand(self, binary: Path, config: str | None = None, args: list[str] | None = None) -> int:

@@ -256,7 +256,8 @@ def test_dry_run_changes_nothing(box, prover, prover_b):
     r = deploy(box, prover_b, "--dry-run")
     assert r.returncode == 0, r.stderr
     assert "remote commands it would run" in r.stderr
-    assert f"kill -TERM -{pid}" in r.stderr and "sha256sum" in r.stderr and "setsid env -i" in r.stderr
+    assert f"kill -TERM -{pid}" in r.stderr and "sha256sum" in r.stderr
+    assert "env -i -- sh" in r.stderr and "setsid" in r.stderr
     assert "dry run, nothing changed" in r.stdout
     after = _tree(box.data)
     assert {k: v for k, v in after.items() if not k.endswith("cuzk.log")} == \
@@ -431,11 +432,13 @@ def test_a_second_ctrl_c_rolls_back_to_the_old_daemon(box, prover, prover_b):
     assert exe_sha(now) == sha(prover) and cmdline(now) == argv
 
 
-def _script_runs(marker: str) -> bool:
-    """Whether a process whose command line contains `marker` (a swapctl script's label) still runs."""
+def _script_runs(marker: str, box) -> bool:
+    """Whether a process whose command line contains `marker` (a swapctl script's label) and the box's data
+    directory still runs: the tests of other worktrees on this machine run swap scripts of their own."""
     for p in Path("/proc").iterdir():
         try:
-            if p.name.isdigit() and marker.encode() in (p / "cmdline").read_bytes():
+            if p.name.isdigit() and marker.encode() in (cmd := (p / "cmdline").read_bytes()) \
+                    and str(box.data).encode() in cmd:
                 return True
         except OSError:
             continue
@@ -487,7 +490,7 @@ def test_deploy_is_refused_while_a_swap_cut_off_from_its_deploy_still_runs(box, 
     assert second.returncode == 3
     assert "a swap started by an earlier deploy still runs on the host" in second.stderr
     wait_until(lambda: only_runs(box, prover_b), timeout=30, what="the cut-off swap to start the new daemon")
-    wait_until(lambda: not _script_runs("swapctl-swap"), timeout=30, what="the cut-off swap script to end")
+    wait_until(lambda: not _script_runs("swapctl-swap", box), timeout=30, what="the cut-off swap script to end")
     third = deploy(box, prover)  # once it has ended, deploys go ahead
     ps = subprocess.run(["ps", "-eo", "pid,ppid,pgid,stat,args"], capture_output=True, text=True).stdout
     assert third.returncode == 0, third.stderr + "\n".join(line for line in ps.splitlines() if str(box.data) in line)

@@ -108,6 +108,8 @@ def test_a_build_against_itself_is_no_significant_change(box, builds, swapctl_en
     assert "keeping B" in r.stderr
     [pid] = box.daemons()
     assert _sha(f"/proc/{pid}/exe") == _sha(builds["again"])  # B runs: kept
+    # this host has no nvidia-smi: neither the baseline nor B gets a sampler, nor a note from one
+    assert not (box.data / ".swapctl" / "cuzk" / "gpu").exists()
 
 
 def test_a_build_that_crashes_is_rolled_back_by_the_deploy_and_the_verdict_says_so(

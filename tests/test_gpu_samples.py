@@ -161,6 +161,17 @@ def test_phase_split_weighs_each_reading_by_its_share_inside_the_phases(phases, 
         assert got == (None if want is None else pytest.approx(want))
 
 
+def test_phase_split_with_pure_counts_a_reading_wholly_on_one_side_or_not_at_all():
+    # the :00 reading (06:59:59.5-07:00:00.5) is half in the phase: dropped; :01 is all in; :02, :03 out
+    dmon = parse_dmon("#Date Time gpu sm mem rxpci txpci\n"
+                      " 20261201 07:00:00 0 10 0 0 0\n 20261201 07:00:01 0 90 0 8000 0\n"
+                      " 20261201 07:00:02 0 30 0 200 0\n 20261201 07:00:03 0 10 0 0 0\n")
+    split = phase_split(dmon, [(at("07:00:00"), at("07:00:01", 500))], at("07:00:00"), at("07:00:04"), gpu=0,
+                        pure=0.9)
+    assert (split.inside_n, split.outside_n) == (1, 2) and (split.inside_s, split.outside_s) == (1, 2)
+    assert split.inside_rx_mbps == 8000 and split.outside_rx_mbps == 100 and split.inside_sm == 90
+
+
 def test_phase_split_on_the_h200_copy_probe():
     """The fixture's 1 GiB pageable copy probe (07:15:42, 8116 MB/s RX) as the one 'phase': RX inside it
     is the copy's, outside it the idle link's."""

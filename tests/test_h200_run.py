@@ -59,13 +59,13 @@ def test_swap_timings_recorded_by_the_deploy():
 EXP = Path(__file__).parent / "data" / "h200-experiment"
 
 
-def _experiment():
+def _experiment(where: Path = EXP):
     from swapctl.gpu.samples import parse_dmon, read_samples
     from swapctl.logs.timings import parse as parse_log
 
-    with open(EXP / "cuzk.log", "rb") as f:
+    with open(where / "cuzk.log", "rb") as f:
         log = parse_log([f])
-    return log, read_samples([EXP / "gpu-samples.dmon"]), parse_dmon((EXP / "dmon-independent.txt").read_text())
+    return log, read_samples([where / "gpu-samples.dmon"]), parse_dmon((where / "dmon-independent.txt").read_text())
 
 
 def test_gpu_busy_from_the_sampler_agrees_with_an_independent_dmon_over_each_run_within_5_points():
@@ -75,30 +75,63 @@ def test_gpu_busy_from_the_sampler_agrees_with_an_independent_dmon_over_each_run
     from swapctl.logs import gpu
 
     log, ours, theirs = _experiment()
-    assert [r.pageable for r in log.runs] == [39, 0] and log.runs[1].pinned == 45
+    assert [r.pageable for r in log.runs] == [52, 0] and log.runs[1].pinned == 72
     report = gpu.report(log, "all", ours)
-    for row, run in zip(report["runs"], log.runs, strict=False):
+    for row, run in zip(report["runs"], log.runs, strict=True):
         start, end = gpu.run_window(run)
         independent = window(theirs, start, end + timedelta(seconds=1), 0)
         assert independent.count >= 85
         assert abs(row["gpu_busy"]["0"] - independent.sm_mean) < 5, (row["gpu_busy"], independent)
-    # the GPU's own counter rose from the pageable to the pinned build while the phase share fell
+    # the GPU's own counter rose 29 points from the pageable to the pinned build, while the log's phase
+    # share (the time partitions hold the GPU, the pageable copy included) stayed near 99% in both
     busy = [row["gpu_busy"]["0"] for row in report["runs"]]
     share = [row["gpu_phase_share"] for row in report["runs"]]
-    assert busy[1] > busy[0] + 15 and share[1] < share[0]
+    assert busy[1] > busy[0] + 25 and abs(share[1] - share[0]) < 0.02 and min(share) > 0.95
 
 
-def test_where_the_time_goes_adds_up_and_shows_the_copy_wait_only_in_the_pageable_build():
+def test_gpu_busy_agrees_with_a_reader_ten_times_as_fast_within_5_points():
+    # the third reader: query-gpu utilization.gpu every 100 ms, apart from swapctl and from the dmon
+    from swapctl.gpu.samples import QUERY, parse_query, window
+    from swapctl.logs import gpu
+
+    log, ours, _ = _experiment()
+    fast = parse_query((EXP / "query-100ms.csv").read_text())
+    for row, run in zip(gpu.report(log, "all", ours)["runs"], log.runs, strict=True):
+        reference = window(fast, *gpu.run_window(run), 0, QUERY)
+        assert reference.count > 900
+        assert abs(row["gpu_busy"]["0"] - reference.sm_mean) < 5, (row["gpu_busy"], reference)
+
+
+def test_where_the_time_goes_adds_up_and_names_the_copy_as_the_pageable_builds_largest_idle_cause():
     from swapctl.logs import gpu
 
     log, ours, _ = _experiment()
     pageable, pinned = (gpu.gpu_view(r, ours)["0"] for r in log.runs)
     for view in (pageable, pinned):
         assert sum(view["time"].values()) == pytest.approx(1.0)
-    assert pageable["time"]["copy_wait"] > 0.1 and pinned["time"].get("copy_wait", 0) < 0.02
+    assert pageable["largest_idle_cause"] == "copy_wait"
+    assert pageable["time"]["copy_wait"] > 0.2 and pinned["time"].get("copy_wait", 0) < 0.02
     assert pageable["rx_in_phase_mbps"] > 1000  # the pageable copy shows as PCIe RX inside the GPU phases
-    # what the stand-in spends most idle time on: its one synthesis thread writing 4 GiB a partition
-    assert pageable["largest_idle_cause"] == "synthesis"
+    # synthesis runs ahead of the GPU on its own thread: the GPU hardly waits for it in either build
+    assert pageable["time"]["synthesis"] < 0.05 and pinned["time"]["synthesis"] < 0.05
+
+
+def test_two_dmon_readers_of_one_gpu_part_on_a_2_s_cycle_and_the_busy_interval_says_so():
+    # tests/data/h200-experiment/aliased/: the pageable cycle was 2.0 s, and each 1 s reader saw the same
+    # two phases of it for minutes; the two readers' means lie 7 points apart. GPU busy's 95% interval
+    # (busy_error) is as wide as that, so the figure does not claim more than the readings hold.
+    from datetime import timedelta
+
+    from swapctl.gpu.samples import window
+    from swapctl.logs import gpu
+
+    log, ours, theirs = _experiment(EXP / "aliased")
+    view = gpu.gpu_view(log.runs[0], ours)["0"]
+    start, end = gpu.run_window(log.runs[0])
+    independent = window(theirs, start, end + timedelta(seconds=1), 0)
+    assert abs(view["busy_mean"] - independent.sm_mean) > 5
+    assert abs(view["busy_mean"] - independent.sm_mean) < view["busy_error"]
+    assert view["largest_idle_cause"] == "copy_wait"
 
 
 def test_the_experiments_verdict_on_the_h200_calls_the_pinned_build_faster():
@@ -107,8 +140,9 @@ def test_the_experiments_verdict_on_the_h200_calls_the_pinned_build_faster():
     log, ours, _ = _experiment()
     v = verdict(log.runs[:1], log.runs[1:], ours)
     ntt = v.phases["ntt_kernels"]
-    assert ntt.significant and -0.55 < ntt.delta < -0.4 and ntt.high < 0
+    assert ntt.significant and -0.65 < ntt.delta < -0.5 and ntt.high < 0
     assert v.after.proofs_per_hour > v.before.proofs_per_hour
     # the experiment judged B on the log as far as its window went; the saved log runs a little longer
     saved = json.loads((EXP / "summary.json").read_text())["verdict"]
-    assert saved.split(",")[0] == v.summary.split(",")[0] == "ntt_kernels -48% [-48%"
+    assert saved.split(",")[0] == v.summary.split(",")[0] == "ntt_kernels -59% [-61%"
+    assert saved.endswith("the copy was the bottleneck (28% of GPU 0's time, now 0%)")

@@ -33,7 +33,9 @@ def test_cgroup_unit(cgroup, unit):
 
 
 def manifest(rid: str) -> str:
-    return Release(sha256=rid * 4, size=1, name="cuzk", created="2026-01-01", by="t").to_json()
+    """A releases line as the inspect script prints it: the directory's name, a tab, its manifest."""
+    sha = rid * 4 + "0" * 52
+    return f"{sha[:12]}\t" + Release(sha256=sha, size=1, name="cuzk", created="2026-01-01", by="t").to_json()
 
 
 @pytest.mark.parametrize("facts, current, ids, journal", [
@@ -88,13 +90,15 @@ def release(rid: str, created: str, status: str = "ok", source: str = "upload") 
     ({"binary": "file " + "a" * 64}, "a" * 64, ["/proc/42/exe"]),  # the file is what runs: once
     ({"binary": "link /data/.swapctl/cuzk/releases/aaaaaaaaaaaa/cuzk"}, "a" * 64, []),  # known already
     ({"binary": "missing"}, None, []),
+    # a release whose first 12 hex digits are the daemon's is not it: the whole sha256 is compared
+    ({"binary": "link /data/.swapctl/cuzk/releases/aaaaaaaaaaaa/cuzk"}, "a" * 12 + "b" * 52, ["/proc/42/exe"]),
 ])
 def test_what_is_saved_before_the_stop(facts, running, saved):
     from swapctl.swap.plan import Daemon, backups
 
     daemon = Daemon(pid=42, sha256=running, size=1, argv=("/data/cuzk",), cwd="/data", env=(), unit=None,
                     group_leader=True, rss_kib=1, elapsed_s=1) if running else None
-    known = {"aaaaaaaaaaaa": release("aaa", "2026-01-01")} if "link" in facts["binary"] else {}
+    known = {"aaaaaaaaaaaa": release("a" * 16, "2026-01-01")} if "link" in facts["binary"] else {}
     assert [b.source for b in backups("/data/cuzk", facts, daemon, known)] == saved
 
 

@@ -128,8 +128,11 @@ def test_pruning_keeps_the_current_and_the_rollback_target(box, prover, prover_b
 def test_rollback_whose_target_fails_exits_unknown_state_and_says_what_runs(box, prover, prover_b):
     box.start_by_hand(prover)
     assert deploy(box, prover_b).returncode == 0
-    saved = box.data / ".swapctl/cuzk/releases" / sha(prover)[:12] / "cuzk"
-    saved.write_bytes(saved.read_bytes()[:4096])  # the saved copy of A is damaged: it cannot run
+    # A cannot start: its recorded cwd is gone. (A damaged copy of A is refused before anything stops now,
+    # as its sha256 is checked again: tests/test_security.py.)
+    manifest = box.data / ".swapctl/cuzk/releases" / sha(prover)[:12] / "manifest.json"
+    recorded = json.loads(manifest.read_text())
+    manifest.write_text(json.dumps({**recorded, "cwd": str(box.data / "gone")}))
     r = rollback(box)
     assert r.returncode == 5, r.stderr
     assert f"the rollback to {sha(prover)[:12]} failed" in r.stderr

@@ -16,12 +16,15 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <climits>
+#include <condition_variable>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -90,12 +93,17 @@ static void info(const std::string& span, const Fields& span_fields, const char*
     fflush(stdout);
 }
 
+// One fputs per line: the synthesis thread and the GPU worker log side by side.
 static void err(const char* fmt, ...) {
+    char line[1024];
     va_list ap;
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    int n = vsnprintf(line, sizeof line - 1, fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
+    n = n < 0 ? 0 : std::min(n, (int)sizeof line - 2);
+    line[n] = '\n';
+    line[n + 1] = 0;
+    fputs(line, stderr);
     fflush(stderr);
 }
 
@@ -272,31 +280,81 @@ static void gpu_compute(Gpu& g, long ms) {
     std::this_thread::sleep_for(std::chrono::milliseconds(ms));
 }
 
-static void prove_job(const Config& c, int job, Gpu& g, char* abc, char* bounce) {
+// ---- the pipeline: synthesis on its own thread, ahead of the GPU worker -----------------------------
+// As in cuzk, synthesis (CPU) and proving (GPU) run side by side: the synthesis thread fills one a/b/c
+// buffer while the GPU worker copies and proves the other, so the GPU waits for synthesis only when
+// synthesis is the slower of the two, and a slow host-to-device copy shows as time in the GPU phase.
+
+static const int SLOTS = 2;  // a/b/c buffers: one being synthesized, one on the GPU
+
+struct Pipeline {
+    const Config& c;
+    char* abc[SLOTS];
+    std::mutex m;
+    std::condition_variable cv;
+    long synthesized = 0;  // partitions (over all jobs) whose a/b/c are ready
+    long proven = 0;       // partitions the GPU is done with (their buffer is free)
+    long released = 0;     // jobs the synthesis thread may start
+    bool stop = false;
+    std::vector<double> synth_ms;  // per partition, by its index over all jobs
+};
+
+static void job_name(int job, char* out, size_t n) { snprintf(out, n, "%08x", (unsigned)(0x5b1e90c2u + job * 7919u)); }
+
+static void synthesize(Pipeline& pl) {
+    const Config& c = pl.c;
+    const size_t bytes = (size_t)c.partition_mib << 20;
+    const bool pinned = c.pinned;
+    for (long job = 0, i = 0; c.jobs < 0 || job < c.jobs; job++) {
+        char job_id[16];
+        job_name((int)job, job_id, sizeof job_id);
+        for (int p = 0; p < c.partitions; p++, i++) {
+            {
+                std::unique_lock<std::mutex> lk(pl.m);
+                pl.cv.wait(lk, [&] { return pl.stop || (job < pl.released && i - pl.proven < SLOTS); });
+                if (pl.stop) return;
+            }
+            char* abc = pl.abc[i % SLOTS];
+            err("TIMELINE,%.0f,SYNTH_START,%s,partition=%d", ms_since(t0), job_id, p);
+            auto ts = Clock::now();
+            busy_for(c.synth_ms, abc, bytes);  // synthesis writes the a/b/c vectors
+            double synth = ms_since(ts);
+            info("synthesize_partition", {{"job_id", std::string("\"") + job_id + "\""}, {"partition", std::to_string(p)}},
+                 "cuzk_core::pipeline", "partition synthesis complete",
+                 {{"partition", std::to_string(p)}, {"synth_ms", num(synth)}, {"is_pinned", pinned ? "true" : "false"}});
+            err("TIMELINE,%.0f,SYNTH_END,%s,partition=%d,synth_ms=%.0f", ms_since(t0), job_id, p, synth);
+            info("", {}, "cuzk_core::engine", "partition synthesis complete, pushing to GPU queue",
+                 {{"job_id", job_id}, {"partition", std::to_string(p)}, {"synth_ms", num(synth)}});
+            err("TIMELINE,%.0f,GPU_QUEUE,%s,partition=%d", ms_since(t0), job_id, p);
+            std::lock_guard<std::mutex> lk(pl.m);
+            pl.synth_ms.push_back(synth);
+            pl.synthesized = i + 1;
+            pl.cv.notify_all();
+        }
+    }
+}
+
+// The GPU worker's side of one job: waits for each partition's a/b/c, copies them and proves.
+static void prove_job(Pipeline& pl, int job, Gpu& g, char* bounce) {
+    const Config& c = pl.c;
     char job_id[16];
-    snprintf(job_id, sizeof job_id, "%08x", (unsigned)(0x5b1e90c2u + job * 7919u));
+    job_name(job, job_id, sizeof job_id);
     const size_t bytes = (size_t)c.partition_mib << 20;
     const bool pinned = c.pinned;
     auto job_start = Clock::now();
     double synth_total = 0, gpu_total = 0;
     for (int p = 0; p < c.partitions; p++) {
-        // two GPU workers share the one GPU, as cuzk's gpu_workers_per_device = 2 (they take turns here:
-        // the stand-in proves one partition after the other)
+        const long i = (long)job * c.partitions + p;
+        {
+            std::unique_lock<std::mutex> lk(pl.m);
+            pl.cv.wait(lk, [&] { return pl.synthesized > i; });
+            synth_total += pl.synth_ms[i];
+        }
+        const char* abc = pl.abc[i % SLOTS];
+        // two GPU workers share the one GPU, as cuzk's gpu_workers_per_device = 2 (they take turns here)
         std::string part = "Some(" + std::to_string(p) + ")", worker = std::to_string(p % 2);
         Fields span = {{"worker_id", worker}, {"gpu", "0"}, {"job_id", job_id},
                        {"proof_kind", "porep-c2"}, {"batch_size", "1"}, {"partition", part}};
-        err("TIMELINE,%.0f,SYNTH_START,%s,partition=%d", ms_since(t0), job_id, p);
-        auto ts = Clock::now();
-        busy_for(c.synth_ms, abc, bytes);  // synthesis writes the a/b/c vectors
-        double synth = ms_since(ts);
-        synth_total += synth;
-        info("synthesize_partition", {{"job_id", std::string("\"") + job_id + "\""}, {"partition", std::to_string(p)}},
-             "cuzk_core::pipeline", "partition synthesis complete",
-             {{"partition", std::to_string(p)}, {"synth_ms", num(synth)}, {"is_pinned", pinned ? "true" : "false"}});
-        err("TIMELINE,%.0f,SYNTH_END,%s,partition=%d,synth_ms=%.0f", ms_since(t0), job_id, p, synth);
-        info("", {}, "cuzk_core::engine", "partition synthesis complete, pushing to GPU queue",
-             {{"job_id", job_id}, {"partition", std::to_string(p)}, {"synth_ms", num(synth)}});
-        err("TIMELINE,%.0f,GPU_QUEUE,%s,partition=%d", ms_since(t0), job_id, p);
         err("TIMELINE,%.0f,GPU_PICKUP,%s,worker=%s,partition=%d", ms_since(t0), job_id, worker.c_str(), p);
 #ifdef TIMING
         info("gpu_worker", span, "cuzk_core::engine", "GPU_TIMING hot_path pre-prove overhead",
@@ -360,6 +418,9 @@ static void prove_job(const Config& c, int job, Gpu& g, char* abc, char* bounce)
              {{"worker_id", worker}, {"partition", part}, {"finish_ms", "0"}, {"drop_res_ms", "0"},
               {"lock_wait_ms", "0"}, {"process_ms", "0"}, {"total_ms", "0"}});
 #endif
+        std::lock_guard<std::mutex> lk(pl.m);
+        pl.proven = i + 1;
+        pl.cv.notify_all();
     }
     info("", {}, "cuzk_core::engine", "Phase 7: all partitions complete, proof assembled",
          {{"job_id", job_id}, {"proof_len", "1920"}, {"total_ms", num(ms_since(job_start))},
@@ -456,10 +517,13 @@ int main(int argc, char** argv) {
     if (c.start_delay_ms > 0) usleep(c.start_delay_ms * 1000);
 
     size_t bytes = (size_t)c.partition_mib << 20;
-    char* abc = host_alloc(bytes, c.pinned);
+    Pipeline pl{c, {}};
+    for (auto& b : pl.abc) {
+        b = host_alloc(bytes, c.pinned);
+        touch(b, bytes);
+    }
     char* bounce = host_alloc(1 << 20, true);
     Gpu g = gpu_alloc(bytes);
-    touch(abc, bytes);
 
     std::string addr = c.listen.empty() ? "unix:///run/cuzk.sock" : c.listen;
 #ifndef FAULT_NOREADY
@@ -469,12 +533,28 @@ int main(int argc, char** argv) {
     (void)lfd;
 
     auto ready_at = Clock::now();
+    // jobs back to back: synthesis runs on into the next job; with a pause between jobs, each job's
+    // synthesis starts when the job does
+    auto release = [&](long jobs) {
+        std::lock_guard<std::mutex> lk(pl.m);
+        pl.released = jobs;
+        pl.cv.notify_all();
+    };
+    release(c.job_interval_ms > 0 ? 1 : LONG_MAX);
+    std::thread synth(synthesize, std::ref(pl));
     for (long job = 0; c.jobs < 0 || job < c.jobs; job++) {
-        prove_job(c, (int)job, g, abc, bounce);
+        prove_job(pl, (int)job, g, bounce);
         if (g_sigint.exchange(0)) info("", {}, "cuzk_daemon", "received SIGINT, shutting down", {});
         if (c.job_interval_ms > 0) usleep(c.job_interval_ms * 1000);
         if (c.exit_after_ms >= 0 && ms_since(ready_at) >= c.exit_after_ms) break;
+        if (c.job_interval_ms > 0) release(job + 2);
     }
+    {
+        std::lock_guard<std::mutex> lk(pl.m);
+        pl.stop = true;
+        pl.cv.notify_all();
+    }
+    synth.join();
     for (;;) {  // idle: serve until killed
         if (g_sigint.exchange(0)) info("", {}, "cuzk_daemon", "received SIGINT, shutting down", {});
         if (c.exit_after_ms >= 0 && ms_since(ready_at) >= c.exit_after_ms) {

@@ -13,6 +13,7 @@ import typer
 from .. import playbook as pb
 from ..errors import BadInput, Refused, SwapctlError
 from ..remote import connect
+from ..swap import environ
 from ..swap.deploy import DeployPlan, EventSink, Interrupts, Outcome, Plan, Swap
 from ..swap.deploy import deploy as run_deploy
 from . import build as build_cli
@@ -60,7 +61,20 @@ def deploy(
                             verbose, fleet, ignore_gpu_hang))
 
 
-def show_plan(plan: Plan, dry_run: bool) -> None:
+def show_env(plan: Plan, secret_env: tuple[str, ...]) -> None:
+    """What the new daemon's environment changes from what runs (secrets as ***), and what is not carried."""
+    running = plan.daemon.env if plan.daemon else (plan.known[plan.current].env if plan.current in plan.known
+                                                   else None)
+    changes = environ.diff(running or (), plan.new.env or (), secret_env) if running is not None else []
+    if running is None:
+        err.print(text(f"  environment: {len(plan.new.env or ())} variables (nothing runs to compare with)"))
+    else:
+        err.print(text(f"  environment: {', '.join(changes) if changes else 'as it runs now'}"))
+    for name, why in plan.env_dropped:
+        err.print(text(f"  environment: {name} is not carried over ({why})"), style="bold yellow")
+
+
+def show_plan(plan: Plan, dry_run: bool, secret_env: tuple[str, ...] = ()) -> None:
     d, b = plan.daemon, plan.binary if isinstance(plan, DeployPlan) else None
     err.rule(text(f"{plan.host}: deploy plan"))
     if d:
@@ -76,7 +90,9 @@ def show_plan(plan: Plan, dry_run: bool) -> None:
     else:
         err.print(text(f"roll back to: release {plan.new.id} ({plan.new.source}, created {plan.new.created[:19]} "
                        f"by {plan.new.by})"))
-    err.print(text(f"  will run as: {' '.join(plan.new.argv or ())}  (cwd {plan.new.cwd})"))
+    who = f", uid {plan.new.uid} gid {plan.new.gid}" if plan.new.uid else ""
+    err.print(text(f"  will run as: {' '.join(plan.new.argv or ())}  (cwd {plan.new.cwd}{who})"))
+    show_env(plan, secret_env)
     for saved in plan.to_save:
         err.print(text(f"backup: {saved.release.source} release {saved.release.id} from {saved.source}"))
     for w in plan.warnings:
@@ -123,7 +139,7 @@ def _deploy(targets: list[str], binary: str | None, playbook_path: str | None, y
             sw = Swap(host, book, events, interrupts, ignore_gpu_hang=ignore_gpu_hang)
             try:
                 plan = sw.plan(local, restart=restart, build=build)
-                show_plan(plan, dry_run)
+                show_plan(plan, dry_run, book.daemon.secret_env)
                 if dry_run:
                     return dry_run_outcome(plan, "deploy")
                 _confirm(plan, yes or many)

@@ -25,7 +25,7 @@ from ..logs.fetch import LogFetcher
 from ..logs.timings import Run, _Range, parse
 from ..remote import connect
 from ..swap import journal
-from ..swap.deploy import Swap
+from ..swap.deploy import Swap, samplable
 from ..swap.deploy import deploy as run_deploy
 from ..swap.deploy import rollback as run_rollback
 from .common import JsonOpt, PlaybookOpt, err, guarded, out, print_json, select_hosts, text
@@ -159,13 +159,15 @@ def _experiment(target: str, binary: str, for_s: float, proofs: int | None, base
     with connect(specs[0]) as host:
         sw = Swap(host, book)
         win = Window(host, book, dest)
-        running = sw.situation().daemon
+        situation = sw.situation()
+        running = situation.daemon
         if running is None:
             raise Refused("no daemon runs: an experiment compares B with the running build", host=host.name)
-        start_sampler(host, book.daemon.state_dir, running.pid)
+        if samplable(situation.status):  # no nvidia-smi, or a hung one: the log's figures alone
+            start_sampler(host, book.daemon.state_dir, running.pid)
         base_start, base_runs = _baseline(sw, win, baseline_s, min_proofs)
         plan = sw.plan(binary)
-        show_plan(plan, False)
+        show_plan(plan, False, book.daemon.secret_env)
         if plan.unchanged:
             raise BadInput("B is the build that runs already: nothing to compare", host=host.name)
         _confirm(plan, yes)

@@ -60,7 +60,7 @@ def _rollback(targets: list[str], to: str | None, playbook_path: str | None, yes
         with connect(spec) as host:
             sw = Swap(host, book, events, interrupts, ignore_gpu_hang=ignore_gpu_hang)
             plan = sw.plan_rollback(to)
-            show_plan(plan, dry_run)
+            show_plan(plan, dry_run, book.daemon.secret_env)
             if dry_run:
                 return dry_run_outcome(plan, "rollback")
             _confirm(plan, yes or many)

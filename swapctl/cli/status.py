@@ -122,6 +122,9 @@ def render(st: HostStatus, secret_env: tuple[str, ...] = ()) -> None:
         out.print(text(f"  exe: {exe}"), style="red" if p.exe_deleted else None)
         out.print(text(f"  cmd: {p.args}"))
         out.print(text(f"  cwd: {p.cwd or '?'}"))
+    for p in st.not_daemons:  # another user's, or another program: what a deploy leaves alone
+        out.print(text(f"not the daemon: pid {p.pid} (uid {p.uid}, runs {p.exe or '?'}) matches daemon.match"),
+                  style="yellow")
     if st.unit:
         render_unit(st.unit, secret_env)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
@@ -10,15 +11,22 @@ from ..playbook import DaemonSpec, GpuSpec
 from ..remote import Cmd, Host
 from . import nvidia, system
 from . import systemd as sd
+from .system import Process
 
 STATUS_SCRIPT = r"""
-bin=$1; state=$2; PS_FORMAT=$3; GPU_FIELDS=$4; GPU_APPS=$5; smi_cs=$6; unit=$7; shift 7
+bin=$1; state=$2; PS_FORMAT=$3; GPU_FIELDS=$4; GPU_APPS=$5; smi_cs=$6; user=$7; unit=$8; shift 8
 sec() { printf '\n==> %s\n' "$1"; }
 """ + nvidia.BOUNDED_SMI + r"""
 sec host; uname -m; uname -n
 sec self; echo "$$"
 sec ps; ps -ww -eo "$PS_FORMAT" | cut -c 1-65536  # any user's argv: a line of it is enough
 sec links; find /proc/[0-9]*/exe /proc/[0-9]*/cwd -maxdepth 0 -printf '%p\t%l\n' 2>/dev/null
+sec ids; grep -s -E '^(Uid|Gid):' /proc/[0-9]*/status
+# who the daemon may run as: daemon.user, else root or the owner of the binary; and the binary's directory
+# as /proc/PID/exe names it (symlinks resolved)
+sec daemon-user; [ -n "$user" ] && printf '%s %s\n' "$(id -u -- "$user" 2>/dev/null)" "$(id -g -- "$user" 2>/dev/null)"
+sec binary-owner; [ -n "$bin" ] && stat -L -c %u -- "$bin" 2>/dev/null
+sec binary-dir; [ -n "$bin" ] && readlink -f -- "${bin%/*}"
 sec meminfo; cat /proc/meminfo
 sec loadavg; cat /proc/loadavg
 sec who; who 2>/dev/null
@@ -84,13 +92,15 @@ class HostStatus:
     gpu_sampler: str | None = None  # one line: the GPU sampler runs (and follows which pid) or not, its last note
     gpu_hung: bool = False  # nvidia-smi did not answer within [gpu] nvidia_smi_timeout_s: GPU or driver wedged
     unit: sd.Unit | None = None  # the systemd unit the daemon runs under (or the playbook names)
+    daemon_user: tuple[int, int] | None = None  # daemon.user's uid and gid on the host, when it has that user
+    not_daemons: tuple[system.Process, ...] = ()  # matched daemon.match, but run another program or as another user
 
     @property
     def other_sessions(self) -> tuple[system.Session, ...]:
         return tuple(s for s in self.sessions if not s.own)
 
 
-DF_ARG = 11  # where the status script's df paths start in its argv (sh -c SCRIPT $0 $1...$7)
+DF_ARG = 12  # where the status script's df paths start in its argv (sh -c SCRIPT $0 $1...$8)
 
 
 DEFAULT_GPU = GpuSpec()  # frozen: one default for every call
@@ -102,7 +112,8 @@ def status_cmd(daemon: DaemonSpec, gpu: GpuSpec = DEFAULT_GPU) -> Cmd:
     state = daemon.state_dir if daemon.binary else ""
     smi_cs = max(1, round(gpu.nvidia_smi_timeout_s * 100))
     return Cmd.script(STATUS_SCRIPT, daemon.binary or "", state, system.PS_FORMAT, nvidia.QUERY_FIELDS,
-                      nvidia.QUERY_APPS, str(smi_cs), daemon.unit or "", *dict.fromkeys(dirs), label="status")
+                      nvidia.QUERY_APPS, str(smi_cs), daemon.user or "", daemon.unit or "", *dict.fromkeys(dirs),
+                      label="status")
 
 
 def split_sections(text: str) -> dict[str, str]:
@@ -166,13 +177,16 @@ def parse_status(host: str, text: str, daemon: DaemonSpec, df_paths: list[str]) 
     """Builds a HostStatus from the status script's output."""
     s = split_sections(text)
     host_lines = s.get("host", "").splitlines() + ["", ""]
-    procs = system.with_links(system.parse_ps(s.get("ps", "")), system.parse_links(s.get("links", "")))
+    procs = system.with_links(system.parse_ps(s.get("ps", "")), system.parse_links(s.get("links", "")),
+                              system.parse_ids(s.get("ids", "")))
     own = int(s.get("self", "0").strip() or 0)
     mine = {own, *system.descendants(procs, own)} if own > 1 else set()  # the status script itself
     regex = daemon.match_regex
     # a zombie has exited: it holds no memory and serves nothing, whatever its name
-    matches = {p.pid: p for p in procs if regex and p.pid not in mine and not p.state.startswith("Z")
-               and regex.search(p.args)}
+    matched = [p for p in procs if regex and p.pid not in mine and not p.state.startswith("Z") and regex.search(p.args)]
+    user = _ids(s.get("daemon-user", ""))
+    is_it = _the_daemon(daemon, s, user)
+    matches = {p.pid: p for p in matched if is_it(p)}
     # a forked worker carries its parent's command line: only the topmost match is a daemon
     parent = {p.pid: p.ppid for p in procs}
 
@@ -226,6 +240,8 @@ def parse_status(host: str, text: str, daemon: DaemonSpec, df_paths: list[str]) 
         gpu_sampler=_sampler_line(s.get("gpu-sampler", "")),
         gpu_hung=hung is not None,
         unit=_own_unit(sd.parse_unit(s.get("unit", "")), daemon, daemons),
+        daemon_user=user,
+        not_daemons=tuple(p for p in matched if p.pid not in matches),
     )
 
 
@@ -238,6 +254,37 @@ def _own_unit(unit: sd.Unit | None, daemon: DaemonSpec, daemons: tuple[system.Pr
     if daemons:
         return unit if unit.main_pid == daemons[0].pid else None
     return unit if unit.exec_path == daemon.binary else None
+
+
+def _ids(text: str) -> tuple[int, int] | None:
+    parts = text.split()
+    return (int(parts[0]), int(parts[1])) if len(parts) == 2 and all(p.isdigit() for p in parts) else None
+
+
+def _the_daemon(daemon: DaemonSpec, s: dict[str, str], user: tuple[int, int] | None) -> Callable[[Process], bool]:
+    """Whether a process that matches daemon.match is the daemon: it runs (its /proc/PID/exe) the binary, one
+    of its releases or another file in the binary's directory (a build an engineer started by hand beside
+    it), as daemon.user, else as root or the binary's owner. Any user can start a program whose command
+    line matches, with an environment (LD_PRELOAD) of their own that a deploy would adopt and run as root.
+    Without daemon.binary (`init --from`), the match alone."""
+    if not daemon.binary:
+        return lambda p: True
+    name = PurePosixPath(daemon.binary).name
+    dirs = {s.get("binary-dir", "").strip() or str(PurePosixPath(daemon.binary).parent),
+            str(PurePosixPath(daemon.binary).parent)}
+    releases = tuple(f"{d}/.swapctl/{name}/releases/" for d in dirs)
+    owner = s.get("binary-owner", "").strip()
+    if daemon.user:  # a user the host does not have: nothing is the daemon (the preflight says why)
+        uids = {user[0]} if user else set()
+    else:
+        uids = {0} | ({int(owner)} if owner.isdigit() else set())
+
+    def is_it(p: Process) -> bool:
+        exe = PurePosixPath(p.exe or "/")
+        runs_it = p.exe is not None and "/.." not in p.exe and (str(exe.parent) in dirs or p.exe.startswith(releases))
+        return runs_it and p.uid in uids
+
+    return is_it
 
 
 def _sampler_line(text: str) -> str | None:

@@ -20,6 +20,8 @@ class Process:
     exe: str | None = None  # /proc/PID/exe; None where unreadable
     exe_deleted: bool = False  # the file it runs was replaced or deleted since it started
     cwd: str | None = None
+    uid: int | None = None  # effective uid and gid, from /proc/PID/status (not the owner of /proc/PID, which
+    gid: int | None = None  # a process that makes itself undumpable turns to root)
 
 
 @dataclass(frozen=True)
@@ -80,7 +82,18 @@ def parse_links(text: str) -> dict[int, dict[str, str]]:
     return links
 
 
-def with_links(procs: list[Process], links: dict[int, dict[str, str]]) -> list[Process]:
+def parse_ids(text: str) -> dict[int, tuple[int, int]]:
+    """Parses `grep -s -E '^(Uid|Gid):' /proc/[0-9]*/status`: pid -> (effective uid, effective gid)."""
+    found: dict[int, dict[str, int]] = {}
+    for line in text.splitlines():
+        m = re.match(r"^/proc/(\d+)/status:(Uid|Gid):\s+\d+\s+(\d+)", line)
+        if m:
+            found.setdefault(int(m[1]), {})[m[2]] = int(m[3])
+    return {pid: (v["Uid"], v["Gid"]) for pid, v in found.items() if "Uid" in v and "Gid" in v}
+
+
+def with_links(procs: list[Process], links: dict[int, dict[str, str]],
+               ids: dict[int, tuple[int, int]] | None = None) -> list[Process]:
     out = []
     for p in procs:
         link = links.get(p.pid, {})
@@ -88,7 +101,9 @@ def with_links(procs: list[Process], links: dict[int, dict[str, str]]) -> list[P
         deleted = bool(exe and exe.endswith(" (deleted)"))
         if deleted:
             exe = exe[: -len(" (deleted)")]  # type: ignore[index]
-        out.append(Process(**{**p.__dict__, "exe": exe, "exe_deleted": deleted, "cwd": link.get("cwd")}))
+        uid, gid = (ids or {}).get(p.pid, (None, None))
+        out.append(Process(**{**p.__dict__, "exe": exe, "exe_deleted": deleted, "cwd": link.get("cwd"),
+                              "uid": uid, "gid": gid}))
     return out
 
 

@@ -153,12 +153,14 @@ class PhaseSplit:
     GPU phases, say) and outside them: what RX and sm% were during the phases against between them."""
 
     gpu: int
-    inside_s: float  # sample time covered by the phases
+    inside_s: float  # sample time counted inside the phases
     outside_s: float
     inside_sm: float | None
     outside_sm: float | None
     inside_rx_mbps: float | None
     outside_rx_mbps: float | None
+    inside_n: float = 0  # readings (or shares of readings) counted inside, and outside
+    outside_n: float = 0
 
 
 # The time a reading stands for. dmon prints whole seconds, for a reading taken somewhere in that second
@@ -178,24 +180,34 @@ def _union(intervals: Iterable[tuple[datetime, datetime]]) -> list[tuple[datetim
 
 
 def phase_split(samples: Iterable[Sample], phases: Iterable[tuple[datetime, datetime]], start: datetime,
-                end: datetime, gpu: int, source: str = DMON) -> PhaseSplit:
-    """Means of sm% and RX weighted by the share of each reading's period inside `phases` (overlapping
-    phases, two workers on one GPU, count once), against the rest; readings with start <= time < end."""
+                end: datetime, gpu: int, source: str = DMON, pure: float | None = None) -> PhaseSplit:
+    """Means of sm% and RX inside `phases` (overlapping phases, two workers on one GPU, count once) and
+    outside them, over readings with start <= time < end.
+
+    Each reading is weighed by the share of its period inside the phases; with `pure`, a reading counts
+    wholly inside when at least `pure` of it is, wholly outside when at most 1 - `pure` is, and not at all
+    between. A reading is a snapshot from somewhere in its period (two dmon readers of one H200 read 0
+    and 99% for the same second), so a reading half in a phase says little about either side."""
     merged = _union(phases)
     lo, hi = _PERIOD[source]
     sums = {k: [0.0, 0.0] for k in ("in_sm", "out_sm", "in_rx", "out_rx")}  # weighted sum, weight
-    inside_s = outside_s = 0.0
+    seconds = {"in": 0.0, "out": 0.0}
+    count = {"in": 0.0, "out": 0.0}
     for s in samples:
         if s.gpu != gpu or s.source != source or s.time is None or not start <= s.time < end:
             continue
         a, b = s.time + lo, s.time + hi
         span = (b - a).total_seconds()
         inside = sum(max(0.0, (min(b, q) - max(a, p)).total_seconds()) for p, q in merged) / span
-        inside_s += inside * span
-        outside_s += (1 - inside) * span
-        for key, value in (("sm", s.sm_pct), ("rx", s.rx_mbps)):
-            if value is not None:
-                for where, w in (("in", inside), ("out", 1 - inside)):
+        if pure is not None:
+            if pure > inside > 1 - pure:
+                continue
+            inside = 1.0 if inside >= pure else 0.0
+        for where, w in (("in", inside), ("out", 1 - inside)):
+            seconds[where] += w * span
+            count[where] += w
+            for key, value in (("sm", s.sm_pct), ("rx", s.rx_mbps)):
+                if value is not None:
                     sums[f"{where}_{key}"][0] += w * value
                     sums[f"{where}_{key}"][1] += w
 
@@ -203,8 +215,9 @@ def phase_split(samples: Iterable[Sample], phases: Iterable[tuple[datetime, date
         total, weight = sums[key]
         return total / weight if weight > 1e-9 else None
 
-    return PhaseSplit(gpu=gpu, inside_s=inside_s, outside_s=outside_s, inside_sm=mean("in_sm"),
-                      outside_sm=mean("out_sm"), inside_rx_mbps=mean("in_rx"), outside_rx_mbps=mean("out_rx"))
+    return PhaseSplit(gpu=gpu, inside_s=seconds["in"], outside_s=seconds["out"], inside_sm=mean("in_sm"),
+                      outside_sm=mean("out_sm"), inside_rx_mbps=mean("in_rx"), outside_rx_mbps=mean("out_rx"),
+                      inside_n=count["in"], outside_n=count["out"])
 
 
 # The sampler's file names on the host, kept as they are by fetch-logs (see swapctl.gpu.sampler).

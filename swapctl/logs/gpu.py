@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from ..gpu.samples import DMON, Sample, window
+from ..gpu.samples import DMON, Sample, phase_split, window
 from .timings import Run, _pairs
 
 # RX inside the GPU phases this many times that outside them, and at least this rate: the phases wait
@@ -129,7 +129,7 @@ def gpu_view(run: Run, samples: list[Sample]) -> dict[str, dict]:
             w = window(mine, bounds[0], end, int(g))
             inside = [s for s in mine if s.time and bounds[0] <= s.time < end]
             view.update(samples=w.count, busy_mean=w.sm_mean, busy_p50=w.sm_p50, busy_error=busy_error(inside))
-            rx_in, rx_out, n_in, n_out = _rx(mine, run.epoch, phases, first, last)
+            rx_in, rx_out, n_in, n_out = _rx(mine, run.epoch, phases, first, last, int(g))
             view.update(rx_in_phase_mbps=rx_in, rx_outside_mbps=rx_out, rx_samples=[n_in, n_out])
         barrier_g = min(in_phase, barrier * d["held_ms"] / held_all)
         if view["busy_mean"] is not None:
@@ -154,24 +154,14 @@ def overlap_all(a: Sequence[tuple[float, float]], b: Sequence[tuple[float, float
 
 
 def _rx(samples: list[Sample], epoch: datetime, phases: list[tuple[float, float]], first: float,
-        last: float) -> tuple[float | None, float | None, int, int]:
-    """Mean RX MB/s of the readings whose second lay inside the GPU phases, and of those outside; with
-    how many of each. A reading is a snapshot from somewhere in its second (the two readers of one H200
-    read 0 and 99% for the same second), so only seconds at least PURE inside or outside count."""
-    inside, outside = [], []
-    for s in samples:
-        if s.rx_mbps is None or s.time is None:
-            continue
-        hi = (s.time - epoch).total_seconds() * 1000
-        lo = hi - SAMPLE_MS
-        if lo < first or hi > last:
-            continue
-        f_in = overlap(phases, lo, hi) / SAMPLE_MS
-        if f_in >= PURE:
-            inside.append(s.rx_mbps)
-        elif f_in <= 1 - PURE:
-            outside.append(s.rx_mbps)
-    return _mean(inside), _mean(outside), len(inside), len(outside)
+        last: float, gpu: int) -> tuple[float | None, float | None, int, int]:
+    """Mean RX MB/s of the readings at least PURE inside the GPU phases, and of those at least PURE
+    outside them, over the log's timeline; with how many of each."""
+    at = [(epoch + timedelta(milliseconds=lo), epoch + timedelta(milliseconds=hi)) for lo, hi in phases]
+    half = timedelta(milliseconds=SAMPLE_MS / 2)  # a dmon reading stands for its second +-0.5 s: all inside
+    split = phase_split(samples, at, epoch + timedelta(milliseconds=first) + half,
+                        epoch + timedelta(milliseconds=last) - half, gpu, DMON, pure=PURE)
+    return split.inside_rx_mbps, split.outside_rx_mbps, int(split.inside_n), int(split.outside_n)
 
 
 def _mean(values: list[float]) -> float | None:

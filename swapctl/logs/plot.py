@@ -122,7 +122,7 @@ def _gpu(ax, view: dict, bars) -> None:
         rx = [(ti, s.rx_mbps) for ti, s in zip(t, mine, strict=False) if s.rx_mbps is not None]
         if rx:
             rx_ax.step(*zip(*rx, strict=False), where="pre", color="#dd8452", alpha=0.7, label=f"GPU {g} PCIe RX")
-    ax.set_ylim(0, 100)
+    ax.set_ylim(0, 105)  # a GPU at 100% draws its line inside the axes, not on the frame
     ax.set_ylabel("sm %")
     rx_ax.set_ylabel("RX MB/s")
     ax.legend(loc="upper left", fontsize="small")

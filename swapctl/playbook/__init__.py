@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -20,6 +20,9 @@ SSH_CONFIGS = ("~/.ssh/config", "/etc/ssh/ssh_config")  # the files `ssh NAME` r
 HOST_KEY_POLICIES = ("strict", "accept-new")
 TRANSPORTS = ("ssh", "local")
 JOURNAL = "journal"  # daemon.log's value for a daemon whose unit logs to the journal
+# How swapctl becomes root on a host whose login is not root (Ansible's word): "sudo" runs every remote
+# command through `sudo -n`; "none" runs them as the login user (root, on most GPU boxes).
+BECOME = ("sudo", "none")
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,7 @@ class HostSpec:
     known_hosts: str | None = None
     host_key_policy: str = "strict"
     transport: str = "ssh"
+    become: str | None = None  # sudo | none; None: the playbook's top-level `become` (else none)
 
 
 @dataclass(frozen=True)
@@ -49,6 +53,8 @@ class DaemonSpec:
     env: tuple[tuple[str, str], ...] = ()
     secret_env: tuple[str, ...] = ()
     unit: str | None = None  # the systemd service it runs under; None: the one its process is found in
+    user: str | None = None  # who the daemon runs as (a name or uid); None: root, or the binary's owner
+    keep_loader_env: tuple[str, ...] = ()  # loader variables (LD_PRELOAD...) a running daemon's env may pass on
 
     @property
     def match_regex(self) -> re.Pattern[str] | None:
@@ -117,6 +123,7 @@ class Playbook:
     build: dict = field(default_factory=dict)  # the [build] table, read by swapctl.build
     rollout: RolloutSpec = RolloutSpec()
     gpu: GpuSpec = GpuSpec()
+    become: str = "none"  # the top-level `become`: for every SSH host that does not say its own
 
     def require_daemon(self) -> RequiredDaemon:
         """The daemon section, complete enough to change a host."""
@@ -137,6 +144,7 @@ _SCHEMA: dict[str, dict[str, tuple[str, bool]]] = {
         "known_hosts": ("str", False),
         "host_key_policy": ("str", False),
         "transport": ("str", False),
+        "become": ("str", False),
     },
     "daemon": {
         "binary": ("str", False),
@@ -152,6 +160,8 @@ _SCHEMA: dict[str, dict[str, tuple[str, bool]]] = {
         "env": ("strtable", False),
         "secret_env": ("strlist", False),
         "unit": ("str", False),
+        "user": ("str", False),
+        "keep_loader_env": ("strlist", False),
     },
     "memory": {
         "min_available_gib": ("num", False),
@@ -176,6 +186,7 @@ _SCHEMA: dict[str, dict[str, tuple[str, bool]]] = {
         "platform": ("str", False),
     },
 }
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _TOP = ("hosts", "groups", "daemon", "memory", "gpu", "rollout", "logs", "releases", "build")
 _KIND_NAMES = {
     "str": "a string",
@@ -207,7 +218,7 @@ class _Loader:
         return None
 
     def fail(self, message: str, table: str, key: str | None = None) -> PlaybookError:
-        dotted = f"{table}.{key}" if key else table
+        dotted = f"{table}.{key}" if key and table else key or table
         line = self.line_of(table, key) or (self.line_of(table) if table else None)
         return PlaybookError(self.path, message, line=line, key=dotted or None)
 
@@ -290,6 +301,12 @@ def _hosts_and_groups(ld: _Loader, doc: dict, inventory: str | None
         port = values.get("port")
         if port is not None and not 0 < port < 65536:
             raise ld.fail(f"must be a TCP port (1-65535), not {port}", table, "port")
+        become = values.get("become")
+        if become is not None and become not in BECOME:
+            raise ld.fail(f"must be one of {', '.join(BECOME)}, not {become!r}", table, "become")
+        if become == "sudo" and transport == "local":
+            raise ld.fail("sudo needs transport = \"ssh\"; on this machine, run swapctl itself under sudo",
+                          table, "become")
         hosts[name] = HostSpec(name=name, **values)
     for name, members in ld.table(doc, "groups").items():
         members = ld.check_type(members, "strlist", "groups", name)
@@ -313,6 +330,9 @@ def parse(text: str, path: str = DEFAULT_PLAYBOOK, inventory: str | None = None)
     if "inventory" in doc:
         where = ld.check_type(doc.pop("inventory"), "str", "", "inventory")
         inventory = inventory or str(Path(path).parent / os.path.expanduser(where))
+    become = ld.check_type(doc.pop("become", "none"), "str", "", "become")
+    if become not in BECOME:
+        raise ld.fail(f"must be one of {', '.join(BECOME)}, not {become!r}", "", "become")
     for key in doc:
         if key not in _TOP:
             close = difflib.get_close_matches(key, _TOP, n=1)
@@ -338,8 +358,14 @@ def parse(text: str, path: str = DEFAULT_PLAYBOOK, inventory: str | None = None)
             raise ld.fail(f"{d['unit']!r} is not a systemd service name (e.g. \"cuzk.service\")", "daemon", "unit")
     if "args" in d:
         d["args"] = tuple(d["args"])
+    for key in ("env", "secret_env", "keep_loader_env"):  # names the daemon's environment gets: checked here
+        for name in d.get(key, ()):
+            if not ENV_NAME.fullmatch(name):
+                raise ld.fail(f"{name!r} is not an environment variable name (letters, digits and _, not first a "
+                              f"digit)", "daemon", key)
     d["env"] = tuple(d.get("env", {}).items())
     d["secret_env"] = tuple(d.get("secret_env", ()))
+    d["keep_loader_env"] = tuple(d.get("keep_loader_env", ()))
     daemon = DaemonSpec(**d)
 
     memory = MemorySpec(**ld.section(ld.table(doc, "memory"), "memory", "memory"))
@@ -360,7 +386,7 @@ def parse(text: str, path: str = DEFAULT_PLAYBOOK, inventory: str | None = None)
         raise ld.fail("must be at least 2 (the current release and one to roll back to)", "releases", "keep")
     return Playbook(
         path=path,
-        hosts=hosts,
+        hosts={name: with_become(spec, become) for name, spec in hosts.items()},
         groups=groups,
         daemon=daemon,
         memory=memory,
@@ -369,7 +395,16 @@ def parse(text: str, path: str = DEFAULT_PLAYBOOK, inventory: str | None = None)
         build=build,
         rollout=RolloutSpec(**rollout),
         gpu=GpuSpec(**gpu),
+        become=become,
     )
+
+
+def with_become(spec: HostSpec, default: str) -> HostSpec:
+    """`spec` with its own `become`, else the playbook's: a host's word wins over the playbook's. A local
+    host never takes the playbook's sudo (swapctl runs there as whoever started it)."""
+    if spec.become is not None:
+        return spec
+    return replace(spec, become="none" if spec.transport == "local" else default)
 
 
 _ADHOC = re.compile(r"^(?:(?P<user>[^@\s]+)@)?(?P<address>\[[0-9a-fA-F:]+\]|[^@:\s]+)(?::(?P<port>\d+))?$")
@@ -401,10 +436,11 @@ def resolve_host(playbook: Playbook, target: str, ssh_aliases: set[str] | None =
                 address=m["address"].strip("[]"),
                 port=int(m["port"]) if m["port"] else None,
                 user=m["user"],
+                become=playbook.become,
             )
         raise PlaybookError(playbook.path, f"host {target!r} is not user@address:port", key="HOST")
     if target in (ssh_config_aliases() if ssh_aliases is None else ssh_aliases):
-        return HostSpec(name=target, address=target)
+        return HostSpec(name=target, address=target, become=playbook.become)
     known = ", ".join(playbook.hosts) or "none"
     close = difflib.get_close_matches(target, playbook.hosts, n=1)
     hint = f"did you mean {close[0]!r}?" if close else f"hosts in the playbook: {known}"

@@ -1,8 +1,9 @@
 """Ansible inventories (INI or YAML) as a source of hosts and groups: GPU farms keep their hosts there.
 
-What swapctl takes from one: each host with `ansible_host`, `ansible_port`, `ansible_user` and
-`ansible_ssh_private_key_file` (from the host's line, its groups' vars, children's vars over their
-parents'), and every group, children resolved (`all` included). Other variables are ignored.
+What swapctl takes from one: each host with `ansible_host`, `ansible_port`, `ansible_user`,
+`ansible_ssh_private_key_file` and `ansible_become` (with `ansible_become_method`: sudo only) (from the
+host's line, its groups' vars, children's vars over their parents'), and every group, children resolved
+(`all` included). Other variables are ignored.
 """
 
 from __future__ import annotations
@@ -77,6 +78,8 @@ class _Inventory:
             for var, key in VARS.items():
                 if var in merged:
                     values[key] = merged[var]
+            if "ansible_become" in merged:
+                values["become"] = become_of(self.path, name, merged)
             if "port" in values:
                 try:
                     values["port"] = int(values["port"])
@@ -86,6 +89,22 @@ class _Inventory:
             hosts[name] = HostSpec(name=name, **{k: v if k == "port" else str(v)  # type: ignore[arg-type]
                                                  for k, v in values.items()})
         return hosts, {g: members for g, members in groups.items() if members and g != "ungrouped"}
+
+
+_TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
+
+
+def become_of(path: str, name: str, merged: dict[str, Any]) -> str:
+    """`ansible_become` (true/false, as Ansible's booleans) with `ansible_become_method` as swapctl's `become`."""
+    flag = str(merged["ansible_become"]).lower()
+    if flag not in _TRUE + _FALSE:
+        raise PlaybookError(path, f"host {name!r}: ansible_become must be true or false, "
+                                  f"not {merged['ansible_become']!r}")
+    method = str(merged.get("ansible_become_method", "sudo"))
+    if flag in _TRUE and method != "sudo":
+        raise PlaybookError(path, f"host {name!r}: ansible_become_method {method!r} is not one swapctl "
+                                  f"knows (only sudo); give the login a NOPASSWD sudo rule, or log in as root")
+    return "sudo" if flag in _TRUE else "none"
 
 
 def expand(pattern: str) -> list[str]:

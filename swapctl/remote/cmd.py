@@ -1,7 +1,12 @@
-"""Remote commands as argv pieces, quoted once when rendered; secrets print as ***."""
+"""Remote commands as argv pieces, quoted once when rendered; secrets print as ***.
+
+A script's named inputs never reach a command line: any user on the host can read every process's
+argv (/proc/PID/cmdline), and auditd's execve logging keeps them. They travel on the command's stdin
+instead, ahead of anything else it reads there (Cmd.feed), and the script's first lines read them."""
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -22,6 +27,17 @@ class Secret:
 
 Piece = str | Secret
 
+NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # a shell variable's name, and so an environment key swapctl sets
+
+# Reads the inputs block Cmd.feed sends: its line count, then that many lines of `name='value'`, quoted
+# once by shlex.quote. `read` takes no byte past its line, so what follows on stdin stays for the script
+# (receive.sh's GO and stream, lock.sh's open end). The inputs are shell variables, not exported.
+READ_INPUTS = (
+    'IFS= read -r swapctl_n || { echo "swapctl: no inputs on stdin" >&2; exit 2; }; swapctl_in=; '
+    'while [ "$swapctl_n" -gt 0 ]; do IFS= read -r swapctl_l || { echo "swapctl: inputs cut short" >&2; exit 2; }; '
+    'swapctl_in="$swapctl_in$swapctl_l\n"; swapctl_n=$((swapctl_n - 1)); done; eval "$swapctl_in"; '
+    'unset swapctl_n swapctl_l swapctl_in\n')
+
 
 @dataclass(frozen=True)
 class Cmd:
@@ -30,8 +46,10 @@ class Cmd:
     argv: tuple[Piece, ...]
     # A short name for progress and errors, e.g. "stop"; scripts show it instead of their body.
     label: str = field(default="", compare=False)
+    # A script's named inputs: sent on stdin (feed), never on the command line
+    inputs: tuple[tuple[str, Piece], ...] = ()
 
-    def __init__(self, *argv: Piece, label: str = ""):
+    def __init__(self, *argv: Piece, label: str = "", inputs: tuple[tuple[str, Piece], ...] = ()):
         if not argv:
             raise ValueError("empty command")
         for piece in argv:
@@ -39,41 +57,49 @@ class Cmd:
                 raise TypeError(f"command piece {piece!r} is not a string")
         object.__setattr__(self, "argv", tuple(argv))
         object.__setattr__(self, "label", label)
+        object.__setattr__(self, "inputs", tuple(inputs))
 
     @classmethod
     def script(cls, body: str, *args: Piece, label: str, shell: str = "sh",
                env: Mapping[str, Piece] | None = None) -> Cmd:
-        """A fixed shell script; values reach it as positional parameters ($1...) or, named, as environment
-        variables (`env name=value ... sh -c BODY`), never pasted in.
+        """A fixed shell script; values reach it as positional parameters ($1...) or, named, as shell
+        variables read from its stdin (READ_INPUTS), never pasted in. Anything secret is a named input:
+        positional parameters are on the host's command line for every user to read.
 
         bash gets --norc: started under sshd's session it would read ~/.bashrc a second time (the
         login shell already did), and a .bashrc running `pyenv init` or `conda init` costs 0.1-1 s."""
-        assigned: list[Piece] = []
-        for k, v in (env or {}).items():
-            if not k.isidentifier():
+        for k in env or {}:
+            if not NAME.fullmatch(k):
                 raise ValueError(f"{k!r} is not a shell variable name")
-            assigned.append(Secret(f"{k}={v.value}") if isinstance(v, Secret) else f"{k}={v}")
-        prefix = ("env", *assigned) if assigned else ()
+        if any(isinstance(a, Secret) for a in args):
+            raise ValueError("a secret goes as a named input (on stdin), never as an argument (a command line)")
+        inputs = tuple((env or {}).items())
         shell_argv = ("bash", "--norc") if shell == "bash" else (shell,)
-        return cls(*prefix, *shell_argv, "-c", body, f"swapctl-{label}", *args, label=label)
+        return cls(*shell_argv, "-c", READ_INPUTS + body if inputs else body, f"swapctl-{label}", *args,
+                   label=label, inputs=inputs)
 
     def render(self) -> str:
-        """The exact string sent to the host's shell."""
+        """The exact string sent to the host's shell (the named inputs go on stdin: feed)."""
         return " ".join(
             shlex.quote(p.value if isinstance(p, Secret) else p) for p in self.argv
         )
+
+    def feed(self) -> bytes:
+        """What the command reads on stdin before anything else: its named inputs, or nothing."""
+        if not self.inputs:
+            return b""
+        text = "".join(f"{k}={shlex.quote(v.value if isinstance(v, Secret) else v)}\n" for k, v in self.inputs)
+        return f"{text.count(chr(10))}\n{text}".encode("utf-8", "surrogateescape")
 
     def __str__(self) -> str:
         """What a person sees: secrets masked, a script shown by its label and its named inputs."""
         shown = [_masked(p) if isinstance(p, Secret) else shlex.quote(p) for p in self.argv]
         if self.label and "-c" in self.argv and (at := self.argv.index("-c")) + 2 < len(self.argv):
-            shell_at = at - 2 if self.argv[at - 1] == "--norc" else at - 1
-            named = shown[1:shell_at] if self.argv[0] == "env" else []
+            named = [f"{k}=***" if isinstance(v, Secret) else shlex.quote(f"{k}={v}") for k, v in self.inputs]
             return f"<{self.label} script> {' '.join([*named, *shown[at + 3:]])}".rstrip()
         return " ".join(shown)
 
 
 def _masked(p: Secret) -> str:
-    """A secret as shown: `***`, or `name=***` for a named script input."""
-    name, sep, _ = p.value.partition("=")
-    return f"{name}=***" if sep and name.isidentifier() else "***"
+    """A secret as shown: `***`."""
+    return "***"

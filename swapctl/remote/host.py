@@ -201,13 +201,22 @@ class LocalHost(Host):
         self.name = name
 
     def _popen(self, cmd: Cmd, stdin: bool) -> subprocess.Popen[bytes]:
-        return subprocess.Popen(
+        """`cmd` started, its named inputs already on its stdin (kept open with `stdin`)."""
+        feed = cmd.feed()
+        proc = subprocess.Popen(
             ["sh", "-c", cmd.render()],
-            stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+            stdin=subprocess.PIPE if stdin or feed else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
         )
+        if feed:
+            assert proc.stdin
+            proc.stdin.write(feed)
+            proc.stdin.flush()
+            if not stdin:
+                proc.stdin.close()
+        return proc
 
     def _killed_late(self, proc: subprocess.Popen[bytes], cmd: Cmd, timeout: float,
                      end_late: bool = True) -> RemoteTimeout:
@@ -221,7 +230,7 @@ class LocalHost(Host):
     def stream_bytes(self, cmd: Cmd, on_data: Callable[[bytes], None], *, stdin: bytes | None = None,
                      timeout: float = 120, end_late: bool = True) -> tuple[int, bytes]:
         proc = self._popen(cmd, stdin is not None)
-        if stdin is not None:
+        if stdin is not None and proc.stdin:
             assert proc.stdin
             proc.stdin.write(stdin)
             proc.stdin.close()

@@ -24,6 +24,7 @@ import paramiko
 
 from ..errors import HostKeyError, Refused, RemoteTimeout, Unreachable
 from ..playbook import HostSpec
+from . import become
 from .cmd import Cmd
 from .host import MAX_LINE, MAX_OUTPUT, Held, Host, Prepared, Progress, Result, keep_tail
 
@@ -41,6 +42,10 @@ _SESSION_LINE = re.compile(rb"swapctl-session (\d+)\n")
 # process groups too), not those that left it with setsid (a daemon, the GPU sampler).
 _END_SESSION = 'pkill -KILL -s "$1" 2>/dev/null; kill -KILL -- "-$1" 2>/dev/null; exit 0'
 END_SESSION_TIMEOUT_S = 10
+# put() on a host where swapctl writes as root (sudo): the bytes go through a root command's stdin, as
+# SFTP would write them as the login user. $1 the file, $2 the bytes it must already hold (a resume).
+_WRITE = ('umask 077; have=$(stat -c %s -- "$1" 2>/dev/null || echo 0); if [ "$2" = 0 ]; then exec cat > "$1"; fi; '
+          '[ "$have" = "$2" ] || { echo "$1 holds $have bytes, not $2" >&2; exit 1; }; exec cat >> "$1"')
 
 
 def _tcp(host: str, port: int) -> socket.socket:
@@ -88,6 +93,7 @@ class SshHost(Host):
         self._conn: fabric.Connection | None = None
         self._sftp: paramiko.SFTPClient | None = None
         self._lock = threading.Lock()
+        self._sudo = False  # every command through `sudo -n`: become = "sudo" and a login that is not root
 
     # -- connecting ------------------------------------------------------------------------------
 
@@ -151,8 +157,42 @@ class SshHost(Host):
             assert transport is not None
             transport.set_keepalive(15)
             transport.default_window_size = WINDOW_SIZE
+            self._sudo = spec.become == "sudo" and conn.user != "root"
+            if self._sudo:
+                self._check_sudo(conn, transport)
             self._conn = conn
             return conn
+
+    def _check_sudo(self, conn: fabric.Connection, transport: paramiko.Transport) -> None:
+        """`sudo -n true` before any other command: a sudo that would ask for a password refuses the host
+        here, exit 3, before anything on it changed."""
+        what = f"the {become.PROBE.label} step"
+        late = RemoteTimeout(f"`{become.PROBE}` did not finish within {become.PROBE_TIMEOUT_S} s", host=self.name)
+        err = bytearray()
+        try:
+            chan = transport.open_session(timeout=CONNECT_TIMEOUT_S)
+            chan.settimeout(become.PROBE_TIMEOUT_S)
+            chan.exec_command(become.PROBE.render())
+            chan.shutdown_write()
+            # to the channel's EOF, not its exit status: sshd may send that before the last of stderr
+            while data := chan.recv_stderr(1 << 16):
+                keep_tail(err, data)
+            ended = chan.status_event.wait(become.PROBE_TIMEOUT_S)
+            code = chan.recv_exit_status() if ended else -1
+            self._close(chan)
+        except TimeoutError:
+            conn.close()
+            raise late from None
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            conn.close()
+            raise self._broken(what, exc) from None
+        if not ended:
+            conn.close()
+            raise late
+        refused = become.refusal(self.name, conn.user, code, err.decode("utf-8", "replace"))
+        if refused:
+            conn.close()
+            raise refused
 
     def _transport(self) -> paramiko.Transport:
         transport = self._connection().client.get_transport()
@@ -189,12 +229,15 @@ class SshHost(Host):
         """A channel running `cmd`. With `report_session` its first stderr line is `swapctl-session ID`: sshd
         starts each session's shell with setsid, so its pid, kept by `exec`, is the session that
         _end_session kills. `exec sh -c` first: a login shell that is fish or csh knows no `$$` or `>&2`."""
-        line = cmd.render()
-        if report_session:
-            line = f"exec sh -c {shlex.quote(_REPORT_SESSION)} swapctl {line}"
         try:
-            chan = self._transport().open_session(window_size=WINDOW_SIZE, timeout=CONNECT_TIMEOUT_S)
+            transport = self._transport()  # connects first: then whether it runs through sudo is known
+            line = become.as_root(cmd) if self._sudo else cmd.render()
+            if report_session:
+                line = f"exec sh -c {shlex.quote(_REPORT_SESSION)} swapctl {line}"
+            chan = transport.open_session(window_size=WINDOW_SIZE, timeout=CONNECT_TIMEOUT_S)
             chan.exec_command(line)
+            if feed := cmd.feed():  # its named inputs, ahead of anything else on its stdin
+                chan.sendall(feed)
         except (paramiko.SSHException, OSError, EOFError) as exc:  # "Channel closed.": sshd could not start it
             raise self._broken(self._what(cmd), exc) from None
         return chan
@@ -315,6 +358,9 @@ class SshHost(Host):
 
     def put(self, local: BinaryIO, remote_path: str, size: int, progress: Progress | None = None,
             offset: int = 0) -> None:
+        self._connection()
+        if self._sudo:
+            return self._put_as_root(local, remote_path, progress, offset)
         try:
             if self._sftp is None:
                 self._sftp = paramiko.SFTPClient.from_transport(
@@ -338,6 +384,23 @@ class SshHost(Host):
             if isinstance(exc, OSError) and transport.is_active():  # SFTP's own errors: the host said no
                 raise Refused(f"cannot write {remote_path}: {exc}", host=self.name) from None
             raise self._lost(f"upload to {remote_path}", transport) from None
+
+    def _put_as_root(self, local: BinaryIO, remote_path: str, progress: Progress | None, offset: int) -> None:
+        """put() through the stdin of a command run as root: the file is root's from its first byte."""
+        done = offset
+
+        def chunks() -> Iterable[bytes]:
+            nonlocal done
+            while chunk := local.read(1 << 20):
+                yield chunk
+                done += len(chunk)
+                if progress:
+                    progress(done)
+
+        result = self.send(Cmd.script(_WRITE, remote_path, str(offset), label="write"), chunks(), timeout=STALL_S)
+        if not result.ok:  # a full disk, or a resume whose bytes changed: upload.py tells them apart
+            why = result.stderr.strip().splitlines()[-1:] or [f"exit {result.exit_code}"]
+            raise Refused(f"cannot write {remote_path}: {why[0][:200]}", host=self.name)
 
     def hold(self, cmd: Cmd, timeout: float = 30) -> Held:
         chan = self._open_channel(cmd)

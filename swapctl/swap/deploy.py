@@ -12,6 +12,7 @@ import time
 from dataclasses import replace
 
 from ..errors import Refused, SwapctlError
+from ..facts.status import HostStatus
 from ..gpu.sampler import start_sampler
 from ..playbook import Playbook
 from ..remote.host import Held, Host
@@ -121,11 +122,16 @@ def deploy(sw: Swap, plan: DeployPlan) -> Outcome:
             cached.join()
 
 
+def samplable(status: HostStatus) -> bool:
+    """Whether the host's GPU can be sampled: it has nvidia-smi, and nvidia-smi answered in time."""
+    return not status.gpu_hung and not (status.gpu_error or "").startswith("no GPU tools")
+
+
 def sample(sw: Swap, plan: Plan, outcome: Outcome) -> Outcome:
     """Starts the host's GPU sampler for the daemon now running (what `timings` reads as GPU busy). A
     host the preflight found without nvidia-smi gets none (no round trip, no note file); a sampler that
     cannot start is a note in the outcome; the swap stands either way."""
-    if not outcome.pid or plan.status.gpu_hung or (plan.status.gpu_error or "").startswith("no GPU tools"):
+    if not outcome.pid or not samplable(plan.status):
         return outcome
     try:
         status = start_sampler(sw.host, sw.book.daemon.state_dir, outcome.pid)

@@ -33,9 +33,9 @@ def describe(ctx: Context, plan: Plan, session: Session) -> list[str]:
     stop = (f"systemctl stop {plan.unit}" if plan.unit else
             f"kill -TERM {'-' if d.group_leader else ''}{d.pid}; after {spec.stop_grace_s:g} s: kill -KILL" if d
             else "nothing runs: no stop")
-    env = f"(its {len(new.env or ())} recorded variables)"  # listed, secrets masked, in the swap command below
+    env = f"(its {len(new.env or ())} recorded variables, through a pipe: on no command line)"
     start = (f"systemctl start {plan.unit} (its ExecStart runs {spec.binary})" if plan.unit else
-             f"cd {new.cwd} && setsid env -i {env} {' '.join(new.argv or ())} >> {spec.log}")
+             f"cd {new.cwd} && env -i -- sh {env} && setsid {' '.join(new.argv or ())} >> {spec.log}")
     fallback = plan.fallback() if isinstance(plan, DeployPlan) else rollback_fallback(plan)
     out += [f"# {stop}; wait until its pids are gone and MemAvailable >= {ctx.book.memory.min_available_gib:g} GiB "
             f"(at most {ctx.book.memory.release_timeout_s:g} s); ln -sfn {new.path(st)} {spec.binary}; "

@@ -10,10 +10,14 @@ from . import scripts
 from .context import Context
 from .releases import now_iso, record_local, who_am_i
 
+# The host's journal is rotated past CAP_BYTES to its last KEEP entries (a line is about 1 KB), and a deploy
+# reads only its last 1000 entries (inspect.sh): it grows by a line every swap, for as long as the host lives.
+KEEP, CAP_BYTES = 2000, 4 << 20
+
 
 def journal_cmd(ctx: Context, entry: dict[str, Any]) -> Cmd:
     return scripts.command("append_line.sh", path=f"{ctx.state}/journal.jsonl",
-                           text=json.dumps(entry, sort_keys=True), label="journal")
+                           text=json.dumps(entry, sort_keys=True), keep=KEEP, cap_bytes=CAP_BYTES, label="journal")
 
 
 def write(ctx: Context, entry: dict[str, Any], upload: dict[str, Any] | None = None) -> dict[str, Any]:

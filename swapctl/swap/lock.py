@@ -11,7 +11,7 @@ from ..remote.cmd import Cmd
 from ..remote.host import Held
 from . import scripts
 from .context import Context
-from .preflight import swapping
+from .preflight import swapping, unsafe
 from .releases import now_iso, who_am_i
 from .report import Word, parse_lock
 
@@ -31,6 +31,8 @@ def take(ctx: Context) -> Held:
     held.close()
     if said.word is Word.SWAPPING:
         raise swapping(ctx)
+    if said.word is Word.UNSAFE:
+        raise unsafe(ctx, said.detail)
     if said.word is not Word.HELD:
         why = said.detail or "the lock script ended without a word"
         raise Refused(f"cannot take the deploy lock in {ctx.state}: {why}; check the host's disk "

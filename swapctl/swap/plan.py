@@ -14,7 +14,8 @@ from typing import Any
 
 from ..facts.status import HostStatus
 from . import elf
-from .releases import Release, now_iso, parse_releases, previous_good, who_am_i
+from .environ import carried
+from .releases import RELEASE_ID, Release, now_iso, parse_releases, previous_good, who_am_i
 
 CONFIG_FLAGS = ("-c", "--config")
 
@@ -33,6 +34,9 @@ class Daemon:
     group_leader: bool
     rss_kib: int
     elapsed_s: int
+    uid: int | None = None  # the user and group it runs as, started again as them
+    gid: int | None = None
+    dropped: tuple[tuple[str, str], ...] = ()  # (name, why) of its environment not carried over (environ.carried)
 
     @classmethod
     def started(cls, pid: int, unit: str | None = None) -> Daemon:
@@ -90,6 +94,7 @@ class Situation:
     configs_checked: tuple[str, ...] = ()  # config files the inspect script looked for
     configs_missing: tuple[str, ...] = ()  # of those, the ones it did not find
     unit: str = ""  # the systemd unit the daemon is stopped, started and rolled back through ("": none)
+    env_dropped: tuple[tuple[str, str], ...] = ()  # (name, why): of the environment to run, what is not carried
 
     @property
     def known(self) -> dict[str, Release]:
@@ -163,12 +168,14 @@ def read_catalog(facts: dict[str, str]) -> Catalog:
             journal.append(json.loads(line))
         except ValueError:
             continue  # a line cut short by a full disk or a killed swapctl
+    current = PurePosixPath(target).parent.name if kind == "link" else None
     return Catalog(parse_releases(facts.get("releases", "")),
-                   PurePosixPath(target).parent.name if kind == "link" else None, tuple(journal))
+                   current if current and RELEASE_ID.fullmatch(current) else None, tuple(journal))
 
 
-def read_daemon(status: HostStatus, facts: dict[str, str]) -> Daemon | None:
-    """The running daemon as the status facts and the inspect script saw it."""
+def read_daemon(status: HostStatus, facts: dict[str, str], keep: tuple[str, ...] = ()) -> Daemon | None:
+    """The running daemon as the status facts and the inspect script saw it; of its environment, what
+    environ.carried keeps (`keep`: the loader variables the playbook lets through)."""
     if not status.daemons:
         return None
     p = status.daemons[0]
@@ -177,12 +184,14 @@ def read_daemon(status: HostStatus, facts: dict[str, str]) -> Daemon | None:
         raw = base64.b64decode(b64.strip() or b"")
         return [s.decode("utf-8", "surrogateescape") for s in raw.split(b"\0") if s]
 
-    env = [(k, v) for k, sep, v in (item.partition("=") for item in nul_split(facts.get("environ", ""))) if sep]
+    env, dropped = carried(((k, v) for k, sep, v in (item.partition("=") for item in
+                                                    nul_split(facts.get("environ", ""))) if sep), keep)
     return Daemon(
         pid=p.pid, sha256=facts.get("exe_sha", "").strip(), size=int(facts.get("exe_size", "0").strip() or 0),
         argv=tuple(nul_split(facts.get("cmdline", ""))),
         cwd=facts.get("cwd", "").strip() or "/", env=tuple(env), unit=cgroup_unit(facts.get("cgroup", "")),
         group_leader=facts.get("pgid", "").strip() == str(p.pid), rss_kib=p.rss_kib, elapsed_s=p.elapsed_s,
+        uid=p.uid, gid=p.gid, dropped=dropped,
     )
 
 
@@ -192,11 +201,15 @@ def backups(binary_path: str, facts: dict[str, str], daemon: Daemon | None,
     name = PurePosixPath(binary_path).name
     kind, _, target = facts.get("binary", "missing").partition(" ")
     out = []
-    if daemon and daemon.sha256[:12] not in releases:
+    def saved(sha: str) -> bool:  # the whole sha256: 12 hex digits only name the directory
+        return sha[:12] in releases and releases[sha[:12]].sha256 == sha
+
+    if daemon and not saved(daemon.sha256):
         out.append(Backup(f"/proc/{daemon.pid}/exe", Release(
             sha256=daemon.sha256, size=daemon.size, name=name, created=now_iso(), by=who_am_i(),
-            argv=daemon.argv, cwd=daemon.cwd, env=daemon.env, source="adopted")))
-    if kind == "file" and target[:12] not in releases and (not daemon or target != daemon.sha256):
+            argv=daemon.argv, cwd=daemon.cwd, env=daemon.env, source="adopted", uid=daemon.uid or None,
+            gid=daemon.gid if daemon.uid else None)))
+    if kind == "file" and not saved(target) and (not daemon or target != daemon.sha256):
         out.append(Backup(binary_path, Release(sha256=target, size=0, name=name, created=now_iso(), by=who_am_i(),
                                                source="disk")))
     return tuple(out)
@@ -215,6 +228,8 @@ def warnings(status: HostStatus, daemon: Daemon | None) -> tuple[str, ...]:
             if app.pid not in daemon_pids]
     if status.gpu_error:
         out.append(status.gpu_error)
+    out += [f"pid {p.pid} (uid {p.uid}, runs {p.exe or 'an unknown program'}) matches daemon.match but is not the "
+            f"daemon (not its binary or a release of it, or not its user): left alone" for p in status.not_daemons]
     return tuple(out)
 
 
@@ -235,12 +250,13 @@ def unit_for(status: HostStatus, daemon: Daemon | None, named: str | None, binar
 
 
 def read_situation(host: str, binary_path: str, status: HostStatus, facts: dict[str, str],
-                   configs: tuple[str, ...], named_unit: str | None = None) -> Situation:
-    """The situation from the status facts and the inspect script's sections (`configs`: the files it checked).
-    A daemon under a unit is recorded with the unit's Environment and WorkingDirectory (systemctl show):
-    what the unit gives it, not what systemd adds (INVOCATION_ID...)."""
+                   configs: tuple[str, ...], keep: tuple[str, ...] = (), named_unit: str | None = None) -> Situation:
+    """The situation from the status facts and the inspect script's sections (`configs`: the files it checked;
+    `keep`: the loader variables the playbook lets through). A daemon under a unit is recorded with the
+    unit's Environment and WorkingDirectory (systemctl show): what the unit gives it, not what systemd adds
+    (INVOCATION_ID...)."""
     catalog = read_catalog(facts)
-    daemon = read_daemon(status, facts)
+    daemon = read_daemon(status, facts, keep)
     unit = unit_for(status, daemon, named_unit, binary_path)
     if daemon:
         daemon = replace(daemon, unit=unit or None)
@@ -254,4 +270,5 @@ def read_situation(host: str, binary_path: str, status: HostStatus, facts: dict[
                      warnings=warnings(status, daemon), history=catalog.deployed,
                      free_kib=int(free[3] if len(free) > 3 and free[3].isdigit() else 0),
                      host_zstd=bool(facts.get("tools", "").strip()), partials=partials, configs_checked=configs,
-                     configs_missing=tuple(facts.get("missing", "").splitlines()), unit=unit)
+                     configs_missing=tuple(facts.get("missing", "").splitlines()),
+                     env_dropped=daemon.dropped if daemon else (), unit=unit)

@@ -11,7 +11,8 @@ from ..errors import BadInput, LockHeld, Refused
 from ..facts.status import gather, split_sections
 from . import elf, scripts
 from .context import Context
-from .plan import Catalog, DeployPlan, Plan, Situation, config_paths, read_catalog, read_situation
+from .environ import carried
+from .plan import Catalog, Daemon, DeployPlan, Plan, Situation, config_paths, read_catalog, read_situation
 from .releases import Release, now_iso, previous_good, releases_newest_first, who_am_i
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -20,6 +21,16 @@ DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 def swapping(ctx: Context) -> LockHeld:
     return LockHeld(f"a swap started by an earlier deploy still runs on the host (that deploy lost its "
                     f"connection); wait for it to end, then check `swapctl status {ctx.name}`", host=ctx.name)
+
+
+def unsafe(ctx: Context, line: str) -> Refused:
+    """The refusal for a state directory others may write to: `line` is `DIR OWNER MODE`."""
+    where, owner, mode = ([*line.rsplit(" ", 2), "?", "?"])[:3]
+    what = "is no directory" if owner == "not-a-directory" else f"is owned by uid {owner} with mode {mode}"
+    return Refused(f"state directory {where} {what}: whoever can write "
+                   f"there could replace a release or its manifest, which swapctl then runs as root; make it "
+                   f"root's and not group- or world-writable (`chown root: DIR; chmod 700 DIR`), or remove it "
+                   f"if nobody you trust made it, then deploy again", host=ctx.name)
 
 
 def catalog(ctx: Context) -> Catalog:
@@ -52,7 +63,18 @@ def situation(ctx: Context) -> Situation:
     # with args in the playbook the config files are known now: checked here, not in a command of their own
     configs = tuple(config_paths(ctx.spec.args)) if ctx.spec.args is not None else ()
     out = ctx.run(scripts.command("inspect.sh", *configs, pid=pid, bin=ctx.spec.binary, state=ctx.state)).stdout
-    return read_situation(ctx.name, ctx.spec.binary, status, split_sections(out), configs, ctx.spec.unit)
+    facts = split_sections(out)
+    if bad := facts.get("unsafe", "").strip():
+        raise unsafe(ctx, bad.splitlines()[0])
+    if ctx.spec.user and status.daemon_user is None:
+        raise BadInput(f"daemon.user {ctx.spec.user!r} is no user on the host (`id {ctx.spec.user}` fails there); "
+                       f"fix daemon.user in the playbook", host=ctx.name)
+    return read_situation(ctx.name, ctx.spec.binary, status, facts, configs, keep_loader(ctx), ctx.spec.unit)
+
+
+def keep_loader(ctx: Context) -> tuple[str, ...]:
+    """The loader variables (LD_PRELOAD...) an environment read back may pass on: those the playbook names."""
+    return (*ctx.spec.keep_loader_env, *(k for k, _ in ctx.spec.env))
 
 
 def check_unit(ctx: Context, sit: Situation) -> None:
@@ -93,9 +115,20 @@ def check_configs(ctx: Context, sit: Situation, argv: tuple[str, ...]) -> None:
 
 
 def env_for(ctx: Context, base: tuple[tuple[str, str], ...] | None) -> tuple[tuple[str, str], ...]:
-    env = dict(base or (("PATH", DEFAULT_PATH), ("HOME", "/root")))
+    """The new release's environment: what ran before (as environ.carried keeps it), then daemon.env."""
+    env = dict(carried(base, keep_loader(ctx))[0] if base else (("PATH", DEFAULT_PATH), ("HOME", "/root")))
     env.update(ctx.spec.env)
     return tuple(env.items())
+
+
+def run_as(ctx: Context, sit: Situation, base: Release | Daemon | None) -> tuple[int | None, int | None]:
+    """Who a new release runs as: daemon.user, else whom the daemon (or the release) it replaces ran as."""
+    ids: tuple[int | None, int | None] = (None, None)
+    if ctx.spec.user and sit.status.daemon_user:
+        ids = sit.status.daemon_user
+    elif base:
+        ids = (base.uid, base.gid)
+    return ids if ids[0] else (None, None)  # root: as swapctl's commands run
 
 
 def new_release(ctx: Context, sit: Situation, binary: elf.LocalBinary, build: dict | None) -> Release:
@@ -104,15 +137,17 @@ def new_release(ctx: Context, sit: Situation, binary: elf.LocalBinary, build: di
     base = sit.daemon or sit.releases.get(sit.current or "")
     args = spec.args if spec.args is not None else (tuple(base.argv[1:]) if base and base.argv else ())
     cwd = spec.cwd or (base.cwd if base and base.cwd else str(PurePosixPath(spec.binary).parent))
+    uid, gid = run_as(ctx, sit, base)
     env = env_for(ctx, base.env if base else None)
     unit = sit.status.unit
     if sit.unit and unit and unit.name == sit.unit:  # what `systemctl start` will run (check_unit checked it)
         args, cwd, env = unit.exec_argv[1:], unit.working_directory or "/", unit.environment
     new = Release(sha256=binary.sha256, size=binary.size, name=PurePosixPath(spec.binary).name, created=now_iso(),
-                  by=who_am_i(), argv=(spec.binary, *args), cwd=cwd, env=env, build=build)
-    if new.id in sit.releases:  # deployed before: keep its record, take the new command line
+                  by=who_am_i(), argv=(spec.binary, *args), cwd=cwd, env=env, build=build, uid=uid, gid=gid)
+    if new.id in sit.releases and sit.releases[new.id].sha256 == new.sha256:  # deployed before: keep its record
         old = sit.releases[new.id]
-        new = replace(old, argv=new.argv, cwd=new.cwd, env=new.env, status="ok", build=build or old.build)
+        new = replace(old, argv=new.argv, cwd=new.cwd, env=new.env, status="ok", build=build or old.build,
+                      uid=uid, gid=gid)
     return new
 
 
@@ -122,6 +157,10 @@ def plan_deploy(ctx: Context, sit: Situation, binary: elf.LocalBinary, restart: 
     elf.check_arch(binary, sit.status.arch, ctx.name)
     check_unit(ctx, sit)
     new = new_release(ctx, sit, binary, build)
+    if new.id in sit.releases and sit.releases[new.id].sha256 != new.sha256:  # the whole sha256, never 12 digits
+        raise Refused(f"release directory {new.dir(ctx.state)} holds another binary (sha256 "
+                      f"{sit.releases[new.id].sha256}, this one is {new.sha256}); look at it, remove it, then deploy "
+                      f"again", host=ctx.name)
     needed = binary.size * (1 if new.id in sit.releases else 2) // 1024 + 1024
     if sit.free_kib < needed:
         raise Refused(f"only {sit.free_kib // 1024} MiB free beside {ctx.spec.binary}; the upload and backup need "
@@ -159,5 +198,8 @@ def plan_rollback(ctx: Context, sit: Situation, to: str | None = None) -> Plan:
     check_unit(ctx, sit)
     if target.argv:
         check_configs(ctx, sit, target.argv)
-    plan: Plan = Plan.of(sit, new=target)
+    # its recorded environment was read back from the host: what it may not carry is dropped, and said
+    env, dropped = carried(target.env or (), keep_loader(ctx))
+    plan: Plan = Plan.of(replace(sit, env_dropped=(*sit.env_dropped, *dropped)),
+                         new=replace(target, env=env) if target.env is not None else target)
     return plan

@@ -1,14 +1,23 @@
-"""Releases on a host: `<state>/releases/<sha256[:12]>/<binary name>` beside a manifest.json."""
+"""Releases on a host: `<state>/releases/<sha256[:12]>/<binary name>` beside a manifest.json.
+
+A manifest is read back from the host, and a host is not trusted: a release is what its directory's name
+says (12 hex digits), and only when its manifest's sha256 is 64 hex digits that start with that name, its
+file name a plain name and its environment's keys variable names (trusted_release)."""
 
 from __future__ import annotations
 
 import getpass
 import json
 import os
+import re
 import socket
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
+
+RELEASE_ID = re.compile(r"[0-9a-f]{12}")
+SHA256 = re.compile(r"[0-9a-f]{64}")
+ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def now_iso() -> str:
@@ -32,6 +41,8 @@ class Release:
     status: str = "ok"  # ok | bad (failed its start; never a rollback target)
     source: str = "upload"  # upload | adopted (saved from a running daemon) | disk (the file found at binary)
     build: dict | None = None  # image id and build args, when swapctl built it
+    uid: int | None = None  # the user and group it runs as (None: as swapctl's commands run, root)
+    gid: int | None = None
 
     @property
     def id(self) -> str:
@@ -59,14 +70,43 @@ class Release:
         return replace(self, status=status)
 
 
+def trusted_release(d: object, dir_name: str) -> Release | None:
+    """The release a manifest read back from `<state>/releases/<dir_name>/` describes, or None when it is
+    not one swapctl could have written: every field of the right type, the id its directory's name."""
+    if not isinstance(d, dict) or not RELEASE_ID.fullmatch(dir_name):
+        return None
+    sha, name, argv, env = d.get("sha256"), d.get("name"), d.get("argv"), d.get("env")
+    if not (isinstance(sha, str) and SHA256.fullmatch(sha) and sha.startswith(dir_name)):
+        return None
+    if not (isinstance(name, str) and name not in ("", ".", "..") and not any(c in name for c in "/\0\n")):
+        return None
+    if argv is not None and not (isinstance(argv, list) and all(isinstance(a, str) for a in argv)):
+        return None
+    if env is not None and not (isinstance(env, list) and all(
+            isinstance(kv, list) and len(kv) == 2 and all(isinstance(x, str) for x in kv) and ENV_KEY.fullmatch(kv[0])
+            for kv in env)):
+        return None
+    if not all(d.get(k) is None or type(d.get(k)) is int for k in ("size", "uid", "gid")):
+        return None
+    if not all(d.get(k) is None or isinstance(d.get(k), str) for k in ("created", "by", "cwd", "status", "source")):
+        return None
+    try:
+        return Release.from_dict(d)
+    except (TypeError, KeyError):
+        return None
+
+
 def parse_releases(lines: str) -> dict[str, Release]:
+    """The inspect script's `releases` section: one `DIR<TAB>MANIFEST` line per release directory."""
     out: dict[str, Release] = {}
     for line in lines.splitlines():
+        dir_name, sep, text = line.partition("\t")
         try:
-            r = Release.from_dict(json.loads(line))
-        except (ValueError, TypeError, KeyError):
+            r = trusted_release(json.loads(text), dir_name) if sep else None
+        except ValueError:
             continue  # a manifest half-written by a killed swapctl is not a release
-        out[r.id] = r
+        if r is not None:
+            out[r.id] = r
     return out
 
 

@@ -16,6 +16,7 @@ class Word(StrEnum):
     HELD = "HELD"  # info: another deploy holds it
     SWAPPING = "SWAPPING"  # a swap cut off from its deploy still runs
     FAILED = "FAILED"  # why: lock.sh and swap.sh could not go on
+    UNSAFE = "UNSAFE"  # dir owner mode: a state directory others may write to (lock.sh)
     # receive.sh, install.sh
     INSTALLED = "INSTALLED"
     MISMATCH = "MISMATCH"  # sha256: what arrived is not the binary
@@ -89,7 +90,7 @@ def parse_install(lines: Iterable[str]) -> InstallReport:
 class LockReport:
     """What lock.sh said: its first line."""
 
-    word: Word | None  # LOCKED HELD SWAPPING FAILED; None when it ended without a word
+    word: Word | None  # LOCKED HELD SWAPPING FAILED UNSAFE; None when it ended without a word
     detail: str = ""  # HELD: who holds it (JSON); FAILED: why
 
 
@@ -138,6 +139,11 @@ class SwapReport:
     @property
     def ready(self) -> bool:
         return self.ready_seen and self.alive
+
+    @property
+    def release_changed(self) -> bool:
+        """The release's file is not the binary its sha256 names: swap.sh stopped nothing."""
+        return self.failure.startswith("release changed")
 
     def why_not(self, timeout: float) -> str:
         """Why the started daemon is not ready, in words for the error and the journal."""

@@ -42,6 +42,9 @@ def swap_in(ctx: Context, plan: Plan, target: Release, action: str, fallback: Re
         raise UnknownState(f"{exc.message} while swapping: the host finishes the swap by itself (stop, memory "
                            f"wait, start); check with `swapctl status {ctx.name}` before deploying again",
                            host=ctx.name) from None
+    if run.release_changed:  # checked before the stop: nothing changed
+        ctx.interrupts.critical = False
+        raise swaprun.changed(ctx, run)
     steps = {**steps, **run.steps}  # this attempt's own: a rollback swap after it is timed apart
     if not run.memory_ok:
         journal.write(ctx, {"action": action, "from": old_sha, "to": target.sha256, "outcome": "no-daemon",
@@ -84,6 +87,12 @@ def roll_back(ctx: Context, failed: Release, fallback: Release | None, attempt: 
                            f"no daemon runs now; its log: {log}", host=ctx.name, detail=tail)
     run = swaprun.swap(ctx, Daemon.started(started, unit) if started else None, fallback, "", unit=unit,
                        reset=bool(unit))
+    if run.release_changed:  # what to go back to is not what it was: stop the failed start, as with none
+        stopped = swaprun.stop_only(ctx, started or 0, unit).stopped if started or unit else True
+        journal.write(ctx, {**entry, "to": None, "outcome": "no-daemon" if stopped else "unknown"}, upload)
+        raise UnknownState(f"{failed.id} failed ({attempt.why}), and the release to go back to is not the binary it "
+                           f"was ({run.failure}): {'no daemon runs now' if stopped else 'stopping it did not finish'}; "
+                           f"its log: {log}", host=ctx.name, detail=tail)
     entry["rollback_steps"] = run.steps
     if not run.memory_ok:
         journal.write(ctx, {**entry, "to": fallback.sha256, "outcome": "no-daemon"}, upload)

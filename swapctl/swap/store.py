@@ -39,5 +39,6 @@ def prune(ctx: Context, releases: dict[str, Release], protect: set[str], stale: 
     """Removes releases beyond keep_releases (never those in `protect`) and `stale` partial uploads."""
     gone = to_prune(releases, ctx.book.keep_releases, protect)
     if gone or stale:
-        ctx.run(scripts.command("remove.sh", *[r.dir(ctx.state) for r in gone], *stale, label="prune"))
+        ctx.run(scripts.command("remove.sh", *[r.dir(ctx.state) for r in gone], *stale, state=ctx.state,
+                                label="prune"))
     return [r.id for r in gone]

@@ -4,11 +4,12 @@ connection drops."""
 
 from __future__ import annotations
 
+import shlex
 import time
 
-from ..errors import LockHeld, UnknownState
+from ..errors import LockHeld, Refused, UnknownState
 from ..facts.status import HostStatus
-from ..remote.cmd import Cmd, Piece, Secret
+from ..remote.cmd import NAME, Cmd, Piece, Secret
 from . import scripts
 from .context import Context
 from .plan import Daemon
@@ -16,8 +17,8 @@ from .releases import Release
 from .report import SwapParser, SwapReport, Word, parse_swap
 
 
-def command_for(ctx: Context, rel: Release) -> list[Piece]:
-    """`K=V...` then the command line, as `env -i` takes them, for a release as it was recorded."""
+def command_for(ctx: Context, rel: Release) -> list[str]:
+    """The command line a release runs with, as it was recorded, as the uid and gid it ran as."""
     spec = ctx.spec
     argv = rel.argv or (spec.binary,)
     # The daemon runs from the binary path (now the release) when that is its recorded argv[0]; a
@@ -26,19 +27,32 @@ def command_for(ctx: Context, rel: Release) -> list[Piece]:
         command = list(argv)
     else:
         command = ["perl", "-e", scripts.PERL_ARGV0, rel.path(ctx.state), *argv]
-    env: list[Piece] = [Secret(f"{k}={v}") if k in spec.secret_env else f"{k}={v}" for k, v in rel.env or ()]
-    return env + command
+    if rel.uid:  # not root: setpriv drops to it (its groups from /etc/group) before the daemon starts
+        command = ["setpriv", f"--reuid={rel.uid}", f"--regid={rel.gid or 0}", "--init-groups", *command]
+    return command
+
+
+def env_block(rel: Release) -> Secret:
+    """A release's environment as the swap script's `start` takes it: `K='v'` lines, each key a variable
+    name (environ.NAME, checked where it entered). All of it counts as secret: it goes on stdin only."""
+    for k, _ in rel.env or ():
+        if not NAME.fullmatch(k):  # never pasted into the shell: the release's manifest was checked already
+            raise ValueError(f"{k!r} is not an environment variable name")
+    return Secret("".join(f"{k}={shlex.quote(v)}\n" for k, v in rel.env or ()))
 
 
 def fallback_inputs(ctx: Context, target: Release, fallback: Release | None) -> dict[str, Piece]:
     """What the swap script needs to go back to `fallback` by itself if this deploy loses its connection
-    and `target` fails: its path, cwd, command line (rendered once, as the channel would), and what its
-    journal line names (the host writes that line whole)."""
+    and `target` fails: its path, cwd, environment, command line (rendered once, as the channel would), and
+    what its journal line names (the host writes that line whole)."""
     if fallback is None:
-        return dict.fromkeys(("fb_target", "fb_cwd", "fb_cmd", "fb_host", "fb_from", "fb_to", "fb_current"), "")
-    command = Cmd("env", "-i", *command_for(ctx, fallback)).render()
-    return {"fb_target": fallback.path(ctx.state), "fb_cwd": fallback.cwd or "/", "fb_cmd": Secret(command),
-            "fb_host": ctx.name, "fb_from": target.sha256, "fb_to": fallback.sha256, "fb_current": fallback.id}
+        return dict.fromkeys(("fb_target", "fb_sha", "fb_cwd", "fb_env", "fb_cmd", "fb_host", "fb_from", "fb_to",
+                              "fb_current"), "")
+    command = Cmd(*command_for(ctx, fallback)).render()
+    return {"fb_target": fallback.path(ctx.state), "fb_sha": fallback.sha256, "fb_cwd": fallback.cwd or "/",
+            "fb_env": env_block(fallback),
+            "fb_cmd": command, "fb_host": ctx.name, "fb_from": target.sha256, "fb_to": fallback.sha256,
+            "fb_current": fallback.id}
 
 
 def gpu_limits(ctx: Context, status: HostStatus, pids: list[int]) -> str:
@@ -66,10 +80,11 @@ def swap_cmd(ctx: Context, old: Daemon | None, target: Release, gpu_max: str, fa
         "group": "1" if old and old.group_leader else "0", "unit": unit_of(old, unit),
         "reset": "1" if reset else "",
         "timeout_ms": int(mem.release_timeout_s * 1000), "min_kib": int(mem.min_available_gib * (1 << 20)),
-        "gpu_max": gpu_max, "bin": spec.binary, "target": target.path(ctx.state), "cwd": target.cwd or "/",
+        "gpu_max": gpu_max, "bin": spec.binary, "target": target.path(ctx.state), "sha": target.sha256,
+        "run_gid": str(target.gid) if target.uid else "", "cwd": target.cwd or "/",
         "log": spec.log, "re": spec.ready_log, "ready_s": int(spec.ready_timeout_s),
         "port": str(spec.ready_port or ""), "stable_ms": int(spec.ready_stable_s * 1000),
-        **fallback_inputs(ctx, target, fallback)}
+        "envq": env_block(target), **fallback_inputs(ctx, target, fallback)}
     return scripts.command_of("swap.sh", inputs, *command_for(ctx, target),
                               bash=bool(spec.ready_port))  # /dev/tcp is bash's
 
@@ -100,6 +115,13 @@ def swap(ctx: Context, old: Daemon | None, target: Release, gpu_max: str,
         raise LockHeld(f"{run.failure}; this one stopped nothing: wait for it to end, then check "
                        f"`swapctl status {ctx.name}`", host=ctx.name)
     return run
+
+
+def changed(ctx: Context, run: SwapReport) -> Refused:
+    """The refusal for a release whose file is not the binary its sha256 names (swap.sh stopped nothing)."""
+    return Refused(f"{run.failure.removeprefix('release changed: ')}; it is not the binary it was, so nothing was "
+                   f"stopped and the daemon runs on: look at who changed it, then deploy that build again",
+                   host=ctx.name)
 
 
 def progress(ctx: Context, word: Word, rest: str, so_far: SwapReport, target: Release) -> None:

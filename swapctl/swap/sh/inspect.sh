@@ -12,12 +12,20 @@ if [ -L "$bin" ]; then echo "link $(readlink -- "$bin")"
 elif [ -f "$bin" ]; then echo "file $(sha256 < "$bin")"
 else echo missing; fi
 sec free; df -P -k -- "$(dirname -- "$bin")" | tail -n 1
+sec unsafe; unsafe_dirs "${state%/*}" "$state" "$state/releases"
 sec releases
-# a manifest over 1 MiB is no manifest swapctl wrote (status reads it so too): cut, it does not parse
-for m in "$state"/releases/*/manifest.json; do [ -f "$m" ] && { head -c 1048576 -- "$m" | tr -d '\n'; echo; }; done
-sec journal; cat -- "$state/journal.jsonl" 2>/dev/null
+# only directories named as swapctl names them (12 hex digits: no newline, no `/`, no `..` can hide in a
+# name), each `NAME<TAB>manifest`; a manifest over 1 MiB is no manifest swapctl wrote (status reads it so
+# too): cut, it does not parse
+for m in "$state"/releases/*/manifest.json; do
+  d=${m%/manifest.json}; d=${d##*/}
+  release_id "$d" && [ -f "$m" ] && { printf '%s\t' "$d"; head -c 1048576 -- "$m" | tr -d '\n'; echo; }
+done
+# the journal's last entries only: the deploy needs the recent ones, and it grows by one a swap
+sec journal; tail -n 1000 -- "$state/journal.jsonl" 2>/dev/null | cut -c 1-65536
 sec tools; command -v zstd
-sec partial; for f in "$state"/releases/.upload-*; do [ -f "$f" ] && stat -c '%s %n' -- "$f"; done
+sec partial
+for f in "$state"/releases/.upload-*; do release_id "${f##*/.upload-}" && [ -f "$f" ] && stat -c '%s %n' -- "$f"; done
 sec missing; missing "$@"
 [ -n "$pid" ] || exit 0
 sec exe_sha; sha256 < "/proc/$pid/exe"

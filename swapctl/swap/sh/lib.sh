@@ -21,3 +21,20 @@ now() { read -r NOW _ < /proc/uptime; NOW=$(( ${NOW%.*} * 1000 + 1${NOW#*.} * 10
 
 # json_str TEXT: TEXT as a JSON string (quotes and backslashes escaped, control characters dropped).
 json_str() { printf '"%s"' "$(printf '%s' "$1" | tr -d '\000-\037' | sed 's/\\/\\\\/g; s/"/\\"/g')"; }
+
+# release_id NAME: whether NAME is a release's directory name as swapctl makes it (12 hex digits)
+release_id() { case $1 in *[!0-9a-f]*) return 1 ;; ????????????) return 0 ;; *) return 1 ;; esac; }
+
+# unsafe_dirs DIR...: prints `DIR owner mode` for each existing directory not owned by the user this runs
+# as, or writable by its group or others: whoever may write there could swap a release or a manifest, and
+# `mkdir -p -m 700` leaves a directory that was there already as it was.
+unsafe_dirs() {
+  me=$(id -u)
+  for d; do
+    [ -e "$d" ] || [ -L "$d" ] || continue
+    if [ -L "$d" ] || [ ! -d "$d" ]; then printf '%s not-a-directory -\n' "$d"; continue; fi
+    info=$(stat -c '%u %a' -- "$d") || continue
+    owner=${info% *}; mode=${info#* }
+    if [ "$owner" != "$me" ] || [ $(( 0$mode & 022 )) -ne 0 ]; then printf '%s %s %s\n' "$d" "$owner" "$mode"; fi
+  done
+}

@@ -7,6 +7,7 @@
 # library the release needs and the host lacks: they must resolve here, before anything stops.
 install_release() {
   got=$1; : "${tmp?}" "${dir?}" "${name?}" "${sha?}" "${manifest?}"
+  umask 077
   [ -n "$got" ] || got=$(sha256 < "$tmp")
   if [ "$got" != "$sha" ]; then rm -f -- "$tmp"; echo "MISMATCH $got"; return 0; fi
   # shellcheck disable=SC2174 # 700 for the release directory itself; its parents exist already

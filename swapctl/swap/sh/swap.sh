@@ -18,15 +18,19 @@
 #                                 systemd unit it runs under: stopped, started and rolled back through it
 #   reset                         1: `systemctl reset-failed` the unit once started (a rollback does)
 #   timeout_ms min_kib gpu_max    the memory wait
-#   bin target cwd log            the binary path, the release it becomes, where the new daemon runs and logs
+#   bin target sha cwd log        the binary path, the release it becomes (and its sha256, checked again before
+#                                 anything stops), where the new daemon runs and logs
+#   run_gid                       the group a daemon that is not root's runs as (empty: root's)
 #   re ready_s port stable_ms     readiness: the log line (or the port), how long to wait, how long to stay up
-#   fb_target fb_cwd fb_cmd       the fallback release when nobody listens (an empty fb_target: none), and
-#                                 its command line rendered once (quoted by swapctl's Cmd)
+#   envq                          the new daemon's whole environment, as shell assignments one a line
+#   fb_target fb_sha fb_cwd fb_env fb_cmd  the fallback release when nobody listens (an empty fb_target: none), its
+#                                 environment (as envq) and command line rendered once (quoted by swapctl's Cmd)
 #   fb_host fb_from fb_to fb_current   for the journal line the host then writes itself
-# Arguments: K=V... command...: the new daemon's environment and command line, as `env -i` takes them.
+# Arguments: the new daemon's command line. Its environment is an input, read from stdin: on a command
+# line (`env -i K=V...`) every user of the host could read it.
 : "${pid?}" "${grace_ms?}" "${group?}" "${unit?}" "${timeout_ms?}" "${min_kib?}" "${gpu_max?}" "${reset?}"
-: "${bin?}" "${target?}" "${cwd?}" "${log?}" "${re?}" "${ready_s?}" "${port?}" "${stable_ms?}"
-: "${fb_target?}" "${fb_cwd?}" "${fb_cmd?}" "${fb_host?}" "${fb_from?}" "${fb_to?}" "${fb_current?}"
+: "${bin?}" "${target?}" "${sha?}" "${run_gid?}" "${cwd?}" "${log?}" "${re?}" "${ready_s?}" "${port?}" "${stable_ms?}" "${envq?}"
+: "${fb_target?}" "${fb_sha?}" "${fb_cwd?}" "${fb_env?}" "${fb_cmd?}" "${fb_host?}" "${fb_from?}" "${fb_to?}" "${fb_current?}"
 # shellcheck source=lib.sh
 . ./lib.sh
 # shellcheck source=daemon.sh
@@ -82,6 +86,20 @@ wait_ready() {
   if alive "$new"; then echo "ALIVE 1"; else echo "ALIVE 0"; fi
 }
 
+# start ENV COMMAND...: COMMAND in a session of its own (setsid), its output appended to $log, with the
+# environment ENV (shell assignments, one a line) and nothing else. ENV goes to a clean shell through a
+# pipe (fd 3), never through a command line, as `env -i K=V...` would put it. Sets new (its pid).
+sid=$(command -v setsid)
+start() {
+  ( trap - PIPE HUP; start_env=$1; shift
+    exec env -i -- /bin/sh -c 'unset PWD; set -a; . /dev/fd/3 || exit 127; set +a; exec "$@" 3<&-' \
+      swapctl-start "$sid" "$@" 3<<EOF
+$start_env
+EOF
+  ) >> "$log" 2>&1 < /dev/null 8>&- &
+  new=$!
+}
+
 # switch_to RELEASE: the binary path becomes a symlink to RELEASE, atomically (a rename)
 switch_to() { ln -sfn -- "$1" "$bin.swapctl-new" && mv -Tf -- "$bin.swapctl-new" "$bin"; }
 
@@ -93,19 +111,28 @@ state=${target%/releases/*}
 # (and with it the deploy lock); lock.sh refuses a new deploy meanwhile. Nothing started here keeps fd 8.
 exec 8>>"$state/swap.lock"
 flock -w 30 8 || { echo "FAILED another swap still runs on this host"; exit 0; }
+# the release is what was uploaded and checked, still: a file changed since is never switched to
+got=$(sha256 < "$target")
+if [ "$got" != "$sha" ]; then
+  echo "FAILED release changed: $target has sha256 ${got:-unreadable}, not $sha"; exit 0
+fi
 WATCH=""; inv=""
 [ -n "$pid" ] && stop_daemon "$pid" "$grace_ms" "$group" "$unit"
 # no daemon, but its unit may be about to restart one (Restart=, after a crash): the stop cancels that
 [ -z "$pid" ] && [ -n "$unit" ] && systemctl stop -- "$unit" >/dev/null 2>&1
 wait_memory "$timeout_ms" "$min_kib" "$gpu_max" || exit 0
+# a daemon that runs as another user (its gid set) must reach its release: the state directories become
+# that group's, searchable by it and by nobody else (710)
+if [ -n "$run_gid" ]; then
+  for d in "${state%/*}" "$state" "$state/releases" "${target%/*}"; do chgrp -- "$run_gid" "$d" && chmod 710 "$d"; done
+fi
 switch_to "$target" || { echo "FAILED switch"; exit 0; }
 off=$(stat -c %s -- "$log" 2>/dev/null || echo 0)
 if [ -n "$unit" ]; then
   start_unit "$unit" "$reset" || exit 0
 else
   cd -- "$cwd" || { echo "FAILED cd $cwd"; exit 0; }
-  ( trap - PIPE HUP; exec setsid env -i "$@" ) >> "$log" 2>&1 < /dev/null 8>&- &
-  new=$!
+  start "$envq" "$@"
 fi
 echo "STARTED $new $off${inv:+ $inv}"
 now; started_ms=$NOW
@@ -122,6 +149,7 @@ while alive "$new" && ! ready_now && now && [ "$NOW" -lt "$until_ms" ]; do sleep
 ready_now && exit 0
 stop_daemon "$new" "$grace_ms" 1 "$unit" >/dev/null 2>&1
 wait_memory "$timeout_ms" "$min_kib" "" >/dev/null 2>&1 || exit 0
+[ "$(sha256 < "$fb_target")" = "$fb_sha" ] || exit 0
 switch_to "$fb_target" || exit 0
 cd -- "$fb_cwd" || exit 0
 off=$(stat -c %s -- "$log" 2>/dev/null || echo 0)
@@ -134,8 +162,7 @@ rest=$(printf '"reason": "not ready, and no swapctl listening", "time": "%s", "t
   "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$(json_str "$fb_to")")
 if [ -n "$unit" ]; then  # back through the unit: a daemon started beside it, systemd would start again
   start_unit "$unit" 1 >/dev/null || exit 0
-  printf '%s"outcome": "rolled-back", "pid": %s, %s\n' "$entry" "$new" "$rest" >> "$state/journal.jsonl"
-  exit 0
+else
+  eval "start \"\$fb_env\" $fb_cmd"
 fi
-( trap - PIPE HUP; eval "exec setsid $fb_cmd" ) >> "$log" 2>&1 < /dev/null 8>&- &
-printf '%s"outcome": "rolled-back", "pid": %s, %s\n' "$entry" "$!" "$rest" >> "$state/journal.jsonl"
+printf '%s"outcome": "rolled-back", "pid": %s, %s\n' "$entry" "$new" "$rest" >> "$state/journal.jsonl"
