@@ -6,7 +6,8 @@ shared machine falls on both alike):
 - `swapctl --help` against the same venv's bare `python -c pass` (goal <= 8x);
 - `swapctl status HOST` against a hand `ssh HOST 'ps ...; cat /proc/meminfo; df; who; nvidia-smi'` to the
   same real sshd on loopback (goal <= 1.3x). The host runs no daemon: both read the same things.
-Wall-clock times of whole processes, as a person at a terminal waits for them.
+Wall-clock times of whole processes, as a person at a terminal waits for them (the ratios), and beside
+them each process's CPU time (for ssh: the client's only; sshd's and the host shell's are not counted).
 Usage: python3 benchmarks/startup.py [--pairs N]   (needs sshd and ssh)
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -29,17 +31,30 @@ from swapctl.sandbox import make_server  # noqa: E402
 PROBE = "ps -ww -eo pid,ppid,user,etimes,rss,args; cat /proc/meminfo; df -P; who; nvidia-smi"
 
 
-def timed(argv: list[str], env: dict) -> float:
+def compiled(tree: Path) -> None:
+    """swapctl's bytecode, as pip writes it when it installs swapctl: this machine's Python runs with
+    PYTHONDONTWRITEBYTECODE=1, and an editable checkout would otherwise compile every module on every run
+    (0.08 s of a `status HOST` here), which no installed swapctl does."""
+    import compileall
+
+    compileall.compile_dir(str(tree / "swapctl"), quiet=1)
+
+
+def timed(argv: list[str], env: dict) -> tuple[float, float]:
+    """Wall seconds, and the CPU seconds of the process (user + system, the OS's accounting: what the
+    process itself used, which load from others on the machine moves far less than its wall time)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
     done = subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                           stderr=subprocess.PIPE, text=True)
     secs = time.perf_counter() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode not in (0, 127) and "nvidia-smi" not in done.stderr:  # no GPU here: ssh's probe says so
         sys.exit(f"{argv[0]} failed ({done.returncode}): {done.stderr[-2000:]}")
-    return secs
+    return secs, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
 
 
-def pairs(a: list[str], b: list[str], n: int, env: dict) -> tuple[list[float], list[float]]:
+def pairs(a: list[str], b: list[str], n: int, env: dict) -> tuple[list[tuple[float, float]], list[tuple[float, float]]]:
     timed(a, env), timed(b, env)  # warm the page cache and sshd once; not counted
     ta, tb = [], []
     for _ in range(n):
@@ -48,10 +63,12 @@ def pairs(a: list[str], b: list[str], n: int, env: dict) -> tuple[list[float], l
     return ta, tb
 
 
-def row(name: str, ref_name: str, t: list[float], ref: list[float], goal: float) -> str:
-    mt, mr = statistics.median(t), statistics.median(ref)
-    ratio = statistics.median(x / y for x, y in zip(t, ref, strict=False))
-    return (f"{name:<24} {mt * 1000:7.0f} ms   {ref_name:<24} {mr * 1000:7.0f} ms   "
+def row(name: str, ref_name: str, t: list[tuple[float, float]], ref: list[tuple[float, float]], goal: float) -> str:
+    med = statistics.median
+    mt, mr = med(x[0] for x in t), med(x[0] for x in ref)
+    ratio = med(x[0] / y[0] for x, y in zip(t, ref, strict=False))
+    return (f"{name:<22} {mt * 1000:5.0f} ms (CPU {med(x[1] for x in t) * 1000:4.0f})   {ref_name:<26} "
+            f"{mr * 1000:5.0f} ms (CPU {med(x[1] for x in ref) * 1000:4.0f})   "
             f"{ratio:5.2f}x  (goal <= {goal:g}x{'' if ratio <= goal else ', NOT met'})")
 
 
@@ -60,6 +77,7 @@ def main() -> None:
     ap.add_argument("--pairs", type=int, default=7)
     args = ap.parse_args()
     bindir = Path(sys.executable).parent
+    compiled(ROOT)
     swapctl = str(bindir / "swapctl") if (bindir / "swapctl").exists() else None
     base = [swapctl] if swapctl else [sys.executable, "-m", "swapctl"]
     with tempfile.TemporaryDirectory(prefix="swapctl-startup-") as tmp:
@@ -83,7 +101,8 @@ def main() -> None:
             ts, tssh = pairs([*base, "status", "lab", "-p", str(playbook)], ssh, args.pairs, env)
         finally:
             server.stop()
-    print(f"start-up, median of {args.pairs} interleaved pairs ({os.cpu_count()} cores):")
+    print(f"start-up, median of {args.pairs} interleaved pairs ({os.cpu_count()} cores, load average "
+          f"{os.getloadavg()[0]:.1f}); wall time, the process's own CPU time in brackets:")
     print(row("swapctl --help", "python -c pass", th, tp, 8))
     print(row("swapctl status HOST", "ssh HOST 'ps; meminfo...'", ts, tssh, 1.3))
 

@@ -9,14 +9,18 @@ this machine timestamps, from /proc and the log, the events the tools wait for:
   reported   the tool said the new daemon is ready (swapctl prints it; the others are done when they exit)
 Overheads: start gap = new start - old gone; report gap = reported - ready. Floor = what the daemon
 needs itself: its exit after the signal plus its start-up (ready - new start).
-Usage: python3 benchmarks/swap_overhead.py [--runs N]   (root; needs sshd, g++)
+exit gap = swapctl's exit - ready: what it does after the ready line (journal, pruning, summary, exit).
+Usage: python3 benchmarks/swap_overhead.py [--runs N] [--before REV]   (root; needs sshd, g++)
+--before REV runs swapctl as of git commit REV too, by turns with this one, for a before/after in one run.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -33,6 +37,15 @@ sys.path.insert(0, str(ROOT))
 from swapctl.sandbox import build_prover, make_server, prover_config, start_daemon  # noqa: E402
 
 START_DELAY_MS = 300  # the stand-in's "SRS load" before it is ready
+
+
+def compiled(tree: Path) -> None:
+    """swapctl's bytecode, as pip writes it when it installs swapctl: this machine's Python runs with
+    PYTHONDONTWRITEBYTECODE=1, and an editable checkout would otherwise compile every module on every run
+    (0.08 s of a `status HOST` here), which no installed swapctl does."""
+    import compileall
+
+    compileall.compile_dir(str(tree / "swapctl"), quiet=1)
 
 
 class Watcher(threading.Thread):
@@ -70,7 +83,7 @@ class Watcher(threading.Thread):
 def ready_time(log: Path, after: int) -> float:
     for line in log.read_bytes()[after:].decode(errors="replace").splitlines():
         if "cuzk-daemon ready" in line:
-            stamp = line.split()[0].rstrip("Z")
+            stamp = re.sub(r"\x1b\[[0-9;]*m", "", line).split()[0].rstrip("Z")  # the stand-in dims it
             return datetime.fromisoformat(stamp).replace(tzinfo=UTC).timestamp()
     raise RuntimeError("no ready line")
 
@@ -80,18 +93,22 @@ def ssh_base(server) -> list[str]:
             "-o", f"UserKnownHostsFile={server.known_hosts}", f"root@{server.address}"]
 
 
-def by_swapctl(server, data: Path, a: Path, b: Path, playbook: Path, env: dict) -> float:
-    """Returns when swapctl reported the new daemon ready (its `ready: ... is ready` line)."""
+def by_swapctl(server, data: Path, a: Path, b: Path, playbook: Path, env: dict,
+               tree: Path | None = None) -> tuple[float, float]:
+    """When swapctl reported the new daemon ready (its `ready: ... is ready` line), and when it exited.
+    `tree`: run the swapctl of that source tree (an earlier commit) instead of this one."""
+    if tree is not None:
+        env = {**env, "PYTHONPATH": str(tree)}
     proc = subprocess.Popen([sys.executable, "-m", "swapctl", "deploy", "box", "--binary", str(b), "--yes",
                              "-p", str(playbook)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True)
+                            text=True, cwd=playbook.parent)  # not this tree's root: -m would import from there
     reported = None
     for line in proc.stderr:
         if reported is None and " is ready" in line:
             reported = time.time()
     if proc.wait() != 0 or reported is None:
         raise RuntimeError("swapctl deploy failed")
-    return reported
+    return reported, time.time()
 
 
 def by_ssh_script(server, data: Path, a: Path, b: Path, playbook: Path, env: dict) -> float:
@@ -189,15 +206,17 @@ def one_swap(tool, server, base: Path, a: Path, b: Path, env: dict) -> dict:
     try:
         if tool is by_ansible:
             reported = by_ansible(server, data, a, b, playbook, env, pid=pid)
+            exited = reported
         else:
             reported = tool(server, data, a, b, playbook, env)
+        reported, exited = reported if isinstance(reported, tuple) else (reported, reported)
         watcher.join(5)
     finally:
         subprocess.run(["pkill", "-KILL", "-f", str(data)], check=False)
     ready = ready_time(log, offset)
     startup = ready - watcher.new_start
     return {"total": reported - started, "start_gap": watcher.new_start - watcher.old_gone,
-            "report_gap": reported - ready, "startup": startup,
+            "report_gap": reported - ready, "exit_gap": exited - ready, "startup": startup,
             "stop": watcher.old_gone - started}
 
 
@@ -207,8 +226,10 @@ def main() -> None:
     ap.add_argument("--no-ansible", action="store_true")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--tools", default="swapctl,ssh script,ansible", help="comma-separated")
+    ap.add_argument("--before", metavar="REV", help="also swapctl as of git REV, run by turns with this one")
     args = ap.parse_args()
     base = Path(tempfile.mkdtemp(prefix="swapctl-bench-"))
+    compiled(ROOT)
     env = {**os.environ, "XDG_STATE_HOME": str(base / "state"), "XDG_CACHE_HOME": str(base / "cache")}
     server = make_server(base / "sshd")
     server.start()
@@ -219,11 +240,20 @@ def main() -> None:
     if not args.no_ansible and ansible_bin():
         tools["ansible"] = by_ansible
     tools = {k: v for k, v in tools.items() if k in args.tools.split(",")}
+    if args.before:
+        tree = base / "before"
+        tree.mkdir()
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", args.before], check=True, capture_output=True)
+        subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
+        compiled(tree)
+        tools = {f"@{args.before}": functools.partial(by_swapctl, tree=tree), **tools}
     results: dict[str, dict[str, float]] = {}
     try:
-        for name, tool in tools.items():
-            runs = [one_swap(tool, server, base, a, b, env) for _ in range(args.runs)]
-            results[name] = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+        runs: dict[str, list[dict]] = {name: [] for name in tools}
+        for _ in range(args.runs):  # by turns: load on a shared machine falls on every tool alike
+            for name, tool in tools.items():
+                runs[name].append(one_swap(tool, server, base, a, b, env))
+        results = {name: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for name, rs in runs.items()}
     finally:
         server.stop()
         shutil.rmtree(base, ignore_errors=True)
@@ -235,11 +265,11 @@ def main() -> None:
     print("before stop: from the command's start to the old daemon's exit (swapctl: preflight, upload, verify, "
           "backup)\nswap window: old daemon gone -> ready reported; its floor is the daemon's own start-up")
     print(f"{'tool':<12} {'whole s':>8} {'before stop s':>14} {'swap window s':>14} {'start gap ms':>13} "
-          f"{'report gap ms':>14} {'over floor ms':>14}")
+          f"{'report gap ms':>14} {'exit gap ms':>12} {'over floor ms':>14}")
     for name, r in results.items():
         window = r["total"] - r["stop"]
         print(f"{name:<12} {r['total']:8.2f} {r['stop']:14.2f} {window:14.2f} {r['start_gap'] * 1000:13.0f} "
-              f"{r['report_gap'] * 1000:14.0f} {(window - r['startup']) * 1000:14.0f}")
+              f"{r['report_gap'] * 1000:14.0f} {r['exit_gap'] * 1000:12.0f} {(window - r['startup']) * 1000:14.0f}")
     s = results["swapctl"]
     for name, r in results.items():
         if name != "swapctl":
@@ -249,6 +279,9 @@ def main() -> None:
     over = s["total"] - s["stop"] - s["startup"]
     ok = s["start_gap"] < 0.2 and s["report_gap"] < 0.2 and over < 0.5
     print(f"goals (each gap < 200 ms, swap window within 0.5 s of the floor): {'met' if ok else 'NOT met'}")
+    before = f"; swapctl @{args.before}: {results[f'@{args.before}']['exit_gap'] * 1000:.0f} ms" if args.before else ""
+    print(f"ready line -> swapctl exited (goal <= 100 ms): {s['exit_gap'] * 1000:.0f} ms, "
+          f"{'met' if s['exit_gap'] <= 0.1 else 'NOT met'}{before}")
 
 
 if __name__ == "__main__":

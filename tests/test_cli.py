@@ -17,7 +17,7 @@ from swapctl import playbook as pb
 from swapctl.cli import app
 
 from conftest import own_box
-from lab import swapctl
+from lab import make_server, swapctl
 
 SWAPCTL = Path(sys.executable).parent / "swapctl"  # the console script: completion keys on its name
 
@@ -107,14 +107,44 @@ def test_help_and_version_import_no_verb_ssh_or_rich():
     assert r.stdout.splitlines()[-1] == "[]"
 
 
-def test_the_library_imports_paramiko_and_fabric_only_to_connect():
-    """Local verbs (timings, init --example) and playbook checks pay no SSH import; SshHost still resolves."""
+def test_the_library_imports_paramiko_only_to_connect_and_fabric_only_for_a_gateway():
+    """Local verbs (timings, init --example) and playbook checks pay no SSH import; SshHost still resolves,
+    with paramiko alone: fabric and invoke (60-90 ms) come only for a ProxyJump host or `Match exec`."""
     probe = ("import sys\nimport swapctl.remote, swapctl.playbook, swapctl.facts.status\n"
-             "print(sorted(m for m in ('paramiko', 'fabric') if m in sys.modules))\n"
-             "swapctl.remote.SshHost\nprint(sorted(m for m in ('paramiko', 'fabric') if m in sys.modules))")
+             "print(sorted(m for m in ('paramiko', 'fabric', 'invoke') if m in sys.modules))\n"
+             "swapctl.remote.SshHost\nprint(sorted(m for m in ('paramiko', 'fabric', 'invoke') if m in sys.modules))\n"
+             "import paramiko\nprint(paramiko.SSHConfig.from_text('Match exec true\\n  Port 2222\\n').lookup('h'))")
     r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.splitlines() == ["[]", "['fabric', 'paramiko']"]
+    assert r.stdout.splitlines() == ["[]", "['paramiko']", "{'port': '2222', 'hostname': 'h'}"]
+
+
+def test_a_host_behind_a_proxyjump_is_reached_through_it(sshd, lab_dir, swapctl_env):
+    """ssh_config's ProxyJump (fabric's gateway chain), both hops' keys verified; with the jump host down
+    the same host is unreachable, so the connection did go through it."""
+    jump = make_server(lab_dir / "jump", address="127.0.0.2", client_key=sshd.client_key,
+                       known_hosts=sshd.known_hosts)  # another address: fabric skips a hop that is the host
+    jump.start()
+    jump.trust()
+    try:
+        config = swapctl_env / "home" / ".ssh" / "config"
+        config.parent.mkdir(exist_ok=True)
+        common = f"    User root\n    IdentityFile {sshd.client_key}\n    UserKnownHostsFile {sshd.known_hosts}\n"
+        target = f"    HostName {sshd.address}\n    Port {sshd.port}\n{common}"
+        config.write_text(f"Host behind\n{target}    ProxyJump root@{jump.address}:{jump.port}\n\n"
+                          f"Host {jump.address}\n{common}\nHost direct\n{target}")
+        book = lab_dir / "empty.toml"
+        book.write_text("")
+        r = swapctl("status", "behind", "--json", "-p", str(book))
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout)["hosts"]["behind"]["hostname"]
+        jump.stop()
+        r = swapctl("status", "behind", "-p", str(book))
+        assert r.returncode == 3 and "cannot connect" in r.stderr, r.stderr
+        direct = swapctl("status", "direct", "-p", str(book))
+        assert direct.returncode == 0, direct.stderr  # the host itself was up all along
+    finally:
+        jump.stop()
 
 
 def test_help_texts_render_as_written():
@@ -161,7 +191,8 @@ def test_ssh_config_aliases_are_the_literal_host_names(tmp_path, text, aliases):
 
 def test_an_ssh_config_alias_takes_everything_from_ssh_config():
     book = pb.Playbook(path="x")
-    assert pb.resolve_host(book, "gpu1", ssh_aliases={"gpu1"}) == pb.HostSpec(name="gpu1", address="gpu1")
+    assert pb.resolve_host(book, "gpu1", ssh_aliases={"gpu1"}) == pb.HostSpec(name="gpu1", address="gpu1",
+                                                                             become="none")
     with pytest.raises(pb.PlaybookError, match="unknown host 'gpu2'"):
         pb.resolve_host(book, "gpu2", ssh_aliases={"gpu1"})
 

@@ -445,8 +445,9 @@ def _script_runs(marker: str, box) -> bool:
     return False
 
 
-def _session_of(marker: str) -> int:
-    """The `sshd: root@notty` process serving the connection that runs a command containing `marker`."""
+def _session_of(marker: str, within: str = "") -> int:
+    """The `sshd: root@notty` process serving the connection that runs a command containing `marker` (and
+    `within`, a box's data directory: other worktrees' tests on this machine run swap scripts too)."""
     procs = {}
     for p in Path("/proc").iterdir():
         if p.name.isdigit():
@@ -456,7 +457,7 @@ def _session_of(marker: str) -> int:
             except (OSError, IndexError):
                 pass
     for _pid, (ppid, cmd) in procs.items():
-        if marker in cmd and "sh" in cmd.split()[0]:
+        if marker in cmd and within in cmd and "sh" in cmd.split()[0]:
             while ppid in procs:
                 if procs[ppid][1].startswith("sshd: root@"):
                     return ppid
@@ -468,7 +469,7 @@ def test_connection_dropped_during_the_memory_wait_still_ends_with_the_new_daemo
     box.start_by_hand(prover, prover_config(child_hold_mib=8, child_linger_ms=2000))
     proc, lines, reader = _deploy_in_background(box, prover_b)
     wait_until(lambda: any("waiting" in line or "MemAvailable" in line for line in lines), what="the memory wait")
-    os.kill(_session_of("swapctl-swap"), signal.SIGKILL)  # the connection drops, as a flaky link does
+    os.kill(_session_of("swapctl-swap", str(box.data)), signal.SIGKILL)  # the connection drops, as a flaky link does
     assert proc.wait(60) == 5
     reader.join(5)
     [error] = [line for line in lines if "the host finishes the swap by itself" in line]
@@ -484,7 +485,8 @@ def test_deploy_is_refused_while_a_swap_cut_off_from_its_deploy_still_runs(box, 
     box.start_by_hand(prover, prover_config(child_hold_mib=8, child_linger_ms=6000))
     proc, lines, reader = _deploy_in_background(box, prover_b)
     wait_until(lambda: any("waiting" in line or "MemAvailable" in line for line in lines), what="the memory wait")
-    os.kill(_session_of("swapctl-swap"), signal.SIGKILL)  # the first deploy loses its connection, and its lock
+    # the first deploy loses its connection, and its lock
+    os.kill(_session_of("swapctl-swap", str(box.data)), signal.SIGKILL)
     assert proc.wait(60) == 5
     second = deploy(box, prover)  # the host's swap script is still waiting for memory
     assert second.returncode == 3
@@ -524,7 +526,7 @@ def test_connection_dropped_during_readiness_still_ends_with_a_daemon(box, prove
     box.write_playbook(daemon={"ready_timeout_s": 4})
     proc, lines, reader = _deploy_in_background(box, prover_noready)
     wait_until(lambda: any(" start: started " in line for line in lines), what="the new daemon's start")
-    os.kill(_session_of("swapctl-swap"), signal.SIGKILL)  # nobody is left to roll back but the host
+    os.kill(_session_of("swapctl-swap", str(box.data)), signal.SIGKILL)  # nobody is left to roll back but the host
     assert proc.wait(60) == 5
     wait_until(lambda: only_runs(box, prover), timeout=40, what="the host to go back to the old daemon by itself")
     entry = journal(box)[-1]

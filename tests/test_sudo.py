@@ -141,6 +141,16 @@ def test_deploy_through_sudo_leaves_releases_state_and_lock_to_root(sbox, prover
     assert f"{sbox.users.sudoer} : PWD=" in sbox.users.logged() and "COMMAND=/usr/bin/true" in sbox.users.logged()
 
 
+def test_a_dry_run_through_sudo_shows_each_command_as_it_would_run_through_sudo(sbox, prover, prover_b):
+    pid = sbox.start_by_hand(prover)
+    r = deploy(sbox, prover_b, "--dry-run")
+    assert r.returncode == 0, r.stderr
+    shown = r.stderr.split("remote commands it would run:", 1)[1].splitlines()
+    commands = [line.strip() for line in shown if line.strip() and not line.strip().startswith("#")]
+    assert len(commands) >= 3 and all(c.startswith("sudo -n -- ") for c in commands), commands
+    assert sbox.daemons() == [pid]  # a dry run changes nothing
+
+
 def test_a_sudo_that_asks_for_a_password_refuses_before_any_change(sbox, prover, prover_b):
     old = sbox.start_by_hand(prover)
     user = sbox.users.plain

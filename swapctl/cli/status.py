@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from .. import playbook as pb
 from ..errors import ExitCode, SwapctlError
@@ -132,6 +131,8 @@ def render(st: HostStatus, secret_env: tuple[str, ...] = ()) -> None:
         out.print(text(f"GPUs: {st.gpu_error}"), style="bold red" if st.gpu_hung else "yellow")
     else:
         # at 80 columns: two readings to a cell, whole; the throttle reasons (a list) fold in what is left
+        from rich.table import Table  # here: 25 ms to import, and a host without GPUs or releases needs none
+
         g = Table(title="GPUs", title_justify="left")
         for col in ("#", "name\npcie", "memory\nutil", "power\ntemp", "sm clock", "ecc"):
             g.add_column(col, no_wrap=True)
@@ -164,6 +165,8 @@ def render(st: HostStatus, secret_env: tuple[str, ...] = ()) -> None:
         out.print(text(f"disk {d.path}: {gib(d.avail_kib)} free of {gib(d.size_kib)} ({d.mount})"))
     if st.releases:
         # at 80 columns: short fields stacked two to a cell, the command line gets the rest (as in history)
+        from rich.table import Table
+
         r = Table(title="releases", title_justify="left")
         r.add_column("", no_wrap=True)
         r.add_column("sha256\nstatus", no_wrap=True)

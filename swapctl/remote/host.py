@@ -47,6 +47,10 @@ class Host(ABC):
             raise RemoteCommandFailed(self.name, str(cmd), result.exit_code, tail, hint)
         return result
 
+    def shown(self, cmd: Cmd) -> str:
+        """`cmd` as a person should see it run on this host (secrets masked)."""
+        return str(cmd)
+
     def stream(self, cmd: Cmd, on_line: LineSink, *, stdin: bytes | None = None, timeout: float = 120) -> Result:
         """Runs `cmd`, handing each stdout line to `on_line` as it arrives (cut to MAX_LINE); the Result
         keeps at most MAX_OUTPUT bytes of it, and never raises for more: a swap streams to its end."""

@@ -1,4 +1,5 @@
-"""SSH hosts: fabric opens the connection (ssh_config, ProxyJump, keys), paramiko channels do the work.
+"""SSH hosts: paramiko opens the connection (ssh_config, keys, the agent), fabric when ssh_config gives the
+host a ProxyJump or ProxyCommand; paramiko channels do the work.
 
 fabric's Connection installs paramiko's AutoAddPolicy, which trusts any host key silently; swapctl
 replaces it with its own policy (strict or accept-new) on the connection and on every gateway hop.
@@ -7,26 +8,60 @@ replaces it with its own policy (strict or accept-new) on the connection and on 
 from __future__ import annotations
 
 import base64
+import functools
+import getpass
 import hashlib
+import importlib.util
 import os
 import re
 import select
 import shlex
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
-import fabric
-import paramiko
 
-from ..errors import HostKeyError, Refused, RemoteTimeout, Unreachable
-from ..playbook import HostSpec
-from . import become
-from .cmd import Cmd
-from .host import MAX_LINE, MAX_OUTPUT, Held, Host, Prepared, Progress, Result, keep_tail
+class _InvokeWhenUsed:
+    """paramiko imports invoke (fabric's base) as it is imported, for ssh_config's `Match exec` alone: with
+    what invoke pulls in (unittest.mock, asyncio, yaml) 60-90 ms of every SSH verb (issue 23). paramiko is
+    imported with invoke held back, and this stands in for it in paramiko.config: `Match exec` imports
+    invoke when it runs, as does a ProxyJump host's fabric."""
+
+    def __getattr__(self, name: str) -> Any:
+        import invoke
+
+        paramiko.config.invoke = invoke  # type: ignore[attr-defined]
+        return getattr(invoke, name)
+
+
+def _paramiko_without_invoke() -> None:
+    if "paramiko" in sys.modules or "invoke" in sys.modules:
+        return
+    sys.modules["invoke"] = None  # type: ignore[assignment] # paramiko's `import invoke` fails, and goes on
+    try:
+        import paramiko.config
+    finally:
+        del sys.modules["invoke"]
+    if importlib.util.find_spec("invoke") is not None:
+        paramiko.config.invoke = _InvokeWhenUsed()  # type: ignore[attr-defined]
+
+
+_paramiko_without_invoke()
+
+import paramiko  # noqa: E402 (after its invoke is held back)
+
+from ..errors import HostKeyError, Refused, RemoteTimeout, Unreachable  # noqa: E402
+from ..playbook import SSH_CONFIGS, HostSpec  # noqa: E402
+from . import become  # noqa: E402
+from .cmd import Cmd  # noqa: E402
+from .host import MAX_LINE, MAX_OUTPUT, Held, Host, Prepared, Progress, Result, keep_tail  # noqa: E402
+
+if TYPE_CHECKING:
+    import fabric
 
 CONNECT_TIMEOUT_S = 15
 WINDOW_SIZE = 64 << 20  # paramiko's 2 MiB default window starves bulk transfers
@@ -85,19 +120,73 @@ class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
         )
 
 
+@functools.cache
+def _ssh_config() -> paramiko.SSHConfig:
+    """~/.ssh/config, then /etc/ssh/ssh_config, into one SSHConfig, as fabric reads them; once a process."""
+    config = paramiko.SSHConfig()
+    for path in SSH_CONFIGS:
+        path = os.path.expanduser(path)
+        if os.path.isfile(path):
+            with open(path) as f:
+                config.parse(f)
+    return config
+
+
+class _Direct:
+    """What fabric's Connection does for a host without a gateway, with paramiko alone: the host's ssh_config
+    (HostName, Port, User, IdentityFile after the playbook's identity_file), then SSHClient.connect, which
+    tries the agent and ~/.ssh's keys as it does under fabric. fabric itself costs invoke's import."""
+
+    gateway = None
+
+    def __init__(self, address: str, user: str | None, port: int | None, key_filename: list[str],
+                 ssh_config: paramiko.SSHConfigDict):
+        self.ssh_config = ssh_config
+        self.host = ssh_config.get("hostname", address)
+        self.user = user or ssh_config.get("user") or getpass.getuser()
+        self.port = port or int(ssh_config.get("port", 22))
+        keys = [*key_filename, *ssh_config.get("identityfile", [])]
+        self.connect_kwargs: dict[str, Any] = {"key_filename": keys} if keys else {}
+        self.client = paramiko.SSHClient()
+
+    @property
+    def is_connected(self) -> bool:
+        transport = self.client.get_transport()
+        return bool(transport and transport.is_active())
+
+    def open(self) -> None:
+        self.client.connect(hostname=self.host, port=self.port, username=self.user, timeout=CONNECT_TIMEOUT_S,
+                            **self.connect_kwargs)
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def _open_with(spec: HostSpec) -> _Direct | fabric.Connection:
+    """The connection object for `spec`: paramiko's own, or fabric's when ssh_config names a gateway."""
+    keys = [os.path.expanduser(spec.identity_file)] if spec.identity_file else []
+    config = _ssh_config().lookup(spec.address)
+    if "proxyjump" not in config and "proxycommand" not in config:
+        return _Direct(spec.address, spec.user, spec.port, keys, config)
+    import fabric  # a gateway: fabric walks the ProxyJump chain (and imports invoke)
+
+    return fabric.Connection(spec.address, user=spec.user, port=spec.port, connect_timeout=CONNECT_TIMEOUT_S,
+                             connect_kwargs={"key_filename": keys} if keys else {})
+
+
 class SshHost(Host):
     """One SSH connection per host, opened on first use and reused for every step."""
 
     def __init__(self, spec: HostSpec):
         self.spec, self.name = spec, spec.name
-        self._conn: fabric.Connection | None = None
+        self._conn: _Direct | fabric.Connection | None = None
         self._sftp: paramiko.SFTPClient | None = None
         self._lock = threading.Lock()
         self._sudo = False  # every command through `sudo -n`: become = "sudo" and a login that is not root
 
     # -- connecting ------------------------------------------------------------------------------
 
-    def _known_hosts(self, conn: fabric.Connection) -> Path:
+    def _known_hosts(self, conn: _Direct | fabric.Connection) -> Path:
         if self.spec.known_hosts:
             return Path(self.spec.known_hosts).expanduser()
         configured = conn.ssh_config.get("userknownhostsfile")
@@ -105,26 +194,19 @@ class SshHost(Host):
             return Path(configured.split()[0]).expanduser()
         return Path("~/.ssh/known_hosts").expanduser()
 
-    def _secure(self, conn: fabric.Connection) -> None:
+    def _secure(self, conn: _Direct | fabric.Connection) -> None:
         known = self._known_hosts(conn)
         if known.exists():
             conn.client.load_host_keys(str(known))
         conn.client.set_missing_host_key_policy(_HostKeyPolicy(self.spec, known))
-        if isinstance(conn.gateway, fabric.Connection):
+        if conn.gateway is not None and not isinstance(conn.gateway, str):  # a ProxyJump hop, not a command
             self._secure(conn.gateway)
 
-    def _connection(self) -> fabric.Connection:
+    def _connection(self) -> _Direct | fabric.Connection:
         with self._lock:
             if self._conn is not None and self._conn.is_connected:
                 return self._conn
-            spec = self.spec
-            kwargs: dict = {}
-            if spec.identity_file:
-                kwargs["key_filename"] = [os.path.expanduser(spec.identity_file)]
-            conn = fabric.Connection(
-                spec.address, user=spec.user, port=spec.port,
-                connect_timeout=CONNECT_TIMEOUT_S, connect_kwargs=kwargs,
-            )
+            conn = _open_with(self.spec)
             self._secure(conn)
             where = f"{conn.user}@{conn.host}:{conn.port}"
             try:
@@ -157,13 +239,17 @@ class SshHost(Host):
             assert transport is not None
             transport.set_keepalive(15)
             transport.default_window_size = WINDOW_SIZE
-            self._sudo = spec.become == "sudo" and conn.user != "root"
+            self._sudo = self.spec.become == "sudo" and conn.user != "root"
             if self._sudo:
                 self._check_sudo(conn, transport)
             self._conn = conn
             return conn
 
-    def _check_sudo(self, conn: fabric.Connection, transport: paramiko.Transport) -> None:
+    def shown(self, cmd: Cmd) -> str:
+        """As the host runs it: through `sudo -n --` where swapctl becomes root (known once connected)."""
+        return f"{' '.join(become.SUDO)} {cmd}" if self._sudo else str(cmd)
+
+    def _check_sudo(self, conn: _Direct | fabric.Connection, transport: paramiko.Transport) -> None:
         """`sudo -n true` before any other command: a sudo that would ask for a password refuses the host
         here, exit 3, before anything on it changed."""
         what = f"the {become.PROBE.label} step"

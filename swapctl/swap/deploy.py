@@ -16,7 +16,7 @@ from ..facts.status import HostStatus
 from ..gpu.sampler import start_sampler
 from ..playbook import Playbook
 from ..remote.host import Held, Host
-from . import elf, lock, preflight, store, swaprun, upload
+from . import elf, journal, lock, preflight, store, swaprun, upload
 from . import rollback as back
 from .context import Context
 from .describe import describe
@@ -94,7 +94,7 @@ def deploy(sw: Swap, plan: DeployPlan) -> Outcome:
                        message=f"the daemon already runs {plan.new.id}; --restart restarts it anyway")
     steps: dict[str, float] = {}
     t = time.monotonic()
-    cached = None
+    cached = epilogue = None
     sw.prepare_upload(plan)
     try:
         sw.lock()  # inside: a refused lock still ends the receive started for it
@@ -103,19 +103,24 @@ def deploy(sw: Swap, plan: DeployPlan) -> Outcome:
         t = _timed(steps, "upload", t)
         cached = threading.Thread(target=upload.Cache().add, args=(plan.binary.path, plan.new.sha256))
         cached.start()  # the old side of the next deploy's patch; off the upload's path
+        epilogue = journal.epilogue(sw.ctx)  # its shell starts beside the backup and the swap
         store.backup(sw.ctx, plan)
         _timed(steps, "backup", t)
         previous = plan.fallback()
-        outcome = back.swap_in(sw.ctx, plan, plan.new, "deploy", previous, steps, sent.record())
+        protect = {plan.new.id} | ({previous.id} if previous else set())
+        _, prune = store.prune_cmd(sw.ctx, {**plan.known, plan.new.id: plan.new}, protect,
+                                   tuple(p.path for p in plan.partials))  # run only once the swap went well
+        outcome = back.swap_in(sw.ctx, plan, plan.new, "deploy", previous, steps, sent.record(),
+                               back.After(epilogue, (prune,) if prune else ()))
         if sent.wire_bytes:
             outcome = replace(outcome, upload_mb_s=plan.new.size / 1e6 / max(sent.seconds, 1e-6))
-        protect = {plan.new.id} | ({previous.id} if previous else set())
-        store.prune(sw.ctx, {**plan.known, plan.new.id: plan.new}, protect, tuple(p.path for p in plan.partials))
         return sample(sw, plan, outcome)
     except KeyboardInterrupt:
         raise Refused("interrupted before the old daemon was stopped: nothing changed on the host",
                       host=sw.host.name) from None
     finally:
+        if epilogue is not None:
+            epilogue.close()
         sw.unlock()
         sw.discard_upload()
         if cached:
@@ -147,12 +152,17 @@ def rollback(sw: Swap, plan: Plan) -> Outcome:
     steps: dict[str, float] = {}
     t = time.monotonic()
     sw.lock()
+    epilogue = None
     try:
         _timed(steps, "lock", t)
+        epilogue = journal.epilogue(sw.ctx)
         store.backup(sw.ctx, plan)
-        return sample(sw, plan, back.swap_in(sw.ctx, plan, plan.new, "rollback", back.rollback_fallback(plan), steps))
+        return sample(sw, plan, back.swap_in(sw.ctx, plan, plan.new, "rollback", back.rollback_fallback(plan), steps,
+                                             after=back.After(epilogue)))
     except KeyboardInterrupt:
         raise Refused("interrupted before the daemon was stopped: nothing changed on the host",
                       host=sw.host.name) from None
     finally:
+        if epilogue is not None:
+            epilogue.close()
         sw.unlock()

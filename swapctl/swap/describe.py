@@ -12,9 +12,10 @@ from .upload import Patch
 
 
 def describe(ctx: Context, plan: Plan, session: Session) -> list[str]:
-    """The commands, in order, as `str(Cmd)` shows them, each after a `# what it does` line."""
+    """The commands, in order, as `Host.shown` shows them, each after a `# what it does` line."""
     new, st, spec = plan.new, ctx.state, ctx.spec
-    out = ["# the deploy lock, held for the whole deploy (flock -n on lock)", str(lock.lock_cmd(ctx))]
+    show = ctx.host.shown  # as the host runs it: through `sudo -n --` where swapctl becomes root
+    out = ["# the deploy lock, held for the whole deploy (flock -n on lock)", show(lock.lock_cmd(ctx))]
     if isinstance(plan, DeployPlan) and new.id not in plan.releases:
         sender = session.uploader(plan)
         base = patch_base(ctx, plan) if Patch.possible() else None  # as Uploader.prepare chooses
@@ -23,12 +24,12 @@ def describe(ctx: Context, plan: Plan, session: Session) -> list[str]:
             how = (f"a zstd patch against release {base.id} (zstd -d --patch-from={base.remote_path})" if base
                    else "a zstd stream (zstd -d)")
             out += [f"# receive {how} into {sender.tmp}; {sha}",
-                    str(sender.receive_cmd(sender.resumable(plan.partial(sender.tmp)) if not base else 0,
+                    show(sender.receive_cmd(sender.resumable(plan.partial(sender.tmp)) if not base else 0,
                                            base.remote_path if base else ""))]
         else:
-            out += [f"# sftp put {plan.binary.path} {sender.tmp}, then: {sha}", str(sender.install_cmd())]
+            out += [f"# sftp put {plan.binary.path} {sender.tmp}, then: {sha}", show(sender.install_cmd())]
     for b in plan.to_save:
-        out += [f"# backup ({b.release.source}): cp {b.source} {b.release.path(st)}", str(store.backup_cmd(ctx, b))]
+        out += [f"# backup ({b.release.source}): cp {b.source} {b.release.path(st)}", show(store.backup_cmd(ctx, b))]
     d = plan.daemon
     stop = (f"systemctl stop {plan.unit}" if plan.unit else
             f"kill -TERM {'-' if d.group_leader else ''}{d.pid}; after {spec.stop_grace_s:g} s: kill -KILL" if d
@@ -41,7 +42,8 @@ def describe(ctx: Context, plan: Plan, session: Session) -> list[str]:
             f"(at most {ctx.book.memory.release_timeout_s:g} s); ln -sfn {new.path(st)} {spec.binary}; "
             f"{start}; wait for /{spec.ready_log}/ in {spec.log if not spec.journal else 'its journal'} "
             f"(at most {spec.ready_timeout_s:g} s)",
-            str(swaprun.swap_cmd(ctx, d, new, swaprun.gpu_limits(ctx, plan.status, [d.pid] if d else []),
-                                 fallback, plan.unit)),
-            f"# then one line appended to {st}/journal.jsonl (sh/append_line.sh)"]
+            show(swaprun.swap_cmd(ctx, d, new, swaprun.gpu_limits(ctx, plan.status, [d.pid] if d else []),
+                                  fallback, plan.unit)),
+            f"# then one line appended to {st}/journal.jsonl (sh/append_line.sh) and the pruning, sent to a "
+            f"`sh -s` started before the swap"]
     return out

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import RemoteTimeout, RolledBack, UnknownState, Unreachable
+from ..remote.cmd import Cmd
+from ..remote.host import Prepared
 from . import journal, store, swaprun
 from .context import Context
 from .events import Outcome
@@ -24,12 +26,21 @@ class Attempt:
     steps: dict[str, float]
 
 
+@dataclass(frozen=True)
+class After:
+    """What follows a swap that went well: its journal line then `then` (pruning), through `shell`, a shell
+    started on the host before the swap (journal.epilogue), so that none of it starts a command anew."""
+
+    shell: Prepared | None = None
+    then: tuple[Cmd, ...] = ()
+
+
 def swap_in(ctx: Context, plan: Plan, target: Release, action: str, fallback: Release | None,
-            steps: dict[str, float], upload: dict[str, Any] | None = None) -> Outcome:
+            steps: dict[str, float], upload: dict[str, Any] | None = None, after: After = After()) -> Outcome:
     """Stops what runs, waits for memory, starts `target`; rolls back to `fallback` if it fails.
 
-    Used by deploy and rollback alike; `steps` are the times of the steps before. Raises RolledBack (4)
-    or UnknownState (5) on failure."""
+    Used by deploy and rollback alike; `steps` are the times of the steps before; `after` runs only when
+    the swap went well. Raises RolledBack (4) or UnknownState (5) on failure."""
     old_sha = plan.daemon.sha256 if plan.daemon else (fallback.sha256 if fallback else None)
     if ctx.interrupts.count:
         raise KeyboardInterrupt
@@ -60,7 +71,7 @@ def swap_in(ctx: Context, plan: Plan, target: Release, action: str, fallback: Re
                       pid=run.pid)
     journal.write(ctx, {"action": action, "from": old_sha, "to": target.sha256, "current": target.id,
                         "outcome": outcome.outcome, "pid": run.pid, "log_offset": run.offset, "steps": steps},
-                  upload)
+                  upload, after.shell, after.then)
     return outcome
 
 

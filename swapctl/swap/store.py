@@ -35,10 +35,13 @@ def mark(ctx: Context, rel: Release, status: str) -> Release:
     return marked
 
 
-def prune(ctx: Context, releases: dict[str, Release], protect: set[str], stale: tuple[str, ...] = ()) -> list[str]:
-    """Removes releases beyond keep_releases (never those in `protect`) and `stale` partial uploads."""
+def prune_cmd(ctx: Context, releases: dict[str, Release], protect: set[str],
+              stale: tuple[str, ...] = ()) -> tuple[list[str], Cmd | None]:
+    """The releases beyond keep_releases (never those in `protect`), and the command that removes them and
+    the `stale` partial uploads (None: nothing to remove)."""
     gone = to_prune(releases, ctx.book.keep_releases, protect)
-    if gone or stale:
-        ctx.run(scripts.command("remove.sh", *[r.dir(ctx.state) for r in gone], *stale, state=ctx.state,
-                                label="prune"))
-    return [r.id for r in gone]
+    if not gone and not stale:
+        return [], None
+    return [r.id for r in gone], scripts.command("remove.sh", *[r.dir(ctx.state) for r in gone], *stale,
+                                                 state=ctx.state, label="prune")
+
