@@ -4,6 +4,7 @@ whose name or value looks like one. Shown as `***`; a false alarm costs a look a
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Iterable
 
 MASK = "***"
@@ -38,3 +39,26 @@ def masked_env(env: object, secret_env: Iterable[str] = ()) -> list[list[str]] |
         name, value = pair
         shown.append([name, MASK if name in listed or looks_secret(name, value) else value])
     return shown
+
+
+def masked_unit_text(text: str, secret_env: Iterable[str] = ()) -> str:
+    """A unit file's text (`systemctl cat`) with the secret values of its `Environment=` lines as `***`."""
+    listed = set(secret_env)
+
+    def word(assignment: str) -> str:
+        name, _, value = assignment.partition("=")
+        if name in listed or looks_secret(name, value):
+            value = MASK
+        return f'"{name}={value}"' if " " in value else f"{name}={value}"
+
+    out = []
+    for line in text.splitlines():
+        key, sep, rest = line.partition("=")
+        if sep and key.strip() == "Environment":
+            try:
+                words = shlex.split(rest)
+            except ValueError:
+                words = [f"{rest.partition('=')[0]}={MASK}"]  # quoting it cannot read: show no value
+            line = f"{key}={' '.join(word(w) for w in words)}"
+        out.append(line)
+    return "\n".join(out)

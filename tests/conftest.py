@@ -13,7 +13,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from lab import SshServer, build_prover, make_server, prover_config, wait_until  # noqa: E402,F401
+from systemd_lab import SystemdHost, ensure_image  # noqa: E402
+
+from lab import SshServer, build_prover, keygen, make_server, prover_config, wait_until  # noqa: E402,F401
 
 DATA = Path(__file__).parent / "data"
 
@@ -169,3 +171,22 @@ def swapctl_env(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     (tmp_path / "home").mkdir(exist_ok=True)
     return tmp_path
+
+
+@pytest.fixture(scope="session")
+def systemd_host(lab_dir):
+    """A real systemd host: systemd as PID 1 in a systemd-nspawn container with sshd inside, booted once
+    for the session (tests/systemd_lab.py). Each test gives its daemon its own unit and /data directory."""
+    assert shutil.which("systemd-nspawn"), "the systemd tests need systemd-nspawn: apt-get install systemd-container"
+    assert shutil.which("debootstrap"), "the systemd tests need debootstrap: apt-get install debootstrap"
+    image = ensure_image()
+    base = lab_dir / "systemd"
+    base.mkdir()
+    keygen(base / "client_key")
+    (base / "known_hosts").touch()
+    host = SystemdHost(base / "host", base / "client_key", base / "known_hosts")
+    try:
+        host.boot(image)
+        yield host
+    finally:
+        host.close()

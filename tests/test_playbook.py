@@ -76,6 +76,8 @@ def test_match_defaults_to_binary_name():
     ('[gpu]\nnvidia_smi_timeout_s = 0\n', 2, "gpu.nvidia_smi_timeout_s: must be more than 0 s"),
     ('[gpu]\n\nnvidia_smi_timeout_s = "10s"\n', 3, "gpu.nvidia_smi_timeout_s: must be a number, not '10s'"),
     ('[gpu]\nnvidia_smi_timeout = 5\n', 2, "did you mean `nvidia_smi_timeout_s`?"),
+    ('[daemon]\nlog = "journal"\n', 2, 'daemon.log: "journal" needs the unit whose journal it is'),
+    ('[daemon]\nunit = "cuzk service"\n', 2, "'cuzk service.service' is not a systemd service name"),
 ])
 def test_bad_playbook_names_file_line_and_key(text, line, fragment):
     with pytest.raises(PlaybookError) as info:
@@ -84,6 +86,12 @@ def test_bad_playbook_names_file_line_and_key(text, line, fragment):
     assert fragment in message
     assert message.startswith(f"lab.toml:{line}:" if line else "lab.toml:")
     assert "\n" not in message and info.value.exit_code == ExitCode.BAD_INPUT
+
+
+def test_a_unit_is_a_service_as_systemctl_takes_it_and_journal_is_its_log():
+    book = pb.parse('[daemon]\nunit = "cuzk"\nlog = "journal"\nbinary = "/data/cuzk"\n', "lab.toml")
+    assert book.daemon.unit == "cuzk.service" and book.daemon.journal
+    assert not pb.parse('[daemon]\nlog = "/data/cuzk.log"\n', "lab.toml").daemon.journal
 
 
 def test_unknown_host_suggests_a_name():

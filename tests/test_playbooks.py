@@ -52,7 +52,7 @@ def test_init_example_writes_it(name, tmp_path):
 def test_init_names_the_examples_when_one_is_unknown(tmp_path):
     r = swapctl("init", str(tmp_path / "x.toml"), "--example", "systemd-unit")
     assert r.returncode == 2 and not (tmp_path / "x.toml").exists()
-    assert "no example playbook 'systemd-unit'; the examples: farm, hand-started, sandbox, sudo" in r.stderr
+    assert "no example playbook 'systemd-unit'; the examples: farm, hand-started, sandbox, sudo, systemd" in r.stderr
 
 
 def test_hand_started_is_the_root_box_on_port_40612():

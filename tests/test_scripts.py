@@ -29,9 +29,9 @@ def test_libraries_are_inlined_once_and_no_include_line_is_left():
 
 def test_a_script_run_with_missing_or_unknown_inputs_is_refused_before_it_runs():
     with pytest.raises(ValueError, match="differs in \\['grace_ms'\\]"):
-        scripts.command("stop.sh", pid=1)
+        scripts.command("stop.sh", pid=1, unit="")
     with pytest.raises(ValueError, match="differs in \\['colour'\\]"):
-        scripts.command("tail.sh", path="/x", offset=0, lines=3, colour="red")
+        scripts.command("tail.sh", path="/x", offset=0, lines=3, unit="", inv="", colour="red")
 
 
 def test_the_receive_script_runs_under_bash_from_its_first_line():

@@ -82,7 +82,9 @@ def show_plan(plan: Plan, dry_run: bool, secret_env: tuple[str, ...] = ()) -> No
                        f"sha256 {d.sha256[:12]}" + (f", systemd unit {d.unit}" if d.unit else "")))
         err.print(text(f"  command line: {' '.join(d.argv)}"))
     else:
-        err.print(text("old daemon: none running"))
+        err.print(text("old daemon: none running" + (f" (systemd unit {plan.unit})" if plan.unit else "")))
+    if plan.unit:
+        err.print(text(f"  through the unit: systemctl stop {plan.unit}, then systemctl start {plan.unit}"))
     if b:
         err.print(text(f"new binary: {b.path}, {b.size / 1e6:.1f} MB, sha256 {b.sha256[:12]}"))
     else:

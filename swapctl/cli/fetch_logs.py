@@ -11,7 +11,7 @@ import typer
 from .. import playbook as pb
 from ..errors import BadInput, ExitCode, SwapctlError
 from ..gpu.sampler import fetch_patterns
-from ..logs.fetch import Fetched, LogFetcher
+from ..logs.fetch import Fetched, LogFetcher, fetch_journal
 from ..remote.group import on_hosts
 from .common import JsonOpt, PlaybookOpt, err, guarded, out, print_json, select_hosts, text, worst
 from .terminal import log_lines
@@ -34,6 +34,9 @@ def _since_deploy(host, book: pb.Playbook) -> dict[str, tuple[int, str]]:
     """The daemon log's offset where the current release started, from the host's journal."""
     from ..swap.deploy import Swap
 
+    if book.daemon.journal:
+        raise BadInput("--since-deploy reads a log file from a byte offset; this daemon logs to its unit's journal: "
+                       f"use `journalctl -u {book.daemon.unit} --since ...` on the host", host=host.name)
     entries = [e for e in Swap(host, book).catalog().journal if e.get("log_offset") is not None]
     if not entries:
         raise BadInput("no deploy in the host's journal: --since-deploy needs one", host=host.name)
@@ -44,8 +47,9 @@ def _since_deploy(host, book: pb.Playbook) -> dict[str, tuple[int, str]]:
 def _fetch(targets: list[str], dest: Path, follow: bool, playbook_path: str | None, as_json: bool,
            since_deploy: bool = False) -> int:
     book = pb.load(playbook_path)
-    patterns = list(book.log_paths) or ([book.daemon.log] if book.daemon.log else [])
-    if not patterns:
+    unit = book.daemon.unit if book.daemon.journal else None  # its log is that unit's journal
+    patterns = list(book.log_paths) or ([book.daemon.log] if book.daemon.log and not unit else [])
+    if not patterns and not unit:
         raise BadInput(f"{book.path}: logs.paths: no log paths; add `paths = [\"/data/*.log\"]` under [logs]")
     specs = select_hosts(book, targets)
     # the GPU sampler's segments and notes come too, under their own names (swapctl.gpu.sampler)
@@ -55,7 +59,7 @@ def _fetch(targets: list[str], dest: Path, follow: bool, playbook_path: str | No
         fetcher = LogFetcher(host, dest, since=_since_deploy(host, book) if since_deploy else None)
         fetched = fetcher.fetch(patterns + samples)
         _refused(host.name, fetcher.refused)
-        return fetched
+        return [*fetched, fetch_journal(fetcher, unit)] if unit else fetched
 
     results = on_hosts(specs, one)
     codes = []
@@ -75,7 +79,7 @@ def _fetch(targets: list[str], dest: Path, follow: bool, playbook_path: str | No
                 for f in r:
                     _line(name, f)
     if follow and len(specs) == 1 and not codes[0]:
-        _follow(specs[0], dest, patterns)
+        _follow(specs[0], dest, patterns, unit)
     return worst(codes)
 
 
@@ -91,7 +95,7 @@ def _line(host: str, f: Fetched) -> None:
     out.print(text(f"{host}: {f.remote} -> {f.local}: {f.new_bytes:,} new bytes{ratio}{note}"))
 
 
-def _follow(spec: pb.HostSpec, dest: Path, patterns: list[str]) -> None:
+def _follow(spec: pb.HostSpec, dest: Path, patterns: list[str], unit: str | None = None) -> None:
     """Fetches new bytes every second and prints them, like tail -F, until Ctrl-C."""
     from ..remote import connect
 
@@ -99,7 +103,7 @@ def _follow(spec: pb.HostSpec, dest: Path, patterns: list[str]) -> None:
         fetcher, warned = LogFetcher(host, dest), set()
         try:
             while True:
-                fetched = fetcher.fetch(patterns)
+                fetched = fetcher.fetch(patterns) + ([fetch_journal(fetcher, unit)] if unit else [])
                 _refused(spec.name, [n for n in fetcher.refused if n not in warned])  # once each
                 warned.update(fetcher.refused)
                 for f in fetched:

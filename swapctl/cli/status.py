@@ -9,7 +9,8 @@ import typer
 from .. import playbook as pb
 from ..errors import ExitCode, SwapctlError
 from ..facts.status import HostStatus, gather
-from ..masking import masked_env
+from ..facts.systemd import Unit
+from ..masking import MASK, looks_secret, masked_env, masked_unit_text
 from ..remote.group import on_hosts
 from .common import (
     JsonOpt,
@@ -60,13 +61,14 @@ def _status(targets: list[str], playbook_path: str | None, as_json: bool, limit:
             else:
                 doc[name] = {k: v for k, v in result.__dict__.items() if k != "processes"}
                 doc[name]["releases"] = [_shown(r, book.daemon.secret_env) for r in result.releases]
+                doc[name]["unit"] = _unit_shown(result.unit, book.daemon.secret_env)
         print_json({"hosts": doc})
     else:
         for result in results.values():
             if isinstance(result, BaseException):
                 err.print(text(f"swapctl: {result}"), style="bold red")
             else:
-                render(result)
+                render(result, book.daemon.secret_env)
     return worst(codes)
 
 
@@ -77,7 +79,30 @@ def _shown(release: dict, secret_env: tuple[str, ...]) -> dict:
     return {**release, "env": masked_env(release["env"], secret_env)}
 
 
-def render(st: HostStatus) -> None:
+def _unit_shown(unit: Unit | None, secret_env: tuple[str, ...]) -> dict | None:
+    """The unit as --json shows it: its environment's secrets masked, in its files too."""
+    if unit is None:
+        return None
+    listed = set(secret_env)
+    return {**unit.__dict__, "files": masked_unit_text(unit.files, secret_env),
+            "environment": [[k, MASK if k in listed or looks_secret(k, v) else v] for k, v in unit.environment]}
+
+
+def render_unit(u: Unit, secret_env: tuple[str, ...]) -> None:
+    """The unit: its state, restarts, main pid, what it runs, and its file with the drop-ins."""
+    if not u.found:
+        out.print(text(f"unit: {u.name} not found on the host ({u.load_state or 'systemctl show said nothing'})"),
+                  style="yellow")
+        return
+    out.print(text(f"unit: {u.name}  {u.state}  NRestarts {u.n_restarts}  MainPID {u.main_pid or '-'}  "
+                   f"Restart={u.restart or '?'}"), style="bold" if u.active_state == "active" else "bold yellow")
+    out.print(text(f"  ExecStart: {' '.join(u.exec_argv) or u.exec_path or '?'}"))
+    if u.files:
+        for line in masked_unit_text(u.files, secret_env).splitlines():
+            out.print(text(f"  | {line}"))
+
+
+def render(st: HostStatus, secret_env: tuple[str, ...] = ()) -> None:
     mem = st.memory
     out.rule(text(f"{st.host}  ({st.hostname}, {st.arch})"))
     out.print(text(
@@ -99,6 +124,8 @@ def render(st: HostStatus) -> None:
     for p in st.not_daemons:  # another user's, or another program: what a deploy leaves alone
         out.print(text(f"not the daemon: pid {p.pid} (uid {p.uid}, runs {p.exe or '?'}) matches daemon.match"),
                   style="yellow")
+    if st.unit:
+        render_unit(st.unit, secret_env)
 
     if st.gpu_error:
         out.print(text(f"GPUs: {st.gpu_error}"), style="bold red" if st.gpu_hung else "yellow")

@@ -55,6 +55,10 @@ def _by_release(targets: list[str], dest: Path, playbook_path: str | None, as_js
         raise BadInput("--by-release takes one HOST (its log as fetch-logs saved it, and its journal)")
     book = pb.load(playbook_path)
     [spec] = select_hosts(book, targets)
+    if book.daemon.journal:
+        raise BadInput(f"--by-release splits a log file by the byte offsets in the host's journal; this daemon logs "
+                       f"to its unit's journal: run timings on {dest / spec.name / f'{book.daemon.unit}.log'} "
+                       f"(fetch-logs saves it there)")
     log = dest / spec.name / PurePosixPath(book.require_daemon().log).name
     if not log.is_file():
         raise BadInput(f"{log}: no fetched log; run `swapctl fetch-logs {spec.name} --dest {dest}` first")

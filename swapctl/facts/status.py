@@ -10,10 +10,11 @@ from pathlib import PurePosixPath
 from ..playbook import DaemonSpec, GpuSpec
 from ..remote import Cmd, Host
 from . import nvidia, system
+from . import systemd as sd
 from .system import Process
 
 STATUS_SCRIPT = r"""
-bin=$1; state=$2; PS_FORMAT=$3; GPU_FIELDS=$4; GPU_APPS=$5; smi_cs=$6; user=$7; shift 7
+bin=$1; state=$2; PS_FORMAT=$3; GPU_FIELDS=$4; GPU_APPS=$5; smi_cs=$6; user=$7; unit=$8; shift 8
 sec() { printf '\n==> %s\n' "$1"; }
 """ + nvidia.BOUNDED_SMI + r"""
 sec host; uname -m; uname -n
@@ -46,6 +47,23 @@ if [ -n "$state" ] && [ -d "$g" ]; then
     echo "running $(cat -- "$g/gpu-sampler.pid" 2>/dev/null)"; else echo idle; fi
   tail -n 1 -- "$g/gpu-sampler.notes" 2>/dev/null
 fi
+sec unit  # swapctl.facts.systemd: the playbook's unit, else the one a process running the binary is in
+if [ -d /run/systemd/system ] && command -v systemctl >/dev/null 2>&1; then
+  if [ -z "$unit" ] && [ -n "$bin" ] && real=$(readlink -f -- "$bin"); then
+    p=$(find /proc/[0-9]*/exe -maxdepth 0 -lname "$real" -printf '%h\n' 2>/dev/null | head -n 1)
+    [ -n "$p" ] && unit=$(grep -o '[^/]*\.service$' "$p/cgroup" 2>/dev/null | grep -v '^user@' | head -n 1)
+  fi
+  # none runs it (a unit crashed, waiting to restart, or stopped): a unit file that names the binary
+  if [ -z "$unit" ] && [ -n "$bin" ]; then
+    f=$(grep -lsF -- "$bin" /etc/systemd/system/*.service /run/systemd/system/*.service \
+      /lib/systemd/system/*.service /usr/lib/systemd/system/*.service 2>/dev/null | head -n 1)
+    unit=${f##*/}
+  fi
+  if [ -n "$unit" ]; then
+    systemctl show -p """ + ",".join(sd.PROPERTIES) + r""" -- "$unit" 2>/dev/null
+    echo "--- cat"; systemctl cat -- "$unit" 2>/dev/null | head -c 65536
+  fi
+fi
 sec releases
 # a manifest over 1 MiB is no manifest swapctl wrote: cut, it does not parse, and is not shown
 for m in "$state"/releases/*/manifest.json; do [ -f "$m" ] && { head -c 1048576 -- "$m" | tr -d '\n'; echo; }; done
@@ -73,6 +91,7 @@ class HostStatus:
     swapping: bool = False  # a swap script runs on the host now (it holds swap.lock)
     gpu_sampler: str | None = None  # one line: the GPU sampler runs (and follows which pid) or not, its last note
     gpu_hung: bool = False  # nvidia-smi did not answer within [gpu] nvidia_smi_timeout_s: GPU or driver wedged
+    unit: sd.Unit | None = None  # the systemd unit the daemon runs under (or the playbook names)
     daemon_user: tuple[int, int] | None = None  # daemon.user's uid and gid on the host, when it has that user
     not_daemons: tuple[system.Process, ...] = ()  # matched daemon.match, but run another program or as another user
 
@@ -81,18 +100,20 @@ class HostStatus:
         return tuple(s for s in self.sessions if not s.own)
 
 
-DF_ARG = 11  # where the status script's df paths start in its argv (sh -c SCRIPT $0 $1...$7)
+DF_ARG = 12  # where the status script's df paths start in its argv (sh -c SCRIPT $0 $1...$8)
 
 
 DEFAULT_GPU = GpuSpec()  # frozen: one default for every call
 
 
 def status_cmd(daemon: DaemonSpec, gpu: GpuSpec = DEFAULT_GPU) -> Cmd:
-    dirs = [str(PurePosixPath(p).parent) for p in (daemon.binary, daemon.log) if p] or ["/"]
+    files = (daemon.binary, None if daemon.journal else daemon.log)
+    dirs = [str(PurePosixPath(p).parent) for p in files if p] or ["/"]
     state = daemon.state_dir if daemon.binary else ""
     smi_cs = max(1, round(gpu.nvidia_smi_timeout_s * 100))
     return Cmd.script(STATUS_SCRIPT, daemon.binary or "", state, system.PS_FORMAT, nvidia.QUERY_FIELDS,
-                      nvidia.QUERY_APPS, str(smi_cs), daemon.user or "", *dict.fromkeys(dirs), label="status")
+                      nvidia.QUERY_APPS, str(smi_cs), daemon.user or "", daemon.unit or "", *dict.fromkeys(dirs),
+                      label="status")
 
 
 def split_sections(text: str) -> dict[str, str]:
@@ -218,9 +239,21 @@ def parse_status(host: str, text: str, daemon: DaemonSpec, df_paths: list[str]) 
         swapping=s.get("swapping", "").strip() == "yes",
         gpu_sampler=_sampler_line(s.get("gpu-sampler", "")),
         gpu_hung=hung is not None,
+        unit=_own_unit(sd.parse_unit(s.get("unit", "")), daemon, daemons),
         daemon_user=user,
         not_daemons=tuple(p for p in matched if p.pid not in matches),
     )
+
+
+def _own_unit(unit: sd.Unit | None, daemon: DaemonSpec, daemons: tuple[system.Process, ...]) -> sd.Unit | None:
+    """The unit, if it is the daemon's: named by the playbook, or the daemon is its main process, or none
+    runs and its ExecStart runs the binary. A daemon started by hand from ssh on a host without
+    pam_systemd sits in ssh.service's cgroup: that unit is not its own."""
+    if unit is None or daemon.unit:
+        return unit
+    if daemons:
+        return unit if unit.main_pid == daemons[0].pid else None
+    return unit if unit.exec_path == daemon.binary else None
 
 
 def _ids(text: str) -> tuple[int, int] | None:

@@ -56,6 +56,15 @@ tail -c "+$((off + 1))" <&3 | head -c "$len" | case "$method" in
 esac
 """
 
+# A unit's journal, from after the cursor the last fetch ended at (all of it the first time); its last line
+# is `-- cursor: ...`, where the next fetch goes on.
+JOURNAL = r"""
+unit=$1; cursor=$2
+if [ -n "$cursor" ]; then exec journalctl -q -o cat --no-pager --show-cursor -u "$unit" --after-cursor="$cursor"
+else exec journalctl -q -o cat --no-pager --show-cursor -u "$unit"; fi
+"""
+CURSOR = b"-- cursor: "
+
 MAX_LISTING = 16 << 20  # bytes of listing read back: some 100,000 files
 
 
@@ -203,3 +212,63 @@ class LogFetcher:
         return Fetched(remote=remote, local=str(local), new_bytes=new, wire_bytes=wire, method=method,
                        restarted=restarted)
 
+
+
+class _CursorSplitter:
+    """Writes a journal fetch's lines as they come, all but its last line: that is the cursor."""
+
+    def __init__(self, write: Callable[[bytes], None]):
+        self.write, self.pending, self.cursor = write, b"", ""
+
+    def feed(self, data: bytes) -> None:
+        data = self.pending + data
+        cut = data.rfind(b"\n", 0, len(data) - 1) + 1  # keep the last line (whole or not) back
+        if cut:
+            self.write(data[:cut])
+        self.pending = data[cut:]
+
+    def finish(self) -> None:
+        if self.pending.startswith(CURSOR):
+            self.cursor = self.pending[len(CURSOR):].decode("ascii", "replace").strip()
+        elif self.pending:
+            self.write(self.pending)  # a line with no cursor after it: journalctl was cut short
+        self.pending = b""
+
+
+def _read_journal(fetcher: LogFetcher, unit: str, entry: dict) -> tuple[int, bytes, str]:
+    """One journalctl run after `entry`'s cursor, appended to its local file: (exit code, stderr, new cursor)."""
+    with open(fetcher.dir / entry["local"], "ab") as f:
+        def write(data: bytes) -> None:
+            f.write(data)
+            f.flush()  # what is on disk is what the next fetch must not bring again
+            fetcher.on_bytes(f"journal -u {unit}", len(data))
+
+        split = _CursorSplitter(write)
+        code, err = fetcher.host.stream_bytes(Cmd.script(JOURNAL, unit, entry["cursor"], label="read-journal"),
+                                              split.feed, timeout=3600)
+        split.finish()
+    return code, err, split.cursor
+
+
+def fetch_journal(fetcher: LogFetcher, unit: str) -> Fetched:
+    """The new lines of `unit`'s journal (`journalctl -u UNIT -o cat --after-cursor`) into `<unit>.log`,
+    resumed from the cursor the last fetch ended at. A cursor the journal no longer has (vacuumed) begins
+    a new local copy from what the journal holds."""
+    key = f"journal:{unit}"
+    entry: dict = fetcher.state.get(key) or {"cursor": "", "local": fetcher._new_name(f"{unit}.log")}
+    local = fetcher.dir / entry["local"]
+    before = local.stat().st_size if local.exists() else 0
+    code, err, cursor = _read_journal(fetcher, unit, entry)
+    restarted = False
+    if code != 0 and entry["cursor"]:  # the cursor is gone from the journal: begin again, apart
+        entry, restarted, before = {"cursor": "", "local": fetcher._new_name(f"{unit}.log")}, True, 0
+        local = fetcher.dir / entry["local"]
+        code, err, cursor = _read_journal(fetcher, unit, entry)
+    if code != 0:
+        raise RemoteCommandFailed(fetcher.host.name, f"journalctl -u {unit}", code, err.decode(errors="replace"))
+    entry["cursor"] = cursor or entry["cursor"]
+    fetcher.state[key] = entry
+    fetcher._save()
+    new = (local.stat().st_size if local.exists() else 0) - before
+    return Fetched(remote=f"journal -u {unit}", local=str(local), new_bytes=new, wire_bytes=new, method="plain",
+                   restarted=restarted)

@@ -19,6 +19,7 @@ DEFAULT_PLAYBOOK = "swapctl.toml"
 SSH_CONFIGS = ("~/.ssh/config", "/etc/ssh/ssh_config")  # the files `ssh NAME` reads, as fabric does
 HOST_KEY_POLICIES = ("strict", "accept-new")
 TRANSPORTS = ("ssh", "local")
+JOURNAL = "journal"  # daemon.log's value for a daemon whose unit logs to the journal
 # How swapctl becomes root on a host whose login is not root (Ansible's word): "sudo" runs every remote
 # command through `sudo -n`; "none" runs them as the login user (root, on most GPU boxes).
 BECOME = ("sudo", "none")
@@ -51,6 +52,7 @@ class DaemonSpec:
     cwd: str | None = None
     env: tuple[tuple[str, str], ...] = ()
     secret_env: tuple[str, ...] = ()
+    unit: str | None = None  # the systemd service it runs under; None: the one its process is found in
     user: str | None = None  # who the daemon runs as (a name or uid); None: root, or the binary's owner
     keep_loader_env: tuple[str, ...] = ()  # loader variables (LD_PRELOAD...) a running daemon's env may pass on
 
@@ -58,6 +60,11 @@ class DaemonSpec:
     def match_regex(self) -> re.Pattern[str] | None:
         pattern = self.match or (PurePosixPath(self.binary).name if self.binary else None)
         return re.compile(pattern) if pattern else None
+
+    @property
+    def journal(self) -> bool:
+        """The daemon logs to its unit's journal (`log = "journal"`), not to a file."""
+        return self.log == JOURNAL
 
     @property
     def state_dir(self) -> str:
@@ -152,6 +159,7 @@ _SCHEMA: dict[str, dict[str, tuple[str, bool]]] = {
         "cwd": ("str", False),
         "env": ("strtable", False),
         "secret_env": ("strlist", False),
+        "unit": ("str", False),
         "user": ("str", False),
         "keep_loader_env": ("strlist", False),
     },
@@ -338,9 +346,16 @@ def parse(text: str, path: str = DEFAULT_PLAYBOOK, inventory: str | None = None)
             re.compile(d["match"])
         except re.error as exc:
             raise ld.fail(f"not a valid regular expression ({exc})", "daemon", "match") from None
+    if d.get("log") == JOURNAL and "unit" not in d:
+        raise ld.fail('"journal" needs the unit whose journal it is: add `unit = "cuzk.service"` under [daemon]',
+                      "daemon", "log")
     for key in ("binary", "log", "cwd"):
-        if key in d and not d[key].startswith("/"):
+        if key in d and not d[key].startswith("/") and not (key == "log" and d[key] == JOURNAL):
             raise ld.fail(f"must be an absolute path on the host, not {d[key]!r}", "daemon", key)
+    if "unit" in d:
+        d["unit"] = d["unit"] if d["unit"].endswith(".service") else f"{d['unit']}.service"  # as systemctl does
+        if not re.fullmatch(r"[A-Za-z0-9:_.@\\-]+\.service", d["unit"]):
+            raise ld.fail(f"{d['unit']!r} is not a systemd service name (e.g. \"cuzk.service\")", "daemon", "unit")
     if "args" in d:
         d["args"] = tuple(d["args"])
     for key in ("env", "secret_env", "keep_loader_env"):  # names the daemon's environment gets: checked here

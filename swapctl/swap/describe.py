@@ -31,17 +31,19 @@ def describe(ctx: Context, plan: Plan, session: Session) -> list[str]:
     for b in plan.to_save:
         out += [f"# backup ({b.release.source}): cp {b.source} {b.release.path(st)}", show(store.backup_cmd(ctx, b))]
     d = plan.daemon
-    stop = (f"systemctl stop {d.unit}" if d and d.unit else
+    stop = (f"systemctl stop {plan.unit}" if plan.unit else
             f"kill -TERM {'-' if d.group_leader else ''}{d.pid}; after {spec.stop_grace_s:g} s: kill -KILL" if d
             else "nothing runs: no stop")
     env = f"(its {len(new.env or ())} recorded variables, through a pipe: on no command line)"
+    start = (f"systemctl start {plan.unit} (its ExecStart runs {spec.binary})" if plan.unit else
+             f"cd {new.cwd} && env -i -- sh {env} && setsid {' '.join(new.argv or ())} >> {spec.log}")
     fallback = plan.fallback() if isinstance(plan, DeployPlan) else rollback_fallback(plan)
     out += [f"# {stop}; wait until its pids are gone and MemAvailable >= {ctx.book.memory.min_available_gib:g} GiB "
             f"(at most {ctx.book.memory.release_timeout_s:g} s); ln -sfn {new.path(st)} {spec.binary}; "
-            f"cd {new.cwd} && env -i -- sh {env} && setsid {' '.join(new.argv or ())} >> {spec.log}; wait for "
-            f"/{spec.ready_log}/ (at most {spec.ready_timeout_s:g} s)",
+            f"{start}; wait for /{spec.ready_log}/ in {spec.log if not spec.journal else 'its journal'} "
+            f"(at most {spec.ready_timeout_s:g} s)",
             show(swaprun.swap_cmd(ctx, d, new, swaprun.gpu_limits(ctx, plan.status, [d.pid] if d else []),
-                                 fallback)),
+                                  fallback, plan.unit)),
             f"# then one line appended to {st}/journal.jsonl (sh/append_line.sh) and the pruning, sent to a "
             f"`sh -s` started before the swap"]
     return out

@@ -8,7 +8,7 @@ from __future__ import annotations
 import base64
 import json
 import re
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import PurePosixPath
 from typing import Any
 
@@ -39,9 +39,9 @@ class Daemon:
     dropped: tuple[tuple[str, str], ...] = ()  # (name, why) of its environment not carried over (environ.carried)
 
     @classmethod
-    def started(cls, pid: int) -> Daemon:
-        """A daemon swapctl started itself (setsid: it leads its process group)."""
-        return cls(pid=pid, sha256="", size=0, argv=(), cwd="/", env=(), unit=None, group_leader=True,
+    def started(cls, pid: int, unit: str | None = None) -> Daemon:
+        """A daemon swapctl started itself (setsid, or its unit's ExecStart: it leads its process group)."""
+        return cls(pid=pid, sha256="", size=0, argv=(), cwd="/", env=(), unit=unit or None, group_leader=True,
                    rss_kib=0, elapsed_s=0)
 
 
@@ -93,6 +93,7 @@ class Situation:
     partials: tuple[Partial, ...] = ()
     configs_checked: tuple[str, ...] = ()  # config files the inspect script looked for
     configs_missing: tuple[str, ...] = ()  # of those, the ones it did not find
+    unit: str = ""  # the systemd unit the daemon is stopped, started and rolled back through ("": none)
     env_dropped: tuple[tuple[str, str], ...] = ()  # (name, why): of the environment to run, what is not carried
 
     @property
@@ -232,12 +233,35 @@ def warnings(status: HostStatus, daemon: Daemon | None) -> tuple[str, ...]:
     return tuple(out)
 
 
+def unit_for(status: HostStatus, daemon: Daemon | None, named: str | None, binary: str) -> str:
+    """The unit the swap goes through: the playbook's `daemon.unit`; else the unit whose main process the
+    daemon is (a daemon started by hand from an ssh session sits in ssh.service's cgroup on a host
+    without pam_systemd, and is not that unit's); else, with no daemon running, the unit whose ExecStart
+    runs the binary (crashed and waiting to restart, or stopped: a daemon started beside it would run next
+    to the one its Restart= starts)."""
+    if named:
+        return named
+    u = status.unit
+    if not u or not u.found:
+        return ""
+    if daemon:
+        return u.name if u.main_pid == daemon.pid else ""
+    return u.name if u.exec_path == binary else ""
+
+
 def read_situation(host: str, binary_path: str, status: HostStatus, facts: dict[str, str],
-                   configs: tuple[str, ...], keep: tuple[str, ...] = ()) -> Situation:
+                   configs: tuple[str, ...], keep: tuple[str, ...] = (), named_unit: str | None = None) -> Situation:
     """The situation from the status facts and the inspect script's sections (`configs`: the files it checked;
-    `keep`: the loader variables the playbook lets through)."""
+    `keep`: the loader variables the playbook lets through). A daemon under a unit is recorded with the
+    unit's Environment and WorkingDirectory (systemctl show): what the unit gives it, not what systemd adds
+    (INVOCATION_ID...)."""
     catalog = read_catalog(facts)
     daemon = read_daemon(status, facts, keep)
+    unit = unit_for(status, daemon, named_unit, binary_path)
+    if daemon:
+        daemon = replace(daemon, unit=unit or None)
+        if unit and status.unit and status.unit.name == unit:
+            daemon = replace(daemon, env=status.unit.environment, cwd=status.unit.working_directory or "/")
     free = (facts.get("free", "").split() or ["0"] * 4)
     partials = tuple(Partial(path, int(size)) for size, _, path in
                      (line.partition(" ") for line in facts.get("partial", "").splitlines()) if size.isdigit())
@@ -247,4 +271,4 @@ def read_situation(host: str, binary_path: str, status: HostStatus, facts: dict[
                      free_kib=int(free[3] if len(free) > 3 and free[3].isdigit() else 0),
                      host_zstd=bool(facts.get("tools", "").strip()), partials=partials, configs_checked=configs,
                      configs_missing=tuple(facts.get("missing", "").splitlines()),
-                     env_dropped=daemon.dropped if daemon else ())
+                     env_dropped=daemon.dropped if daemon else (), unit=unit)

@@ -69,12 +69,36 @@ def situation(ctx: Context) -> Situation:
     if ctx.spec.user and status.daemon_user is None:
         raise BadInput(f"daemon.user {ctx.spec.user!r} is no user on the host (`id {ctx.spec.user}` fails there); "
                        f"fix daemon.user in the playbook", host=ctx.name)
-    return read_situation(ctx.name, ctx.spec.binary, status, facts, configs, keep_loader(ctx))
+    return read_situation(ctx.name, ctx.spec.binary, status, facts, configs, keep_loader(ctx), ctx.spec.unit)
 
 
 def keep_loader(ctx: Context) -> tuple[str, ...]:
     """The loader variables (LD_PRELOAD...) an environment read back may pass on: those the playbook names."""
     return (*ctx.spec.keep_loader_env, *(k for k, _ in ctx.spec.env))
+
+
+def check_unit(ctx: Context, sit: Situation) -> None:
+    """Under a unit, its ExecStart must run the binary path (the release symlink): what `systemctl start`
+    runs is the unit's, so the playbook's binary, args and env must be the unit's too."""
+    if not sit.unit:
+        return
+    spec, u = ctx.spec, sit.status.unit
+    if u is None or u.name != sit.unit or not u.found:
+        state = u.load_state if u and u.name == sit.unit else "not found"
+        raise BadInput(f"daemon.unit {sit.unit} is not a unit on the host ({state}); fix daemon.unit, or install "
+                       f"the unit first", host=ctx.name)
+    if u.exec_path != spec.binary:
+        raise BadInput(f"the unit {u.name} runs {u.exec_path or '?'} (its ExecStart), the playbook's daemon.binary "
+                       f"is {spec.binary}: make them the same path (swapctl swaps the binary the unit runs)",
+                       host=ctx.name)
+    if spec.args is not None and " ".join(spec.args) != " ".join(u.exec_argv[1:]):
+        raise BadInput(f"daemon.args {' '.join(spec.args)!r} are not the unit {u.name}'s ExecStart arguments "
+                       f"{' '.join(u.exec_argv[1:])!r}; the unit decides what runs: change it (a drop-in), or "
+                       f"drop daemon.args", host=ctx.name)
+    missing = [k for k, v in spec.env if (k, v) not in u.environment]
+    if missing:
+        raise BadInput(f"daemon.env {missing[0]} is not in the unit {u.name}'s Environment; the unit decides what "
+                       f"runs: set it there (a drop-in), or drop it from daemon.env", host=ctx.name)
 
 
 def check_configs(ctx: Context, sit: Situation, argv: tuple[str, ...]) -> None:
@@ -114,9 +138,12 @@ def new_release(ctx: Context, sit: Situation, binary: elf.LocalBinary, build: di
     args = spec.args if spec.args is not None else (tuple(base.argv[1:]) if base and base.argv else ())
     cwd = spec.cwd or (base.cwd if base and base.cwd else str(PurePosixPath(spec.binary).parent))
     uid, gid = run_as(ctx, sit, base)
+    env = env_for(ctx, base.env if base else None)
+    unit = sit.status.unit
+    if sit.unit and unit and unit.name == sit.unit:  # what `systemctl start` will run (check_unit checked it)
+        args, cwd, env = unit.exec_argv[1:], unit.working_directory or "/", unit.environment
     new = Release(sha256=binary.sha256, size=binary.size, name=PurePosixPath(spec.binary).name, created=now_iso(),
-                  by=who_am_i(), argv=(spec.binary, *args), cwd=cwd, env=env_for(ctx, base.env if base else None),
-                  build=build, uid=uid, gid=gid)
+                  by=who_am_i(), argv=(spec.binary, *args), cwd=cwd, env=env, build=build, uid=uid, gid=gid)
     if new.id in sit.releases and sit.releases[new.id].sha256 == new.sha256:  # deployed before: keep its record
         old = sit.releases[new.id]
         new = replace(old, argv=new.argv, cwd=new.cwd, env=new.env, status="ok", build=build or old.build,
@@ -128,6 +155,7 @@ def plan_deploy(ctx: Context, sit: Situation, binary: elf.LocalBinary, restart: 
                 build: dict | None = None) -> DeployPlan:
     """Everything a deploy checks before anything changes."""
     elf.check_arch(binary, sit.status.arch, ctx.name)
+    check_unit(ctx, sit)
     new = new_release(ctx, sit, binary, build)
     if new.id in sit.releases and sit.releases[new.id].sha256 != new.sha256:  # the whole sha256, never 12 digits
         raise Refused(f"release directory {new.dir(ctx.state)} holds another binary (sha256 "
@@ -167,6 +195,7 @@ def plan_rollback(ctx: Context, sit: Situation, to: str | None = None) -> Plan:
         target = found
     if target.id == sit.running and sit.daemon:
         raise BadInput(f"release {target.id} is the one running now; pick another with --to", host=ctx.name)
+    check_unit(ctx, sit)
     if target.argv:
         check_configs(ctx, sit, target.argv)
     # its recorded environment was read back from the host: what it may not carry is dropped, and said

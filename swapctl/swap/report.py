@@ -32,7 +32,7 @@ class Word(StrEnum):
     R = "R"  # ms avail_kib alive gpu_used: a memory reading
     DONE = "DONE"  # ms: memory is back
     TIMEOUT = "TIMEOUT"  # ms: memory did not come back
-    STARTED = "STARTED"  # pid log_offset
+    STARTED = "STARTED"  # pid log_offset [invocation]: the unit's InvocationID, when it went through one
     LOG = "LOG"  # a line of the new daemon's log
     READY = "READY"
     EXITED = "EXITED"  # the new daemon exited while it was awaited
@@ -127,6 +127,7 @@ class SwapReport:
     memory_ok: bool = False  # DONE; TIMEOUT leaves it False
     pid: int | None = None  # the started daemon
     offset: int = 0  # where its output begins in its log
+    invocation: str = ""  # the unit's InvocationID for this start: its lines in the journal
     ready_seen: bool = False
     exited: bool = False  # EXITED: it exited while awaited
     watch_ms: int | None = None  # ready_stable_s, when it was watched after ready
@@ -210,8 +211,8 @@ def _step(r: SwapReport, word: Word, rest: str) -> SwapReport:
     if word in (Word.DONE, Word.TIMEOUT):
         return replace(r, memory_ok=word is Word.DONE)
     if word is Word.STARTED:
-        pid, offset = rest.split()
-        return replace(r, pid=int(pid), offset=int(offset))
+        pid, offset, *inv = rest.split()
+        return replace(r, pid=int(pid), offset=int(offset), invocation="".join(inv[:1]))
     if word is Word.READY:
         return replace(r, ready_seen=True)
     if word is Word.EXITED:

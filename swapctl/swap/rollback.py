@@ -47,7 +47,8 @@ def swap_in(ctx: Context, plan: Plan, target: Release, action: str, fallback: Re
     ctx.interrupts.critical = True
     pids = [plan.daemon.pid] if plan.daemon else []
     try:
-        run = swaprun.swap(ctx, plan.daemon, target, swaprun.gpu_limits(ctx, plan.status, pids), fallback)
+        run = swaprun.swap(ctx, plan.daemon, target, swaprun.gpu_limits(ctx, plan.status, pids), fallback,
+                           unit=plan.unit)
     except (Unreachable, RemoteTimeout) as exc:
         raise UnknownState(f"{exc.message} while swapping: the host finishes the swap by itself (stop, memory "
                            f"wait, start); check with `swapctl status {ctx.name}` before deploying again",
@@ -61,10 +62,10 @@ def swap_in(ctx: Context, plan: Plan, target: Release, action: str, fallback: Re
                             "steps": steps, "reason": "memory not back"}, upload)
         raise swaprun.memory_error(ctx, run)
     if ctx.interrupts.count >= 2 and fallback:
-        return roll_back(ctx, target, fallback, Attempt("a second Ctrl-C", run, steps), action, upload)
+        return roll_back(ctx, target, fallback, Attempt("a second Ctrl-C", run, steps), action, upload, plan.unit)
     if not run.ready:
         why = run.why_not(ctx.spec.ready_timeout_s)
-        return roll_back(ctx, target, fallback, Attempt(why, run, steps), action, upload)
+        return roll_back(ctx, target, fallback, Attempt(why, run, steps), action, upload, plan.unit)
     outcome = Outcome(host=ctx.name, action=action, outcome="deployed" if action == "deploy" else "rolled-back",
                       old_sha=old_sha, new_sha=target.sha256, steps=steps, upload=upload, log_offset=run.offset,
                       pid=run.pid)
@@ -75,17 +76,19 @@ def swap_in(ctx: Context, plan: Plan, target: Release, action: str, fallback: Re
 
 
 def roll_back(ctx: Context, failed: Release, fallback: Release | None, attempt: Attempt, action: str,
-              upload: dict[str, Any] | None) -> Outcome:
-    """`failed` did not come up: stop it, start `fallback` as it was recorded, mark `failed` bad. Always raises."""
+              upload: dict[str, Any] | None, unit: str = "") -> Outcome:
+    """`failed` did not come up: stop it, start `fallback` as it was recorded, mark `failed` bad. Always raises.
+    Under `unit` all of it goes through the unit, which is then reset-failed: a daemon started beside it
+    would run next to the one its Restart= starts."""
     started = attempt.run.pid
-    tail = swaprun.log_tail(ctx, attempt.run.offset) if started else ""
+    tail = swaprun.log_tail(ctx, attempt.run.offset, invocation=attempt.run.invocation) if started or unit else ""
     ctx.emit("rollback", f"{failed.id} failed: {attempt.why}; rolling back")
     store.mark(ctx, failed, "bad")
-    log = f"{ctx.spec.log} from byte {attempt.run.offset}"
+    log = f"journalctl -u {unit}" if ctx.spec.journal else f"{ctx.spec.log} from byte {attempt.run.offset}"
     entry = {"action": "auto-rollback" if action == "deploy" else "rollback", "from": failed.sha256,
              "steps": attempt.steps, "failed_log": log, "reason": attempt.why}
     if fallback is None:
-        stopped = swaprun.stop_only(ctx, started).stopped if started else True
+        stopped = swaprun.stop_only(ctx, started or 0, unit).stopped if started or unit else True
         journal.write(ctx, {**entry, "to": None, "outcome": "no-daemon" if stopped else "unknown"}, upload)
         if not stopped:
             raise UnknownState(f"{failed.id} failed ({attempt.why}), there is no earlier release to go back to, and "
@@ -93,9 +96,10 @@ def roll_back(ctx: Context, failed: Release, fallback: Release | None, attempt: 
                                host=ctx.name, detail=tail)
         raise UnknownState(f"{failed.id} failed ({attempt.why}) and there is no earlier release to go back to: "
                            f"no daemon runs now; its log: {log}", host=ctx.name, detail=tail)
-    run = swaprun.swap(ctx, Daemon.started(started) if started else None, fallback, "")
+    run = swaprun.swap(ctx, Daemon.started(started, unit) if started else None, fallback, "", unit=unit,
+                       reset=bool(unit))
     if run.release_changed:  # what to go back to is not what it was: stop the failed start, as with none
-        stopped = swaprun.stop_only(ctx, started).stopped if started else True
+        stopped = swaprun.stop_only(ctx, started or 0, unit).stopped if started or unit else True
         journal.write(ctx, {**entry, "to": None, "outcome": "no-daemon" if stopped else "unknown"}, upload)
         raise UnknownState(f"{failed.id} failed ({attempt.why}), and the release to go back to is not the binary it "
                            f"was ({run.failure}): {'no daemon runs now' if stopped else 'stopping it did not finish'}; "
@@ -110,8 +114,8 @@ def roll_back(ctx: Context, failed: Release, fallback: Release | None, attempt: 
         journal.write(ctx, {**entry, "to": fallback.sha256, "current": fallback.id, "outcome": "rollback-failed"},
                       upload)
         raise UnknownState(f"{failed.id} failed ({attempt.why}), and the rollback to {fallback.id} failed too "
-                           f"({why}); no daemon runs now; logs: {ctx.spec.log}", host=ctx.name,
-                           detail=swaprun.log_tail(ctx, run.offset))
+                           f"({why}); no daemon runs now; logs: {log}", host=ctx.name,
+                           detail=swaprun.log_tail(ctx, run.offset, invocation=run.invocation))
     journal.write(ctx, {**entry, "to": fallback.sha256, "current": fallback.id, "outcome": "rolled-back",
                         "pid": run.pid, "log_offset": run.offset}, upload)
     if action == "rollback":  # the host runs what it ran, but not what was asked for

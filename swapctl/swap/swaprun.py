@@ -67,11 +67,18 @@ def gpu_limits(ctx: Context, status: HostStatus, pids: list[int]) -> str:
     return ",".join(f"{g.index}:{int((g.memory_used_mib or 0) - held.get(g.uuid, 0) + slack)}" for g in status.gpus)
 
 
-def swap_cmd(ctx: Context, old: Daemon | None, target: Release, gpu_max: str, fallback: Release | None) -> Cmd:
+def unit_of(old: Daemon | None, unit: str) -> str:
+    """The unit a swap goes through: the one given, else the one the old daemon runs under."""
+    return unit or (old.unit if old and old.unit else "")
+
+
+def swap_cmd(ctx: Context, old: Daemon | None, target: Release, gpu_max: str, fallback: Release | None,
+             unit: str = "", reset: bool = False) -> Cmd:
     spec, mem = ctx.spec, ctx.book.memory
     inputs: dict[str, Piece | int] = {
         "pid": str(old.pid) if old else "", "grace_ms": int(spec.stop_grace_s * 1000),
-        "group": "1" if old and old.group_leader else "0", "unit": (old.unit or "") if old else "",
+        "group": "1" if old and old.group_leader else "0", "unit": unit_of(old, unit),
+        "reset": "1" if reset else "",
         "timeout_ms": int(mem.release_timeout_s * 1000), "min_kib": int(mem.min_available_gib * (1 << 20)),
         "gpu_max": gpu_max, "bin": spec.binary, "target": target.path(ctx.state), "sha": target.sha256,
         "run_gid": str(target.gid) if target.uid else "", "cwd": target.cwd or "/",
@@ -83,8 +90,9 @@ def swap_cmd(ctx: Context, old: Daemon | None, target: Release, gpu_max: str, fa
 
 
 def swap(ctx: Context, old: Daemon | None, target: Release, gpu_max: str,
-         fallback: Release | None = None) -> SwapReport:
-    """Stops `old`, waits for its memory, starts `target` and waits for it to be ready; the report says how."""
+         fallback: Release | None = None, unit: str = "", reset: bool = False) -> SwapReport:
+    """Stops `old`, waits for its memory, starts `target` and waits for it to be ready; the report says how.
+    With `unit` all of it goes through that systemd unit (`reset`: reset-failed it once started)."""
     spec, mem = ctx.spec, ctx.book.memory
     parser = SwapParser(time.monotonic())
 
@@ -93,12 +101,15 @@ def swap(ctx: Context, old: Daemon | None, target: Release, gpu_max: str,
         if word is not None:
             progress(ctx, word, rest, parser.report, target)
 
-    if old:
-        ctx.emit("stop", f"systemctl stop {old.unit}" if old.unit else f"SIGTERM to {old.pid}")
+    unit = unit_of(old, unit)
+    if unit:
+        ctx.emit("stop", f"systemctl stop {unit}")
+    elif old:
+        ctx.emit("stop", f"SIGTERM to {old.pid}")
     else:
         ctx.emit("memory", "checking memory")
     deadline = spec.stop_grace_s + mem.release_timeout_s + spec.ready_timeout_s + spec.ready_stable_s + 120
-    ctx.host.stream(swap_cmd(ctx, old, target, gpu_max, fallback), line, timeout=deadline)
+    ctx.host.stream(swap_cmd(ctx, old, target, gpu_max, fallback, unit, reset), line, timeout=deadline)
     run = parser.finish(time.monotonic())
     if run.failure.startswith("another swap"):  # it waited 30 s for swap.lock and stopped nothing
         raise LockHeld(f"{run.failure}; this one stopped nothing: wait for it to end, then check "
@@ -147,12 +158,15 @@ def memory_error(ctx: Context, run: SwapReport) -> UnknownState:
         f"now: find what holds the memory, then `swapctl deploy` again", host=ctx.name)
 
 
-def stop_only(ctx: Context, pid: int) -> SwapReport:
-    """Stops a daemon swapctl started and nothing more (a failed start with nothing to go back to)."""
-    out = ctx.run(scripts.command("stop.sh", pid=pid, grace_ms=int(ctx.spec.stop_grace_s * 1000)))
+def stop_only(ctx: Context, pid: int, unit: str = "") -> SwapReport:
+    """Stops a daemon swapctl started and nothing more (a failed start with nothing to go back to); under
+    `unit`, through it (pid 0: its daemon exited, the stop cancels a restart)."""
+    out = ctx.run(scripts.command("stop.sh", pid=pid, grace_ms=int(ctx.spec.stop_grace_s * 1000), unit=unit))
     return parse_swap((0.0, line) for line in out.stdout.splitlines())
 
 
-def log_tail(ctx: Context, offset: int, lines: int = 20) -> str:
-    """The daemon's log after byte `offset`, its last `lines` lines."""
-    return ctx.run(scripts.command("tail.sh", path=ctx.spec.log, offset=offset, lines=lines), check=False).stdout
+def log_tail(ctx: Context, offset: int, lines: int = 20, invocation: str = "") -> str:
+    """The daemon's log after byte `offset`, its last `lines` lines; with log "journal", the lines of the
+    unit's start `invocation` (else the unit's last lines)."""
+    return ctx.run(scripts.command("tail.sh", path=ctx.spec.log, offset=offset, lines=lines,
+                                   unit=ctx.spec.unit or "", inv=invocation), check=False).stdout

@@ -7,6 +7,10 @@
 # memory wait. Prints KIDS pids, SIGKILL, STOPPED ms.
 stop_daemon() {
   victim=$1; grace=$2; leads=$3; its_unit=$4
+  if [ "${victim:-0}" = 0 ]; then  # a unit's MainPID once its daemon exited: only the unit to stop
+    echo "KIDS "; [ -n "$its_unit" ] && systemctl stop -- "$its_unit" 2>&1 | sed 's/^/LOG /'
+    echo "STOPPED 0"; WATCH=""; return 0
+  fi
   kids=$(ps -eo pid=,ppid= | awk -v root="$victim" '{p[$1]=$2} END {for (x in p) {y=p[x]; while (y in p && y != root && y > 1) y=p[y]; if (y == root) printf "%s ", x}}')
   echo "KIDS $kids"
   now; begin=$NOW
@@ -27,6 +31,24 @@ stop_daemon() {
   now; echo "STOPPED $(( NOW - begin ))"
   WATCH="$victim $kids"
 }
+
+# start_unit UNIT RESET: `systemctl start UNIT`, whose ExecStart runs the binary path (the release now);
+# with RESET 1 then `systemctl reset-failed UNIT`, as a rollback clears the failed start's record. Sets
+# new (its MainPID: 0 when it has exited already) and inv (its InvocationID: its lines in the journal). Prints FAILED and returns 1 when systemctl refuses.
+start_unit() {
+  said=$(systemctl start -- "$1" 2>&1) || { echo "FAILED systemctl start $1: $(printf '%s' "$said" | tr '\n' ' ')"; return 1; }
+  # shellcheck disable=SC2034 # new, inv: read by the script that includes this file
+  new=$(systemctl show -p MainPID --value -- "$1")
+  # shellcheck disable=SC2034
+  inv=$(systemctl show -p InvocationID --value -- "$1")
+  [ "$2" = 1 ] && systemctl reset-failed -- "$1" 2>/dev/null
+  return 0
+}
+
+# hold_unit UNIT: `systemctl stop UNIT` once its daemon exited unready: its Restart= would start the failed
+# build again and again while swapctl rolls back (systemd counts a crash as a failure, and a stop cancels
+# the pending restart).
+hold_unit() { systemctl stop -- "$1" 2>&1 | sed 's/^/LOG /'; }
 
 # gpu_ok LIMITS USED: whether each GPU uses at most its limit ("index:mib,..." against "index,mib;...").
 gpu_ok() {

@@ -6,14 +6,17 @@
 #   KIDS pids | SIGKILL | STOPPED ms          stop (daemon.sh's stop_daemon)
 #   R ms avail_kib alive gpu_used | DONE ms | TIMEOUT ms
 #                                             wait until they are gone, GPU memory is back, MemAvailable >= min
-#   STARTED pid log_offset                    the binary path points at the release; started with env -i
+#   STARTED pid log_offset [inv]              the binary path points at the release; started with env -i
+#                                             (or its unit, whose InvocationID is inv)
 #   LOG line | READY | EXITED | ALIVE 0/1     the log after the start until ready, exit or time-out
 #   WATCH ms                                  ready: watched for ms more, as it must stay up that long
 #   NOTREADY                                  not ready; when this line finds nobody listening any more,
 #                                             the host goes back to the fallback release by itself
 #   FAILED why                                it could not go on (another swap runs, the switch or start failed)
 # Inputs:
-#   pid grace_ms group unit       the daemon to stop (an empty pid: none runs), its process group, its unit
+#   pid grace_ms group unit       the daemon to stop (an empty pid: none runs), its process group, and the
+#                                 systemd unit it runs under: stopped, started and rolled back through it
+#   reset                         1: `systemctl reset-failed` the unit once started (a rollback does)
 #   timeout_ms min_kib gpu_max    the memory wait
 #   bin target sha cwd log        the binary path, the release it becomes (and its sha256, checked again before
 #                                 anything stops), where the new daemon runs and logs
@@ -25,7 +28,7 @@
 #   fb_host fb_from fb_to fb_current   for the journal line the host then writes itself
 # Arguments: the new daemon's command line. Its environment is an input, read from stdin: on a command
 # line (`env -i K=V...`) every user of the host could read it.
-: "${pid?}" "${grace_ms?}" "${group?}" "${unit?}" "${timeout_ms?}" "${min_kib?}" "${gpu_max?}"
+: "${pid?}" "${grace_ms?}" "${group?}" "${unit?}" "${timeout_ms?}" "${min_kib?}" "${gpu_max?}" "${reset?}"
 : "${bin?}" "${target?}" "${sha?}" "${run_gid?}" "${cwd?}" "${log?}" "${re?}" "${ready_s?}" "${port?}" "${stable_ms?}" "${envq?}"
 : "${fb_target?}" "${fb_sha?}" "${fb_cwd?}" "${fb_env?}" "${fb_cmd?}" "${fb_host?}" "${fb_from?}" "${fb_to?}" "${fb_current?}"
 # shellcheck source=lib.sh
@@ -38,14 +41,24 @@ ready_now() {
   alive "$new" || return 1
   # shellcheck disable=SC3025 # with a port, swapctl runs this script under bash
   if [ -n "$port" ]; then (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null
-  else tail -c +"$((off + 1))" -- "$log" 2>/dev/null | grep -qE -- "$re"; fi
+  else log_since 2>/dev/null | grep -qE -- "$re"; fi
+}
+
+# log_since: the started daemon's output, from byte $off of $log; with log "journal", its unit's journal
+# for this start (its InvocationID, $inv)
+log_since() {
+  if [ "$log" = journal ]; then journalctl -q -o cat _SYSTEMD_INVOCATION_ID="$inv"
+  else tail -c +"$((off + 1))" -- "$log"; fi
 }
 
 # wait_ready: streams the new daemon's log until it is ready, exits or ready_s pass; then, with stable_ms,
 # watches it that long; prints ALIVE 1 or ALIVE 0 at the end.
 wait_ready() {
   me=$$; use_log=1
-  ( while alive "$new"; do sleep 0.01; done; echo EXITED; pkill -TERM -P "$me" -x timeout ) 8>&- &
+  # a daemon gone before the log reader starts (a unit's MainPID 0: it exited already) would leave the
+  # reader to its time-out: the end is retried until it finds the reader (the watchers are killed after)
+  ( while alive "$new"; do sleep 0.01; done; echo EXITED; n=0
+    until pkill -TERM -P "$me" -x timeout || [ "$n" -ge 500 ]; do n=$((n + 1)); sleep 0.01; done ) 8>&- &
   watchers=$!
   if [ -n "$port" ]; then
     # shellcheck disable=SC3025 # with a port, swapctl runs this script under bash
@@ -56,8 +69,12 @@ wait_ready() {
   fi
   # mawk (Debian's and Ubuntu's awk) fills its input buffer before it reads a line from a pipe
   case "$(awk -W version 2>&1 | head -n 1)" in mawk*) line_input="-W interactive" ;; *) line_input="" ;; esac
+  # log_since, followed (tail -F); `timeout` is this shell's child, for the watchers' pkill
+  # (-f alone starts at the last 10 lines: a daemon that wrote more before it starts would hide its ready line)
+  if [ "$log" = journal ]; then set -- journalctl -q -o cat -f -n all _SYSTEMD_INVOCATION_ID="$inv"
+  else set -- tail -c +"$((off + 1))" -F -s 0.02 -- "$log"; fi
   # shellcheck disable=SC2086 # $line_input is empty or two words
-  timeout "$ready_s" tail -c +"$((off + 1))" -F -s 0.02 -- "$log" 2>/dev/null |
+  timeout "$ready_s" "$@" 2>/dev/null |
     awk $line_input -v re="$re" -v me="$me" -v use="$use_log" '{ print "LOG " $0; fflush() }
       use && $0 ~ re { print "READY"; fflush(); system("pkill -TERM -P " me " -x timeout"); exit }'
   # shellcheck disable=SC2086 # only the watchers: the daemon is this shell's child too
@@ -99,8 +116,10 @@ got=$(sha256 < "$target")
 if [ "$got" != "$sha" ]; then
   echo "FAILED release changed: $target has sha256 ${got:-unreadable}, not $sha"; exit 0
 fi
-WATCH=""
+WATCH=""; inv=""
 [ -n "$pid" ] && stop_daemon "$pid" "$grace_ms" "$group" "$unit"
+# no daemon, but its unit may be about to restart one (Restart=, after a crash): the stop cancels that
+[ -z "$pid" ] && [ -n "$unit" ] && systemctl stop -- "$unit" >/dev/null 2>&1
 wait_memory "$timeout_ms" "$min_kib" "$gpu_max" || exit 0
 # a daemon that runs as another user (its gid set) must reach its release: the state directories become
 # that group's, searchable by it and by nobody else (710)
@@ -110,15 +129,15 @@ fi
 switch_to "$target" || { echo "FAILED switch"; exit 0; }
 off=$(stat -c %s -- "$log" 2>/dev/null || echo 0)
 if [ -n "$unit" ]; then
-  systemctl start -- "$unit" || { echo "FAILED systemctl start"; exit 0; }
-  new=$(systemctl show -p MainPID --value -- "$unit")
+  start_unit "$unit" "$reset" || exit 0
 else
   cd -- "$cwd" || { echo "FAILED cd $cwd"; exit 0; }
   start "$envq" "$@"
 fi
-echo "STARTED $new $off"
+echo "STARTED $new $off${inv:+ $inv}"
 now; started_ms=$NOW
 wait_ready
+[ -n "$unit" ] && ! alive "$new" && hold_unit "$unit"
 
 # When the deploy lost its connection, nobody will roll back a new daemon that failed: do it here.
 { [ -n "$fb_target" ] && ! ready_now; } || exit 0
@@ -128,7 +147,7 @@ printf 'NOTREADY\n' 2>/dev/null && exit 0  # someone still listens: the deploy d
 until_ms=$(( started_ms + ready_s * 1000 ))
 while alive "$new" && ! ready_now && now && [ "$NOW" -lt "$until_ms" ]; do sleep 0.05; done
 ready_now && exit 0
-stop_daemon "$new" "$grace_ms" 1 "" >/dev/null 2>&1
+stop_daemon "$new" "$grace_ms" 1 "$unit" >/dev/null 2>&1
 wait_memory "$timeout_ms" "$min_kib" "" >/dev/null 2>&1 || exit 0
 [ "$(sha256 < "$fb_target")" = "$fb_sha" ] || exit 0
 switch_to "$fb_target" || exit 0
@@ -141,5 +160,9 @@ entry=$(printf '{"action": "auto-rollback", "by": %s, "current": %s, "from": %s,
   "$(json_str "$fb_from")" "$(json_str "$fb_host")" "$off")
 rest=$(printf '"reason": "not ready, and no swapctl listening", "time": "%s", "to": %s}' \
   "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$(json_str "$fb_to")")
-eval "start \"\$fb_env\" $fb_cmd"
+if [ -n "$unit" ]; then  # back through the unit: a daemon started beside it, systemd would start again
+  start_unit "$unit" 1 >/dev/null || exit 0
+else
+  eval "start \"\$fb_env\" $fb_cmd"
+fi
 printf '%s"outcome": "rolled-back", "pid": %s, %s\n' "$entry" "$new" "$rest" >> "$state/journal.jsonl"
