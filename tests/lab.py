@@ -178,3 +178,34 @@ def ensure_base_image(client, workdir: Path) -> str:
     shutil.rmtree(rootfs)
     tar.unlink()
     return BASE_IMAGE
+
+
+def session_of(marker: str, within: str = "", pidns: str | None = None) -> int:
+    """The `sshd: root@notty` process serving the connection that runs a command containing `marker` (and
+    `within`, a box's data directory: other worktrees' tests on this machine run swap scripts too); with
+    `pidns` (a /proc/PID/ns/pid link), only the processes of that PID namespace (a container's)."""
+    procs = {}
+    for p in Path("/proc").iterdir():
+        try:
+            if p.name.isdigit() and (pidns is None or os.readlink(p / "ns/pid") == pidns):
+                stat = (p / "stat").read_text().rsplit(")", 1)[1].split()
+                procs[int(p.name)] = (int(stat[1]), (p / "cmdline").read_bytes().replace(b"\0", b" ").decode())
+        except (OSError, IndexError):
+            pass
+    for _pid, (ppid, cmd) in procs.items():
+        if marker in cmd and within in cmd and "sh" in cmd.split()[0]:
+            while ppid in procs:
+                if procs[ppid][1].startswith("sshd: root@"):
+                    return ppid
+                ppid = procs[ppid][0]
+    raise AssertionError(f"no sshd session runs {marker}")
+
+
+def path_without(bin_dir: Path, tool: str) -> Path:
+    """`bin_dir`, made: links to every program of the usual PATH directories but `tool` (a host without it)."""
+    bin_dir.mkdir()
+    for d in ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"):
+        for found in Path(d).iterdir() if Path(d).is_dir() else ():
+            if found.name != tool and not (bin_dir / found.name).exists():
+                (bin_dir / found.name).symlink_to(found)
+    return bin_dir

@@ -20,7 +20,7 @@ from swapctl.remote import connect
 from swapctl.swap.deploy import Swap
 
 from conftest import own_box
-from lab import prover_config, swapctl, wait_until
+from lab import prover_config, session_of, swapctl, wait_until
 
 
 def sha(path: Path) -> str:
@@ -445,31 +445,11 @@ def _script_runs(marker: str, box) -> bool:
     return False
 
 
-def _session_of(marker: str, within: str = "") -> int:
-    """The `sshd: root@notty` process serving the connection that runs a command containing `marker` (and
-    `within`, a box's data directory: other worktrees' tests on this machine run swap scripts too)."""
-    procs = {}
-    for p in Path("/proc").iterdir():
-        if p.name.isdigit():
-            try:
-                stat = (p / "stat").read_text().rsplit(")", 1)[1].split()
-                procs[int(p.name)] = (int(stat[1]), (p / "cmdline").read_bytes().replace(b"\0", b" ").decode())
-            except (OSError, IndexError):
-                pass
-    for _pid, (ppid, cmd) in procs.items():
-        if marker in cmd and within in cmd and "sh" in cmd.split()[0]:
-            while ppid in procs:
-                if procs[ppid][1].startswith("sshd: root@"):
-                    return ppid
-                ppid = procs[ppid][0]
-    raise AssertionError(f"no sshd session runs {marker}")
-
-
 def test_connection_dropped_during_the_memory_wait_still_ends_with_the_new_daemon(box, prover, prover_b):
     box.start_by_hand(prover, prover_config(child_hold_mib=8, child_linger_ms=2000))
     proc, lines, reader = _deploy_in_background(box, prover_b)
     wait_until(lambda: any("waiting" in line or "MemAvailable" in line for line in lines), what="the memory wait")
-    os.kill(_session_of("swapctl-swap", str(box.data)), signal.SIGKILL)  # the connection drops, as a flaky link does
+    os.kill(session_of("swapctl-swap", str(box.data)), signal.SIGKILL)  # the connection drops, as a flaky link does
     assert proc.wait(60) == 5
     reader.join(5)
     [error] = [line for line in lines if "the host finishes the swap by itself" in line]
@@ -486,7 +466,7 @@ def test_deploy_is_refused_while_a_swap_cut_off_from_its_deploy_still_runs(box, 
     proc, lines, reader = _deploy_in_background(box, prover_b)
     wait_until(lambda: any("waiting" in line or "MemAvailable" in line for line in lines), what="the memory wait")
     # the first deploy loses its connection, and its lock
-    os.kill(_session_of("swapctl-swap", str(box.data)), signal.SIGKILL)
+    os.kill(session_of("swapctl-swap", str(box.data)), signal.SIGKILL)
     assert proc.wait(60) == 5
     second = deploy(box, prover)  # the host's swap script is still waiting for memory
     assert second.returncode == 3
@@ -526,7 +506,7 @@ def test_connection_dropped_during_readiness_still_ends_with_a_daemon(box, prove
     box.write_playbook(daemon={"ready_timeout_s": 4})
     proc, lines, reader = _deploy_in_background(box, prover_noready)
     wait_until(lambda: any(" start: started " in line for line in lines), what="the new daemon's start")
-    os.kill(_session_of("swapctl-swap", str(box.data)), signal.SIGKILL)  # nobody is left to roll back but the host
+    os.kill(session_of("swapctl-swap", str(box.data)), signal.SIGKILL)  # nobody is left to roll back but the host
     assert proc.wait(60) == 5
     wait_until(lambda: only_runs(box, prover), timeout=40, what="the host to go back to the old daemon by itself")
     entry = journal(box)[-1]

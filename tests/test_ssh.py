@@ -186,15 +186,14 @@ def test_a_held_command_whose_connection_drops_before_its_first_line_says_so(ssh
     import signal
     import threading
 
-    from lab import wait_until
-    from test_deploy import _session_of
+    from lab import session_of, wait_until
 
     marker = f"held-{tmp_path.name}"
 
     def cut() -> None:
         wait_until(lambda: marker.encode() in subprocess.run(["ps", "-eo", "args"], capture_output=True).stdout,
                    what="the held command")
-        os.kill(_session_of(marker), signal.SIGKILL)
+        os.kill(session_of(marker), signal.SIGKILL)
 
     cutter = threading.Thread(target=cut)
     cutter.start()

@@ -29,7 +29,7 @@ from swapctl.remote import Cmd, connect
 from swapctl.remote.become import rule
 
 from conftest import Box
-from lab import make_server, prover_config, swapctl, wait_until
+from lab import make_server, path_without, prover_config, swapctl, wait_until
 
 SECRET = "s3cr3t-value-that-sudo-must-never-log"
 
@@ -387,12 +387,7 @@ def test_the_sudo_example_deploys_and_rolls_back_through_sudo(sbox, prover, prov
 def test_a_host_without_zstd_gets_the_plain_upload_as_root(sbox, prover, prover_b, tmp_path):
     """No zstd on sudo's PATH (secure_path): the plain upload (SFTP for a root login) goes through a root
     command's stdin, and install.sh checks its sha256 before the rename, as for any upload."""
-    bin_dir = tmp_path / "no-zstd-bin"
-    bin_dir.mkdir()
-    for d in ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"):
-        for tool in Path(d).iterdir() if Path(d).is_dir() else ():
-            if tool.name != "zstd" and not (bin_dir / tool.name).exists():
-                (bin_dir / tool.name).symlink_to(tool)
+    bin_dir = path_without(tmp_path / "no-zstd-bin", "zstd")
     rules = sbox.users.rules
     kept = rules.read_text()
     rules.write_text(kept + f"Defaults:{sbox.users.sudoer} secure_path={bin_dir}\n")

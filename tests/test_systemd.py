@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from lab import prover_config, swapctl, wait_until
+from lab import prover_config, session_of, swapctl, wait_until
 
 
 def sha(path: Path | str) -> str:
@@ -233,25 +233,6 @@ def test_a_unit_crashed_and_waiting_to_restart_is_found_and_deployed_through(ubo
     assert ubox.host.sh(f"systemctl list-jobs --no-legend {ubox.unit}").stdout.strip() == ""
 
 
-def _session_of(box: UnitBox, marker: str) -> int:
-    """The container's `sshd: root@notty` (its pid here) serving the command whose line contains `marker`."""
-    procs = {}
-    for p in Path("/proc").iterdir():
-        try:
-            if p.name.isdigit() and os.readlink(p / "ns/pid") == box.pidns:
-                stat = (p / "stat").read_text().rsplit(")", 1)[1].split()
-                procs[int(p.name)] = (int(stat[1]), (p / "cmdline").read_bytes().replace(b"\0", b" ").decode())
-        except (OSError, IndexError):
-            pass
-    for _pid, (ppid, cmd) in procs.items():
-        if marker in cmd and "sh" in cmd.split()[0]:
-            while ppid in procs:
-                if procs[ppid][1].startswith("sshd: root@"):
-                    return ppid
-                ppid = procs[ppid][0]
-    raise AssertionError(f"no sshd session runs {marker}")
-
-
 def test_the_host_goes_back_through_the_unit_when_the_deploy_loses_its_connection(ubox, prover, prover_noready):
     ubox.install(prover, restart="on-failure", restart_sec="200ms")
     ubox.write_playbook(ready_timeout_s=4)
@@ -262,7 +243,7 @@ def test_the_host_goes_back_through_the_unit_when_the_deploy_loses_its_connectio
     reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
     reader.start()
     wait_until(lambda: any(" start: started " in line for line in lines), what="the new daemon's start")
-    os.kill(_session_of(ubox, "swapctl-swap"), signal.SIGKILL)  # nobody is left to roll back but the host
+    os.kill(session_of("swapctl-swap", pidns=ubox.pidns), signal.SIGKILL)  # nobody is left to roll back but the host
     assert proc.wait(60) == 5
     wait_until(lambda: ubox.runs(prover), timeout=40, what="the host to go back to the old daemon by itself")
     wait_until(lambda: ubox.journal()[-1]["action"] == "auto-rollback", timeout=10, what="the host's journal line")

@@ -17,8 +17,8 @@ from swapctl.swap.deploy import Swap
 from swapctl.swap.upload import CACHE_KEEP, CHUNK, Base, Cache, Frames, Patch
 
 from conftest import Box, own_box
-from lab import wait_until
-from test_deploy import _session_of, deploy, exe_sha, journal, lock_held, sha
+from lab import path_without, session_of, wait_until
+from test_deploy import deploy, exe_sha, journal, lock_held, sha
 
 
 @pytest.fixture(autouse=True)
@@ -98,12 +98,7 @@ def test_patch_against_a_base_changed_on_the_host_falls_back_to_a_full_upload(bo
 
 
 def test_host_without_zstd_gets_pipelined_sftp(tmp_path, prover, prover_b):
-    bin_dir = tmp_path / "no-zstd-bin"
-    bin_dir.mkdir()
-    for d in ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"):
-        for tool in Path(d).iterdir() if Path(d).is_dir() else ():
-            if tool.name != "zstd" and not (bin_dir / tool.name).exists():
-                (bin_dir / tool.name).symlink_to(tool)
+    bin_dir = path_without(tmp_path / "no-zstd-bin", "zstd")
     with own_box(tmp_path, str(bin_dir)) as box:
         box.start_by_hand(prover)
         r = deploy(box, prover_b)
@@ -122,7 +117,7 @@ def test_upload_killed_halfway_resumes_from_the_bytes_on_the_host(box, prover, b
     def cut(event) -> None:
         if event.step == "upload" and event.done and event.done >= CHUNK:
             wait_until(lambda: tmp.exists() and tmp.stat().st_size >= CHUNK // 2, what="bytes on the host")
-            os.kill(_session_of("swapctl-receive"), signal.SIGKILL)  # the link drops mid-upload
+            os.kill(session_of("swapctl-receive"), signal.SIGKILL)  # the link drops mid-upload
 
     with connect(book.hosts["lab"]) as host:
         sw = Swap(host, book, events=cut)
@@ -175,7 +170,7 @@ def test_a_deploy_refused_at_the_lock_ends_the_receive_it_started(box, prover, p
 
 def _receiving() -> bool:
     try:
-        _session_of("swapctl-receive")
+        session_of("swapctl-receive")
         return True
     except AssertionError:
         return False
