@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import own_box
-from lab import swapctl, wait_until
+from lab import prover_config, swapctl, wait_until
 
 HUNG = "#!/bin/sh\necho $$ >> {pids}; sleep 2147483647 & echo $! >> {pids}; wait\n"
 LIMIT_S = 2
@@ -112,3 +112,27 @@ def test_ignore_gpu_hang_swaps_anyway_and_names_the_hang_in_the_plan(tmp_path, p
         [pid] = box.daemons()
         assert sha(Path(f"/proc/{pid}/exe")) == sha(prover_b)
         wait_until(lambda: nothing_left(box, pids), timeout=10, what="the hung nvidia-smi and the status script gone")
+
+
+# nvidia-smi answers the preflight (the replaying stand-in: one H200, its memory in use known), then hangs
+# when the memory wait asks for memory.used, as a GPU falling off the bus while its daemon dies would
+HANGS_IN_THE_MEMORY_WAIT = ("#!/bin/sh\ncase \"$*\" in *index,memory.used*) echo $$ >> {pids}; "
+                            "exec sleep 2147483647;; esac\nexec {python} {standin} \"$@\"\n")
+
+
+def test_a_gpu_that_hangs_in_the_memory_wait_holds_the_swap_no_longer_than_its_limit(tmp_path, prover, prover_b):
+    import sys
+
+    pids = tmp_path / "nvidia-smi.pids"
+    tool = HANGS_IN_THE_MEMORY_WAIT.format(pids=pids, python=sys.executable,
+                                           standin=Path(__file__).parent / "standin_nvidia_smi.py")
+    with own_box(tmp_path, tools={"nvidia-smi": tool}) as box:
+        box.write_playbook(gpu={"nvidia_smi_timeout_s": LIMIT_S}, memory={"release_timeout_s": 60})
+        box.start_by_hand(prover, prover_config())
+        r = swapctl("deploy", "lab", "--binary", str(prover_b), "--yes", "-p", str(box.playbook_path), timeout=50)
+        assert r.returncode == 0, r.stderr
+        [pid] = box.daemons()
+        assert sha(Path(f"/proc/{pid}/exe")) == sha(prover_b)
+        hung = [int(p) for p in pids.read_text().split()]
+        assert hung, "the memory wait never asked nvidia-smi: nothing was tested"
+        wait_until(lambda: not any(map(alive, hung)), timeout=10, what="the hung nvidia-smi killed")

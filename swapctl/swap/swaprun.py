@@ -80,6 +80,7 @@ def swap_cmd(ctx: Context, old: Daemon | None, target: Release, gpu_max: str, fa
         "group": "1" if old and old.group_leader else "0", "unit": unit_of(old, unit),
         "reset": "1" if reset else "",
         "timeout_ms": int(mem.release_timeout_s * 1000), "min_kib": int(mem.min_available_gib * (1 << 20)),
+        "smi_cs": max(1, round(ctx.book.gpu.nvidia_smi_timeout_s * 100)),
         "gpu_max": gpu_max, "bin": spec.binary, "target": target.path(ctx.state), "sha": target.sha256,
         "run_gid": str(target.gid) if target.uid else "", "cwd": target.cwd or "/",
         "log": spec.log, "re": spec.ready_log, "ready_s": int(spec.ready_timeout_s),

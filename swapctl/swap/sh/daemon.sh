@@ -1,6 +1,8 @@
 # shellcheck shell=sh
 # Stopping a daemon and waiting for its memory: the stop script and the swap script include this file.
-# Needs lib.sh (alive, now). Report words: see swapctl/swap/report.py.
+# Needs lib.sh (alive, now); the memory wait asks nvidia-smi through smi.sh's bounded smi ($smi_cs).
+# Report words: see swapctl/swap/report.py.
+. ./smi.sh
 
 # stop_daemon PID GRACE_MS GROUP UNIT: SIGTERM (its process group too when GROUP is 1; `systemctl stop`
 # when it runs under UNIT), SIGKILL after GRACE_MS. Notes its descendants first, in WATCH, for the
@@ -69,7 +71,10 @@ wait_memory() {
     left=""; for p in $WATCH; do alive "$p" && left="$left,$p"; done
     avail=; while read -r key kib _; do [ "$key" = MemAvailable: ] && avail=$kib && break; done < /proc/meminfo
     if [ -n "$gpu_limits" ] && [ $((n % 10)) -eq 0 ]; then
-      used=$(nvidia-smi --query-gpu=index,memory.used --format=csv,noheader,nounits 2>/dev/null | tr -d ' ' | paste -sd';')
+      # bounded: a GPU that falls off the bus as its daemon dies must not hold the swap here for ever;
+      # unanswered, no reading (the GPUs count as released: the host has nothing better to go by)
+      used=$(smi --query-gpu=index,memory.used --format=csv,noheader,nounits 2>/dev/null | grep -v '^rc=' |
+             tr -d ' ' | paste -sd';')
     fi
     now; ms=$(( NOW - begin )); holding=${left#,}
     if [ -z "$left" ] && [ "$avail" -ge "$need_kib" ] && gpu_ok "$gpu_limits" "$used"; then

@@ -18,6 +18,7 @@
 #                                 systemd unit it runs under: stopped, started and rolled back through it
 #   reset                         1: `systemctl reset-failed` the unit once started (a rollback does)
 #   timeout_ms min_kib gpu_max    the memory wait
+#   smi_cs                        nvidia-smi's limit in the memory wait, in 1/100 s
 #   bin target sha cwd log        the binary path, the release it becomes (and its sha256, checked again before
 #                                 anything stops), where the new daemon runs and logs
 #   run_gid                       the group a daemon that is not root's runs as (empty: root's)
@@ -29,6 +30,7 @@
 # Arguments: the new daemon's command line. Its environment is an input, read from stdin: on a command
 # line (`env -i K=V...`) every user of the host could read it.
 : "${pid?}" "${grace_ms?}" "${group?}" "${unit?}" "${timeout_ms?}" "${min_kib?}" "${gpu_max?}" "${reset?}"
+: "${smi_cs?}"
 : "${bin?}" "${target?}" "${sha?}" "${run_gid?}" "${cwd?}" "${log?}" "${re?}" "${ready_s?}" "${port?}" "${stable_ms?}" "${envq?}"
 : "${fb_target?}" "${fb_sha?}" "${fb_cwd?}" "${fb_env?}" "${fb_cmd?}" "${fb_host?}" "${fb_from?}" "${fb_to?}" "${fb_current?}"
 # shellcheck source=lib.sh
