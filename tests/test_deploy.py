@@ -516,6 +516,27 @@ def test_connection_dropped_during_readiness_still_ends_with_a_daemon(box, prove
     assert entry["pid"] == pid and cmdline(pid) == [str(box.binary), "--config", str(box.config)]
 
 
+def test_a_fallback_changed_on_the_host_is_not_started_by_the_host_and_the_journal_says_so(
+        box, prover, prover_noready):
+    box.start_by_hand(prover)
+    box.write_playbook(daemon={"ready_timeout_s": 4})
+    proc, lines, reader = _deploy_in_background(box, prover_noready)
+    wait_until(lambda: any(" start: started " in line for line in lines), what="the new daemon's start")
+    [fallback] = [p for p in (box.data / ".swapctl" / "cuzk" / "releases" / sha(prover)[:12]).iterdir()
+                  if p.is_file() and os.access(p, os.X_OK)]
+    with open(fallback, "ab") as f:  # someone changed the backed-up build on the host after it was checked
+        f.write(b"\0changed")
+    os.kill(session_of("swapctl-swap", str(box.data)), signal.SIGKILL)  # nobody is left to roll back but the host
+    assert proc.wait(60) == 5
+    written = box.data / ".swapctl" / "cuzk" / "journal.jsonl"  # its first line: the deploy lost its own
+    wait_until(lambda: written.exists() and journal(box)[-1]["action"] == "auto-rollback", timeout=40,
+               what="the host's journal line")
+    entry = journal(box)[-1]
+    assert entry["outcome"] == "failed" and "changed" in entry["reason"] and entry["pid"] is None
+    assert entry["from"] == sha(prover_noready) and entry["to"] == sha(prover)
+    assert box.daemons() == []  # the changed binary was never run, as root or otherwise
+
+
 def test_new_daemon_exiting_soon_after_its_ready_line_is_rolled_back(box, prover, prover_b):
     pid = box.start_by_hand(prover)
     argv = cmdline(pid)

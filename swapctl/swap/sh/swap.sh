@@ -151,20 +151,27 @@ while alive "$new" && ! ready_now && now && [ "$NOW" -lt "$until_ms" ]; do sleep
 ready_now && exit 0
 stop_daemon "$new" "$grace_ms" 1 "$unit" >/dev/null 2>&1
 wait_memory "$timeout_ms" "$min_kib" "" >/dev/null 2>&1 || exit 0
-[ "$(sha256 < "$fb_target")" = "$fb_sha" ] || exit 0
-switch_to "$fb_target" || exit 0
-cd -- "$fb_cwd" || exit 0
 off=$(stat -c %s -- "$log" 2>/dev/null || echo 0)
-# the journal line is made whole here (keys sorted, as swapctl writes its own), all but the pid before the
-# start, so that it is written in one go right after it
+# the journal line is made whole here (keys sorted, as swapctl writes its own), all but the pid and the
+# outcome before the start, so that it is written in one go right after it
 entry=$(printf '{"action": "auto-rollback", "by": %s, "current": %s, "from": %s, "host": %s, "log_offset": %s, ' \
   "$(json_str "$fb_host itself (swapctl lost its connection)")" "$(json_str "$fb_current")" \
   "$(json_str "$fb_from")" "$(json_str "$fb_host")" "$off")
-rest=$(printf '"reason": "not ready, and no swapctl listening", "time": "%s", "to": %s}' \
-  "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$(json_str "$fb_to")")
+rest() { printf '"reason": "%s", "time": "%s", "to": %s}' "$1" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$(json_str "$fb_to")"; }
+# a fallback changed on the host since it was checked is never started: no daemon runs, and the journal
+# says why (status shows none; history this line)
+if [ "$(sha256 < "$fb_target")" != "$fb_sha" ]; then
+  printf '%s"outcome": "failed", "pid": null, %s\n' "$entry" \
+    "$(rest "not ready, no swapctl listening, and the fallback release changed on the host: nothing started")" \
+    >> "$state/journal.jsonl"
+  exit 0
+fi
+switch_to "$fb_target" || exit 0
+cd -- "$fb_cwd" || exit 0
 if [ -n "$unit" ]; then  # back through the unit: a daemon started beside it, systemd would start again
   start_unit "$unit" 1 >/dev/null || exit 0
 else
   eval "start \"\$fb_env\" $fb_cmd"
 fi
-printf '%s"outcome": "rolled-back", "pid": %s, %s\n' "$entry" "$new" "$rest" >> "$state/journal.jsonl"
+printf '%s"outcome": "rolled-back", "pid": %s, %s\n' "$entry" "$new" "$(rest "not ready, and no swapctl listening")" \
+  >> "$state/journal.jsonl"
