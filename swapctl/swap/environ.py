@@ -12,8 +12,8 @@ import re
 from collections.abc import Iterable
 
 from ..masking import MASK, looks_secret
+from ..remote.cmd import NAME
 
-NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # glibc's list of variables it ignores for setuid programs (UNSECURE_ENVVARS), TMPDIR aside
 LOADER = re.compile(r"LD_\w*|GCONV_PATH|GETCONF_DIR|HOSTALIASES|LOCALDOMAIN|LOCPATH|MALLOC_TRACE|NIS_PATH|NLSPATH|"
                     r"RESOLV_HOST_CONF|RES_OPTIONS|TZDIR")

@@ -15,9 +15,10 @@ from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
+from ..remote.cmd import NAME
+
 RELEASE_ID = re.compile(r"[0-9a-f]{12}")
 SHA256 = re.compile(r"[0-9a-f]{64}")
-ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def now_iso() -> str:
@@ -83,7 +84,7 @@ def trusted_release(d: object, dir_name: str) -> Release | None:
     if argv is not None and not (isinstance(argv, list) and all(isinstance(a, str) for a in argv)):
         return None
     if env is not None and not (isinstance(env, list) and all(
-            isinstance(kv, list) and len(kv) == 2 and all(isinstance(x, str) for x in kv) and ENV_KEY.fullmatch(kv[0])
+            isinstance(kv, list) and len(kv) == 2 and all(isinstance(x, str) for x in kv) and NAME.fullmatch(kv[0])
             for kv in env)):
         return None
     if not all(d.get(k) is None or type(d.get(k)) is int for k in ("size", "uid", "gid")):
