@@ -7,7 +7,9 @@ started by hand. On the same hosts, by turns:
 - `swapctl status @all` against `parallel-ssh -i -p N` and `ansible all -m shell -f N`, both running the
   probe a hand status would (ps, /proc/meminfo, df, who, nvidia-smi);
 - `swapctl deploy @all --parallel N --yes` against an Ansible playbook doing the same swap (copy, stop,
-  wait for the daemon's exit and MemAvailable, start, wait for the ready line after the start), forks N.
+  wait for the daemon's exit and MemAvailable, start, wait for the ready line after the start), forks N,
+  and against the swapctl.cuzk collection's swap module (copy, then swapctl.cuzk.swap: the same safe swap
+  as swapctl's, run on each host by Ansible), forks N, one batch (issue 33).
   Before each deploy every host's prover is started anew by hand, with no swapctl state.
 Wall time of each command, and the controller's CPU: user + system seconds of the command and every
 process it waited for (getrusage(RUSAGE_CHILDREN) around it: ansible's forks and ssh processes count
@@ -18,11 +20,11 @@ The hosts share this machine's cores with the controller. By default each host g
 of its own (a bind mount in its mount namespace), as a GPU box without pyenv has; --machine-bashrc keeps
 this machine's (pyenv init: 160 ms of CPU for every remote command, paid by every tool alike).
 
-Needs root, sshd, g++, tc; `parallel-ssh` (Debian/Ubuntu: `apt-get install pssh`) and Ansible, which is
-not a swapctl dependency: `python3 -m venv /tmp/ansible-venv && /tmp/ansible-venv/bin/pip install
-ansible-core` (or `apt-get install ansible`); --ansible DIR names the bin directory (default: that venv,
-else PATH). A tool that is missing is left out and said so.
-Usage: python3 benchmarks/fleet.py [--hosts 8,16,32] [--runs 1] [--machine-bashrc]
+Needs root, sshd, g++, tc; `parallel-ssh` (Debian/Ubuntu: `apt-get install pssh`) and Ansible: the test
+extra pins ansible-core (`bash scripts/venv` puts it in .venv/bin); --ansible DIR names another bin
+directory (default: .venv/bin, /tmp/ansible-venv/bin, else PATH). A tool that is missing is left out and
+said so.
+Usage: python3 benchmarks/fleet.py [--hosts 8,16,32] [--runs 1] [--machine-bashrc] [--deploy-only]
 """
 
 from __future__ import annotations
@@ -78,6 +80,22 @@ ANSIBLE_SWAP = """
       shell: >-
         timeout 30 sh -c 'until tail -c +$(({{{{ started.stdout }}}} + 1)) /data/cuzk.log |
         grep -q "cuzk-daemon ready"; do sleep 0.05; done'
+"""
+
+COLLECTION_SWAP = """
+- hosts: all
+  gather_facts: false
+  tasks:
+    - name: copy the new binary
+      copy: {{src: "{new}", dest: /data/cuzk.new, mode: "0700"}}
+    - name: swap it in, safely (swapctl.cuzk)
+      swapctl.cuzk.swap:
+        src: /data/cuzk.new
+        sha256: "{sha}"
+        daemon: {{binary: /data/cuzk, args: [--config, /data/cuzk.toml], match: /data/cuzk, log: /data/cuzk.log,
+                 ready_timeout_s: 30, stop_grace_s: 5}}
+        memory: {{min_available_gib: {min_gib}, release_timeout_s: 30}}
+        host: "{{{{ inventory_hostname }}}}"
 """
 
 
@@ -154,6 +172,24 @@ class Tools:
         play.write_text(ANSIBLE_SWAP.format(new=new, min_kib=MIN_AVAIL_GIB << 20))
         return self.ansible("ansible-playbook", str(play))
 
+    def collection_swap(self, new: Path) -> list[str]:
+        import hashlib
+
+        play = self.base / "collection-swap.yml"
+        play.write_text(COLLECTION_SWAP.format(new=new, sha=hashlib.sha256(new.read_bytes()).hexdigest(),
+                                               min_gib=MIN_AVAIL_GIB))
+        return self.ansible("ansible-playbook", str(play))
+
+
+def install_collection(ansible_bin: Path, base: Path) -> Path:
+    """swapctl.cuzk built from this checkout (scripts/build_collection.py) and installed under `base`."""
+    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "build_collection.py"), "--output", str(base / "dist")],
+                       capture_output=True, text=True, check=True, env={**os.environ, "PATH": f"{ansible_bin}:"
+                                                                        f"{os.environ['PATH']}"})
+    subprocess.run([str(ansible_bin / "ansible-galaxy"), "collection", "install", r.stdout.split()[-1], "-p",
+                    str(base / "collections")], capture_output=True, check=True)
+    return base / "collections"
+
 
 def ansible_env(env: dict) -> dict:
     """Ansible as it ships, with its host key checking on (the tools here all verify keys), no cowsay."""
@@ -162,7 +198,8 @@ def ansible_env(env: dict) -> dict:
 
 
 def one_fleet(n: int, runs: int, base: Path, builds: dict, bashrc: Path | None, env: dict,
-              ansible_bin: Path | None, pssh: str | None) -> dict[str, list[tuple[float, float]]]:
+              ansible_bin: Path | None, pssh: str | None, deploy_only: bool = False
+              ) -> dict[str, list[tuple[float, float]]]:
     (base / f"n{n}").mkdir()
     lab = NetnsLab(base / f"n{n}", n, prefix="swb", bashrc=bashrc)
     got: dict[str, list[tuple[float, float]]] = {}
@@ -179,10 +216,11 @@ def one_fleet(n: int, runs: int, base: Path, builds: dict, bashrc: Path | None, 
         aenv = ansible_env(env)
         for _ in range(runs):  # by turns: load on a shared machine falls on every tool alike
             start_by_hand(lab.servers, builds["a"])
-            add("status swapctl", timed(t.swapctl("status", "@all"), env))
-            if t.pssh:
+            if not deploy_only:
+                add("status swapctl", timed(t.swapctl("status", "@all"), env))
+            if t.pssh and not deploy_only:
                 add("status parallel-ssh", timed(t.pssh, env))
-            if ansible_bin:
+            if ansible_bin and not deploy_only:
                 add("status ansible", timed(t.ansible("ansible", "all", "-m", "shell", "-a", PROBE), aenv))
             add("deploy swapctl", timed(t.swapctl("deploy", "@all", "--binary", str(builds["b"]), "--parallel",
                                                   str(n), "--yes"), env))
@@ -191,6 +229,9 @@ def one_fleet(n: int, runs: int, base: Path, builds: dict, bashrc: Path | None, 
                 start_by_hand(lab.servers, builds["a"])
                 add("deploy ansible", timed(t.ansible_swap(builds["c"]), aenv))
                 assert ready_everywhere(lab.servers, "c"), "the Ansible play left a host without build c ready"
+                start_by_hand(lab.servers, builds["a"])
+                add("deploy collection", timed(t.collection_swap(builds["d"]), aenv))
+                assert ready_everywhere(lab.servers, "d"), "the collection's play left a host without build d ready"
     finally:
         for s in lab.servers:  # each namespace's init ignores SIGTERM: stop() would wait 10 s for each
             if s.proc:
@@ -201,7 +242,7 @@ def one_fleet(n: int, runs: int, base: Path, builds: dict, bashrc: Path | None, 
 
 def find_tools(ansible: str | None) -> tuple[Path | None, str | None, str]:
     pssh = shutil.which("parallel-ssh") or shutil.which("pssh")
-    candidates = [Path(ansible)] if ansible else [Path("/tmp/ansible-venv/bin")]
+    candidates = [Path(ansible)] if ansible else [ROOT / ".venv" / "bin", Path("/tmp/ansible-venv/bin")]
     found = shutil.which("ansible-playbook")
     if found:
         candidates.append(Path(found).parent)
@@ -228,10 +269,11 @@ def report(results: dict[int, dict[str, list[tuple[float, float]]]], runs: int, 
     print(f"  {'N':>3}  {'what':<20} {'wall':>7} {'CPU':>7}   {'reference':<20} {'wall':>7} {'CPU':>7}  "
           f"{'ratio':>6}  goal")
     rows = (("status swapctl", "status parallel-ssh", 1.0), ("status swapctl", "status ansible", None),
-            ("deploy swapctl", "deploy ansible", 0.5))
+            ("deploy swapctl", "deploy ansible", 0.5), ("deploy collection", "deploy ansible", None),
+            ("deploy swapctl", "deploy collection", None))
     for n, got in results.items():
         for mine, ref, goal in rows:
-            if ref not in got:
+            if ref not in got or mine not in got:
                 continue
             w, c = med(x[0] for x in got[mine]), med(x[1] for x in got[mine])
             rw, rc = med(x[0] for x in got[ref]), med(x[1] for x in got[ref])
@@ -243,7 +285,8 @@ def report(results: dict[int, dict[str, list[tuple[float, float]]]], runs: int, 
         return
     lo, hi = ns[0], ns[-1]
     print(f"\ncontroller CPU per extra host, from N={lo} to N={hi} (goal for swapctl <= 30 ms):")
-    for what in ("status swapctl", "status parallel-ssh", "status ansible", "deploy swapctl", "deploy ansible"):
+    for what in ("status swapctl", "status parallel-ssh", "status ansible", "deploy swapctl", "deploy ansible",
+                 "deploy collection"):
         if what in results[lo] and what in results[hi]:
             c_lo, c_hi = med(x[1] for x in results[lo][what]), med(x[1] for x in results[hi][what])
             per = (c_hi - c_lo) / (hi - lo) * 1000
@@ -257,21 +300,24 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=1)
     ap.add_argument("--machine-bashrc", action="store_true", help="each host runs this machine's ~/.bashrc")
     ap.add_argument("--ansible", help="the directory holding ansible and ansible-playbook")
+    ap.add_argument("--deploy-only", action="store_true", help="only the deploys (swapctl, Ansible, the collection)")
     args = ap.parse_args()
     ansible_bin, pssh, versions = find_tools(args.ansible)
     compiled(ROOT)
     base = Path(tempfile.mkdtemp(prefix="swapctl-fleet-"))
-    builds = {t: build_prover(base / f"prover-{t}", TIMING="1", TAG=t) for t in ("a", "b", "c")}
+    builds = {t: build_prover(base / f"prover-{t}", TIMING="1", TAG=t) for t in ("a", "b", "c", "d")}
     rc = None
     if not args.machine_bashrc:
         rc = base / "bashrc"
         rc.write_text("# a GPU box's root shell: nothing to start\n")
     env = {**os.environ, "XDG_STATE_HOME": str(base / "state"), "XDG_CACHE_HOME": str(base / "cache")}
     (base / "cache" / "ansible-tmp").mkdir(parents=True)
+    if ansible_bin:
+        env["ANSIBLE_COLLECTIONS_PATH"] = str(install_collection(ansible_bin, base))
     results = {}
     try:
         for n in (int(x) for x in args.hosts.split(",")):
-            results[n] = one_fleet(n, args.runs, base, builds, rc, env, ansible_bin, pssh)
+            results[n] = one_fleet(n, args.runs, base, builds, rc, env, ansible_bin, pssh, args.deploy_only)
     finally:
         shutil.rmtree(base, ignore_errors=True)
     shell = "this machine's ~/.bashrc" if args.machine_bashrc else "an empty ~/.bashrc"

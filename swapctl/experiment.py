@@ -7,16 +7,22 @@ own counters, the GPU phase share and where the time goes, and one line an engin
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .gpu.samples import Sample
 from .logs import gpu
-from .logs.stats import Change, compare
+from .logs.power import proofs_needed, resolution
+from .logs.stats import ALPHA, Change, compare
 from .logs.timings import Log, Run
 
 # the phases a verdict line names first, when they changed: what cuzk's GPU path spends its time in
 HEADLINE = ("ntt_kernels", "coset_intt_sync", "gpu_total_ms", "mutex_held_ms", "synth_ms", "job_total_ms")
 MIN_PROOFS = 3
+# A window planned for a change (--resolve) is looked at LOOKS times, at each quarter of its proofs, and ends
+# at the first look where a headline phase moved at ALPHA / LOOKS: Bonferroni over the looks keeps the chance
+# of calling noise a change at ALPHA or less however the looks fall, and the planned length is the one whose
+# last look alone has the power at that level, so the early looks only shorten it.
+LOOKS = 4
 
 
 @dataclass(frozen=True)
@@ -32,6 +38,8 @@ class Side:
     where: dict[str, dict[str, float]]
     largest_idle_cause: dict[str, str | None]
     report: dict = field(repr=False)
+    duty_cycle: dict[str, float | None] = field(default_factory=dict)  # dmon sm%: any kernel ran
+    kernel_share: dict[str, float | None] = field(default_factory=dict)  # from the log's phases, 0-1
 
 
 @dataclass(frozen=True)
@@ -40,18 +48,31 @@ class Verdict:
     after: Side
     phases: dict[str, Change]
     summary: str
+    # headline phases whose change is noise (`~`): the smallest change this window could have seen
+    resolution: dict[str, float | None] = field(default_factory=dict)
 
     def lines(self) -> list[str]:
-        """benchstat's table: one line a phase that has values on both sides."""
+        """benchstat's table: one line a phase that has values on both sides; a `~` of a headline phase
+        says what change it could have seen."""
         width = max((len(n) for n in self.phases), default=0)
-        return [c.line(name.ljust(width)) for name, c in self.phases.items()]
+        return [c.line(name.ljust(width)) + _unseen(self.resolution.get(name, False))
+                for name, c in self.phases.items()]
 
     def as_dict(self) -> dict:
         def side(s: Side) -> dict:
             return {k: v for k, v in s.__dict__.items() if k != "report"}
         return {"summary": self.summary, "before": side(self.before), "after": side(self.after),
-                "phases": {n: {**c.__dict__, "significant": c.significant, "line": c.line(n)}
+                "phases": {n: {**c.__dict__, "significant": c.significant, "line": c.line(n),
+                               "resolution": self.resolution.get(n)}
                            for n, c in self.phases.items()}}
+
+
+def _unseen(res: float | None | bool) -> str:
+    if res is False:
+        return ""
+    if res is None:
+        return "; a change of 100% would not show either"
+    return f"; a change under {res * 100:.1f}% would not show"
 
 
 def side(runs: list[Run], samples: list[Sample]) -> Side:
@@ -59,16 +80,21 @@ def side(runs: list[Run], samples: list[Sample]) -> Side:
     log.runs = runs
     r = gpu.report(log, "all", samples)
     wall = (r["wall_ms"] or 0) / 1000
+    figures = r["gpu_figures"] or {}
     busy = {g: b["busy_mean"] for g, b in (r["gpu_busy"] or {}).items()}
     where = {g: w["parts"] for g, w in (r["where_time_goes"] or {}).items()}
     causes = {g: w["largest_idle_cause"] for g, w in (r["where_time_goes"] or {}).items()}
     return Side(proofs=r["jobs"], partitions=r["partitions"], wall_s=wall,
                 proofs_per_hour=r["jobs"] / wall * 3600 if wall and r["jobs"] else None,
-                phase_share=r["gpu_phase_share"], gpu_busy=busy, where=where, largest_idle_cause=causes, report=r)
+                phase_share=r["gpu_phase_share"], gpu_busy=busy, where=where, largest_idle_cause=causes, report=r,
+                duty_cycle={g: f["duty_cycle"] for g, f in figures.items()},
+                kernel_share={g: f["kernel_share"] for g, f in figures.items()})
 
 
-def verdict(before: list[Run], after: list[Run], samples: list[Sample] | None = None) -> Verdict:
-    """B (after) against A (before): every phase with values on both sides, and the headline."""
+def verdict(before: list[Run], after: list[Run], samples: list[Sample] | None = None,
+            alpha: float = ALPHA) -> Verdict:
+    """B (after) against A (before): every phase with values on both sides, and the headline; a change is
+    significant at `alpha` (ALPHA / LOOKS after a sequential window, whose error rate that keeps)."""
     samples = samples or []
     a, b = side(before, samples), side(after, samples)
     names = sorted({n for r in before for n in r.phases} & {n for r in after for n in r.phases})
@@ -77,8 +103,54 @@ def verdict(before: list[Run], after: list[Run], samples: list[Sample] | None = 
         va = [v for r in before for v in r.phases.get(name, ())]
         vb = [v for r in after for v in r.phases.get(name, ())]
         if max(va + vb, default=0) > 0:
-            phases[name] = compare(va, vb)
-    return Verdict(a, b, phases, headline(a, b, phases))
+            phases[name] = compare(va, vb, alpha=alpha)
+    res = resolutions(before, after, phases, alpha)
+    line = headline(a, b, phases)
+    if not any(c.significant for c in phases.values()):  # "no change" says how small a change would have shown
+        line += _unseen_summary(res)
+    return Verdict(a, b, phases, line, res)
+
+
+def _unseen_summary(res: dict[str, float | None]) -> str:
+    """`~` is "too few proofs to know" as much as "no change": the headline says which, for the first phase."""
+    for name, r in res.items():
+        if r is not None:
+            return f" (a change in {name} under {r * 100:.1f}% would not show in this window)"
+    return ""
+
+
+def resolutions(before: list[Run], after: list[Run], phases: dict[str, Change],
+                alpha: float = ALPHA) -> dict[str, float | None]:
+    """For each headline phase whose change is noise: the smallest change (either way) that a window of B's
+    size would have shown against A's own values, at ALPHA with power POWER (swapctl.logs.power)."""
+    out: dict[str, float | None] = {}
+    for name in HEADLINE:
+        c = phases.get(name)
+        if c is None or c.p is None or c.significant:
+            continue
+        va = [v for r in before for v in r.phases.get(name, ())]
+        out[name] = resolution(va, c.n_after, alpha=alpha)
+    return out
+
+
+def without_warmup(runs: list[Run], n: int) -> tuple[list[Run], int]:
+    """`runs` with the first `n` proofs of each run that begins at the daemon's start left out (the SRS loads
+    at the first proof: cuzk's first proof is slower, 116.8 s against 92.8 s in curio PR #1043), and how many
+    proofs were left out. A job phase (job_*) loses its first n values, a partition phase as many values as n
+    proofs have (its values per proof: its count over the run's proofs)."""
+    out, dropped = [], 0
+    for r in runs:
+        k = min(n, r.jobs) if r.started else 0
+        if not k:
+            out.append(r)
+            continue
+        phases = {}
+        for name, values in r.phases.items():
+            per = 1 if name.startswith("job_") else round(len(values) / r.jobs)
+            phases[name] = values[k * per:] if len(values) >= r.jobs else values
+        out.append(replace(r, phases=phases, jobs=r.jobs - k))
+        dropped += k
+    return out, dropped
 
 
 def _pct(v: float | None) -> str:
@@ -86,7 +158,9 @@ def _pct(v: float | None) -> str:
 
 
 def headline(a: Side, b: Side, phases: dict[str, Change]) -> str:
-    """`ntt_kernels -61% [-64%, -58%], proofs/h +20%, GPU busy 32% -> 56%: the copy was the bottleneck`."""
+    """`ntt_kernels -61% [-64%, -58%], proofs/h +20%, GPU busy (SM activity) 66% -> 93%, duty cycle 68% ->
+    99%, kernel share (log) 64% -> 93%: the copy was the bottleneck`: each figure only where both sides
+    have it (no GPM: no SM activity; the log times no copy: no kernel share)."""
     parts = []
     moved = [n for n in HEADLINE if n in phases and phases[n].significant]
     moved += [n for n, c in sorted(phases.items(), key=lambda kv: -abs(kv[1].delta or 0))
@@ -99,14 +173,22 @@ def headline(a: Side, b: Side, phases: dict[str, Change]) -> str:
         parts.append("no significant change in any phase")
     if a.proofs_per_hour and b.proofs_per_hour:
         parts.append(f"proofs/h {(b.proofs_per_hour / a.proofs_per_hour - 1) * 100:+.0f}%")
-    gpus = sorted(set(a.gpu_busy) & set(b.gpu_busy))
-    if gpus and all(a.gpu_busy[g] is not None and b.gpu_busy[g] is not None for g in gpus):
-        before = sum(a.gpu_busy[g] or 0 for g in gpus) / len(gpus)
-        after = sum(b.gpu_busy[g] or 0 for g in gpus) / len(gpus)
-        parts.append(f"GPU busy {_pct(before)} -> {_pct(after)}")
+    for label, key, scale in (("GPU busy (SM activity)", "gpu_busy", 1), ("duty cycle", "duty_cycle", 1),
+                              ("kernel share (log)", "kernel_share", 100)):
+        pair = _both(getattr(a, key), getattr(b, key))
+        if pair:
+            parts.append(f"{label} {_pct(pair[0] * scale)} -> {_pct(pair[1] * scale)}")
     line = ", ".join(parts)
     cause = _cause(a, b)
     return f"{line}: {cause}" if cause else line
+
+
+def _both(a: dict[str, float | None], b: dict[str, float | None]) -> tuple[float, float] | None:
+    """The mean over the GPUs both sides have a figure for, before and after; None where any lacks it."""
+    gpus = sorted(set(a) & set(b))
+    if not gpus or any(a[g] is None or b[g] is None for g in gpus):
+        return None
+    return sum(a[g] or 0 for g in gpus) / len(gpus), sum(b[g] or 0 for g in gpus) / len(gpus)
 
 
 def _cause(a: Side, b: Side) -> str:
@@ -115,12 +197,59 @@ def _cause(a: Side, b: Side) -> str:
         if not cause:
             continue
         before, after = a.where.get(g, {}).get(cause, 0), b.where.get(g, {}).get(cause, 0)
-        if cause == "copy_wait" and after < before / 2:
+        if cause == "copy" and after < before / 2:
             return f"the copy was the bottleneck ({before * 100:.0f}% of GPU {g}'s time, now {after * 100:.0f}%)"
         if after < before / 2:
             return f"{gpu.PARTS[cause]} fell from {before * 100:.0f}% to {after * 100:.0f}% of GPU {g}'s time"
         return f"GPU {g} still idles most while {gpu.PARTS[cause]} ({after * 100:.0f}% of its time)"
     return ""
+
+
+@dataclass(frozen=True)
+class Need:
+    """What the window needs to resolve a change in the first headline phase that the baseline has."""
+
+    phase: str
+    change: float
+    proofs: int | None  # None: even 100,000 values a side would not
+    baseline_proofs: int
+    values_per_proof: float
+    alpha: float = ALPHA
+
+    def line(self) -> str:
+        what = f"a {self.change * 100:g}% change in {self.phase}"
+        if self.proofs is None:
+            return f"{what} is under what this daemon's spread lets any window resolve"
+        line = (f"B needs {self.proofs} proofs to resolve {what} (alpha {self.alpha:g}, power 0.8, from the "
+                f"baseline's spread)")
+        if self.baseline_proofs < self.proofs:
+            line += (f"; the baseline has {self.baseline_proofs}, so the verdict will say what it could resolve "
+                     f"(a longer --baseline measures more)")
+        return line
+
+
+def need(baseline: list[Run], change: float, looks: int = 1) -> Need | None:
+    """The proofs a side needs to resolve `change` (0.03: 3%) in the first headline phase with values, at
+    ALPHA / looks (a sequential window's level at each look)."""
+    for name in HEADLINE:
+        values = [v for r in baseline for v in r.phases.get(name, ())]
+        jobs = sum(r.jobs for r in baseline)
+        if len(values) >= 4 and jobs:
+            per = len(values) / jobs
+            alpha = ALPHA / looks
+            return Need(name, change, proofs_needed(values, change, per, alpha=alpha), jobs, per, alpha)
+    return None
+
+
+def moved(before: list[Run], after: list[Run], looks: int = LOOKS) -> str | None:
+    """At a look of a sequential window: the first headline phase whose change is significant at
+    ALPHA / looks, or None (go on)."""
+    for name in HEADLINE:
+        va = [v for r in before for v in r.phases.get(name, ())]
+        vb = [v for r in after for v in r.phases.get(name, ())]
+        if va and vb and compare(va, vb).significant_at(ALPHA / looks):
+            return name
+    return None
 
 
 def enough(s: Side, min_proofs: int = MIN_PROOFS) -> bool:

@@ -34,8 +34,11 @@ def _sides(a: Side, b: Side) -> str:
             ("wall (s)", f"{a.wall_s:.1f}", f"{b.wall_s:.1f}"),
             ("proofs per hour", f"{a.proofs_per_hour or 0:,.1f}", f"{b.proofs_per_hour or 0:,.1f}"),
             ("GPU phase share", _pct(a.phase_share), _pct(b.phase_share))]
-    for g in sorted(set(a.gpu_busy) | set(b.gpu_busy)):
-        rows.append((f"GPU {g} busy (dmon sm%)", _pct(a.gpu_busy.get(g), 1), _pct(b.gpu_busy.get(g), 1)))
+    for g in sorted(set(a.gpu_busy) | set(b.gpu_busy) | set(a.kernel_share) | set(b.kernel_share)):
+        rows.append((f"GPU {g} busy (SM activity, GPM)", _pct(a.gpu_busy.get(g), 1), _pct(b.gpu_busy.get(g), 1)))
+        rows.append((f"GPU {g} duty cycle (dmon sm%: any kernel ran)", _pct(a.duty_cycle.get(g), 1),
+                     _pct(b.duty_cycle.get(g), 1)))
+        rows.append((f"GPU {g} kernel share (from the log)", _pct(a.kernel_share.get(g)), _pct(b.kernel_share.get(g))))
     body = "".join(f"<tr><td>{html.escape(str(n))}</td><td>{x}</td><td>{y}</td></tr>" for n, x, y in rows)
     return f"<table><tr><th></th><th>before</th><th>B</th></tr>{body}</table>"
 

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import BadInput
+from .errors import BadInput, Refused
 from .playbook import examples
 from .remote.ssh import wait_for_banner
 
@@ -198,28 +198,70 @@ def start_daemon(binary: Path, config: Path, log: Path, cwd: Path) -> int:
     return proc.pid
 
 
-def up(base: Path, port: int = 40612) -> Path:
-    """Starts the sandbox (sshd + a hand-started prover, build A) and writes its playbook; returns its path."""
+def has_history(base: Path) -> bool:
+    """The sandbox at `base` has been deployed to: its host holds releases and a journal."""
+    return (base / "data" / ".swapctl").is_dir()
+
+
+def up(base: Path, port: int = 40612, fresh: bool = False) -> Path:
+    """Starts the sandbox (sshd + a hand-started prover) and writes its playbook; returns its path. A sandbox
+    deployed to before keeps its host's data (releases, journal, the current build) unless `fresh`."""
     down(base)
     base = base.resolve()
-    if base.exists():
-        shutil.rmtree(base)
-    server = make_server(base / "sshd", port=port, data=base / "data")
-    (base / "data").mkdir(exist_ok=True)
+    if holder := port_holder(port):  # before anything of the old sandbox is removed
+        raise Refused(f"port {port} is taken by {holder}: stop it, or pick another with --port")
+    keep = not fresh and has_history(base)
+    for child in base.iterdir() if base.exists() else ():
+        if keep and child.name in ("data", "builds"):
+            continue
+        shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
+    data = base / "data"
+    server = make_server(base / "sshd", port=port, data=data)
+    data.mkdir(parents=True, exist_ok=True)
     server.start(detach=True)
+    if server.proc is None or server.proc.poll() is not None:  # the banner came from another server
+        log = (base / "sshd" / "sshd.log").read_text(errors="replace").strip().splitlines()[-1:] or ["?"]
+        raise Refused(f"the sandbox's sshd on port {port} exited: {log[0]} ({port_holder(port) or 'see sshd.log'})")
     server.trust()
     build_prover(base / "builds" / "prover-a", TIMING="1", TAG="a")
     build_prover(base / "builds" / "prover-b", TIMING="1", TAG="b", PINNED="1")
-    data = base / "data"
-    shutil.copy(base / "builds" / "prover-a", data / "cuzk")
-    (data / "cuzk.toml").write_text(prover_config(memory_mib=256, jobs=3, partitions=4, partition_mib=32,
-                                                  synth_ms=20, gpu_ms=20))
+    if not keep:  # the first daemon: build A; a kept host starts what its binary path runs now
+        shutil.copy(base / "builds" / "prover-a", data / "cuzk")
+        (data / "cuzk.toml").write_text(prover_config(memory_mib=256, jobs=3, partitions=4, partition_mib=32,
+                                                      synth_ms=20, gpu_ms=20))
     pid = start_daemon(data / "cuzk", data / "cuzk.toml", data / "cuzk.log", data)
     (base / "daemon.pid").write_text(str(pid))
     playbook = base / "swapctl.toml"
     # playbooks/sandbox.toml, the example people read, is the playbook the sandbox runs with
     playbook.write_text(examples.render("sandbox", SANDBOX=str(base), PORT=str(server.port)))
     return playbook
+
+
+def port_holder(port: int) -> str:
+    """Who listens on TCP `port` (IPv4 or IPv6): `pid N (COMMAND)`, `an unknown process` (another user's,
+    unreadable), or "" when none does; from /proc/net/tcp* and the sockets in /proc/*/fd."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            f = line.split()
+            if len(f) > 9 and f[3] == "0A" and int(f[1].rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
+                inodes.add(f"socket:[{f[9]}]")
+    if not inodes:
+        return ""
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if any(os.readlink(fd) in inodes for fd in (proc / "fd").iterdir()):
+                cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+                return f"pid {proc.name} ({cmd[:200]})"
+        except OSError:
+            continue
+    return "an unknown process"
 
 
 def down(base: Path) -> None:

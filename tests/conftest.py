@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import inspect
 import os
 import re
 import shutil
@@ -18,6 +19,26 @@ from systemd_lab import SystemdHost, ensure_image  # noqa: E402
 from lab import SshServer, build_prover, keygen, make_server, prover_config, wait_until  # noqa: E402,F401
 
 DATA = Path(__file__).parent / "data"
+
+
+# The fixtures that start or build something real: a test using one (or a fixture on top of one) is a
+# host test. `bash scripts/test --quick` runs the others (parsers, models, transcripts): `-m "not host"`.
+HOST_FIXTURES = {
+    "lab_dir", "sshd", "box", "systemd_host", "prover", "prover_b", "prover_crash", "prover_noready",
+    "sudo_host", "netns_host", "gpu_host", "farm", "installed", "hostile_daemon", "base_image", "daemon_user",
+    "shared_dir", "two_hosts", "user_env",
+}
+
+
+# ...and a test that starts one itself, by name
+HOST_CALLS = ("NetnsLab(", "own_box(", "make_server(", '"sandbox", "up"', "docker_engine(", "SystemdHost(")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        source = inspect.getsource(item.function) if hasattr(item, "function") else ""
+        if HOST_FIXTURES & set(getattr(item, "fixturenames", ())) or any(call in source for call in HOST_CALLS):
+            item.add_marker(pytest.mark.host)
 
 
 @pytest.fixture(scope="session")

@@ -11,6 +11,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -20,7 +21,7 @@ import pytest
 from swapctl.sandbox import SshServer, build_prover, free_port, keygen, make_server, prover_config
 
 __all__ = ["SshServer", "build_prover", "free_port", "keygen", "make_server", "prover_config", "NetnsLab",
-           "swapctl", "wait_until"]
+           "swapctl", "swapctl_measured", "wait_until"]
 
 
 class Ran(subprocess.CompletedProcess):
@@ -33,8 +34,12 @@ class Ran(subprocess.CompletedProcess):
 
 def swapctl(*args: str, env: dict | None = None, timeout: float = 120) -> Ran:
     """Runs the CLI; one that hangs fails the test with every thread's stack (faulthandler on SIGABRT)."""
-    proc = subprocess.Popen([sys.executable, "-m", "swapctl", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            stdin=subprocess.DEVNULL, text=True,
+    return _ended([sys.executable, "-m", "swapctl", *args], args, env, timeout)
+
+
+def _ended(argv: list[str], args: tuple[str, ...], env: dict | None, timeout: float) -> Ran:
+    """`argv` run to its end, with faulthandler on: one past `timeout` gets SIGABRT (its stacks) and fails."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
                             env={**os.environ, "PYTHONFAULTHANDLER": "1", **(env or {})})
     try:
         out, err = proc.communicate(timeout=timeout)
@@ -43,6 +48,30 @@ def swapctl(*args: str, env: dict | None = None, timeout: float = 120) -> Ran:
         out, err = proc.communicate()
         pytest.fail(f"swapctl {' '.join(args)} did not end within {timeout:.0f} s; its stderr:\n{err[-8000:]}")
     return Ran(proc.args, proc.returncode, out, err)
+
+# Runs argv[2:] as its child and writes the child's peak RSS (KiB) to argv[1]; a SIGABRT is passed on to the
+# child (its stacks, when it hangs). The measured process must be forked from a small one: a child's
+# ru_maxrss counts the pages it had before exec, and a child forked (or vforked) from pytest late in the
+# suite starts out as big as pytest is (250 MB was seen in CI, and 307 MB in a zstd bomb's fetch).
+MEASURE = """
+import os, signal, sys
+pid = os.fork()
+if pid == 0:
+    os.execvp(sys.argv[2], sys.argv[2:])
+signal.signal(signal.SIGABRT, lambda *_: os.kill(pid, signal.SIGABRT))
+_, status, usage = os.wait4(pid, 0)
+open(sys.argv[1], "w").write(str(usage.ru_maxrss))
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
+def swapctl_measured(*args: str, timeout: float = 120) -> tuple[Ran, float, int]:
+    """`swapctl(*args)` with its seconds and its own peak RSS in KiB (MEASURE)."""
+    with tempfile.NamedTemporaryFile("r") as rss:
+        t = time.monotonic()
+        ran = _ended([sys.executable, "-c", MEASURE, rss.name, sys.executable, "-m", "swapctl", *args], args, None,
+                     timeout)
+        return ran, time.monotonic() - t, int(rss.read() or 0)
 
 # PID 1 of a namespace host: binds the host's own /data, starts sshd, and reaps every orphan (daemons
 # started with setsid end up here), as init does on a real machine.

@@ -10,6 +10,7 @@ from importlib.metadata import version
 from pathlib import Path
 
 import pytest
+import typer
 import typer.main
 
 from swapctl import __version__
@@ -95,6 +96,45 @@ def test_the_verb_list_in_help_is_each_verbs_own_first_line():
     from swapctl.cli import VERBS, load_verb
     for name, (_, _, line) in VERBS.items():
         assert load_verb(name).get_short_help_str(limit=1000) == line, name
+
+
+def test_help_shows_every_verbs_summary_whole_at_80_columns_and_h_and_v_are_short_options():
+    from swapctl import __version__
+    from swapctl.cli import VERBS
+
+    r = swapctl("-h", env={"COLUMNS": "80"})
+    assert r.returncode == 0, r.stderr
+    commands = r.stdout[r.stdout.index("Commands:"):]
+    assert max(map(len, r.stdout.splitlines())) <= 80 and "..." not in commands, r.stdout
+    listed = " ".join(commands.split())  # a long summary wraps under itself
+    for name, (_, _, line) in VERBS.items():
+        assert f"{name} {line}" in listed, name
+    r = swapctl("-V")
+    assert (r.returncode, r.stdout) == (0, f"swapctl {__version__}\n"), r
+    for verb in ("deploy", "sandbox"):
+        r = swapctl(verb, "-h")
+        assert r.returncode == 0 and re.match(rf"Usage: .*swapctl {verb} ", r.stdout), r
+
+
+def test_every_verbs_help_writes_its_values_one_way_as_man_pages_do():
+    """Issue 30: `{HOST}`, `{hosts}...`, `{host}`, `--binary <str>`. One style: `HOST...`, `[LOG]...`,
+    `--binary FILE`; upper case, no braces and no angle brackets."""
+    from click.testing import CliRunner
+
+    from swapctl.cli import VERBS, app
+
+    for verb in VERBS:
+        r = CliRunner().invoke(typer.main.get_command(app), [verb, "--help"], env={"COLUMNS": "120"})
+        assert r.exit_code == 0, (verb, r.output)
+        usage = r.output.splitlines()[0]
+        assert not re.search(r"<[a-z ]+>|\{\w+(\.\.\.)?\}", r.output), (verb, r.output)
+        args = r"( [A-Z\[][A-Z_.\]]*)*( COMMAND \[ARGS\]\.\.\.)?"
+        assert re.fullmatch(rf"Usage: .* {verb} \[OPTIONS\]{args}", usage), usage
+        for line in r.output.splitlines():
+            if m := re.match(r"\s+(?:-\w, )?--[\w-]+ ([^ ]+)  ", line):  # an option that takes a value
+                assert re.fullmatch(r"[A-Z][A-Z_|%=.]*|[a-z|]+\|[a-z|]+", m.group(1)), (verb, line)
+    r = CliRunner().invoke(typer.main.get_command(app), ["deploy", "--help"], env={"COLUMNS": "120"})
+    assert "Usage: swapctl deploy [OPTIONS] HOST..." in r.output and "--binary FILE" in r.output
 
 
 def test_help_and_version_import_no_verb_ssh_or_rich():
@@ -248,3 +288,18 @@ def test_status_gpu_table_reads_at_80_columns(tmp_path, prover):
     gpu_table = "\n".join(lines[next(i for i, line in enumerate(lines) if line.startswith("GPUs")):])
     for whole in ("NVIDIA H200", "2579/143771 MiB", "121/700 W", "1980/1980", "gen5 x16"):
         assert whole in gpu_table, f"{whole!r} broken or missing in:\n{r.stdout}"
+
+
+def test_sandbox_up_on_a_taken_port_names_who_holds_it_and_fails(tmp_path):
+    import os
+    import socket
+
+    from lab import swapctl
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        r = swapctl("sandbox", "up", "--dir", str(tmp_path / "sb"), "--port", str(port))
+    assert r.returncode == 3, r.stderr
+    assert f"port {port} is taken by pid {os.getpid()} (" in r.stderr and "sandbox up" not in r.stdout

@@ -18,6 +18,7 @@ import pytest
 from swapctl.playbook import load
 from swapctl.remote import connect
 from swapctl.swap.deploy import Swap
+from swapctl.swap.journal_entry import parse
 
 from conftest import own_box
 from lab import prover_config, session_of, swapctl, wait_until
@@ -44,8 +45,14 @@ def only_runs(box, binary) -> bool:
 
 
 def journal(box) -> list[dict]:
+    """The host's journal, each line as JSON. Every line the host (sh/swap.sh) or swapctl wrote parses as a
+    JournalEntry and reads back whole: the type holds each member swap.sh writes, on every path a test takes."""
     path = box.data / ".swapctl" / "cuzk" / "journal.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()]
+    lines = [line for line in path.read_text().split("\n") if line]
+    for line in lines:
+        entry = parse(line)
+        assert entry is not None and entry.to_dict() == json.loads(line), f"not read back as a JournalEntry: {line}"
+    return [json.loads(line) for line in lines]
 
 
 def deploy(box, binary, *extra: str) -> subprocess.CompletedProcess:
@@ -470,7 +477,10 @@ def test_deploy_is_refused_while_a_swap_cut_off_from_its_deploy_still_runs(box, 
     assert proc.wait(60) == 5
     second = deploy(box, prover)  # the host's swap script is still waiting for memory
     assert second.returncode == 3
-    assert "a swap started by an earlier deploy still runs on the host" in second.stderr
+    # what is true: a swap runs on the host, since when and started by whom (not "that deploy lost its connection")
+    assert re.search(r"a swap is running on the host since \S+Z, started by \S+@\S+ \(swap script pid \d+\)",
+                     second.stderr), second.stderr
+    assert "lost its connection" not in second.stderr
     wait_until(lambda: only_runs(box, prover_b), timeout=30, what="the cut-off swap to start the new daemon")
     wait_until(lambda: not _script_runs("swapctl-swap", box), timeout=30, what="the cut-off swap script to end")
     third = deploy(box, prover)  # once it has ended, deploys go ahead
@@ -509,6 +519,9 @@ def test_connection_dropped_during_readiness_still_ends_with_a_daemon(box, prove
     os.kill(session_of("swapctl-swap", str(box.data)), signal.SIGKILL)  # nobody is left to roll back but the host
     assert proc.wait(60) == 5
     wait_until(lambda: only_runs(box, prover), timeout=40, what="the host to go back to the old daemon by itself")
+    written = box.data / ".swapctl" / "cuzk" / "journal.jsonl"  # once the old one is ready again
+    wait_until(lambda: written.exists() and journal(box)[-1]["action"] == "auto-rollback", timeout=40,
+               what="the host's journal line")
     entry = journal(box)[-1]
     assert entry["action"] == "auto-rollback" and "itself" in entry["by"]
     assert entry["from"] == sha(prover_noready) and entry["to"] == sha(prover) and entry["outcome"] == "rolled-back"
@@ -532,7 +545,7 @@ def test_a_fallback_changed_on_the_host_is_not_started_by_the_host_and_the_journ
     wait_until(lambda: written.exists() and journal(box)[-1]["action"] == "auto-rollback", timeout=40,
                what="the host's journal line")
     entry = journal(box)[-1]
-    assert entry["outcome"] == "failed" and "changed" in entry["reason"] and entry["pid"] is None
+    assert entry["outcome"] == "no-daemon" and "changed" in entry["reason"] and entry["pid"] is None
     assert entry["from"] == sha(prover_noready) and entry["to"] == sha(prover)
     assert box.daemons() == []  # the changed binary was never run, as root or otherwise
 
@@ -584,3 +597,154 @@ def test_an_engineer_tailing_the_log_is_not_taken_for_a_daemon(box, prover, prov
     finally:
         tail.kill()
         tail.wait()
+
+
+def test_a_daemon_the_playbook_does_not_recognise_refuses_the_deploy_and_beside_starts_it_anyway(
+        box, prover, prover_b):
+    """The issue's repro: after a deploy, a typo in daemon.binary. The daemon runs from a release of the
+    real name, so it is not the daemon to the playbook; a deploy would start a second prover beside it."""
+    box.start_by_hand(prover)
+    assert deploy(box, prover_b).returncode == 0
+    [pid] = box.daemons()
+    typo = box.data / "cuzkk"
+    box.write_playbook(daemon={"binary": str(typo)})  # daemon.match stays the real path
+    r = deploy(box, prover)
+    assert r.returncode == 3, r.stderr
+    [line] = [x for x in r.stderr.splitlines() if x.startswith("swapctl:")]
+    exe = os.readlink(f"/proc/{pid}/exe")
+    assert f"pid {pid} (user root, runs {exe}: {box.binary} --config {box.config})" in line, line
+    assert f"fix daemon.binary (it is {typo}; this process runs {exe})" in line and "--beside" in line
+    assert box.daemons() == [pid] and not typo.exists()  # nothing changed
+    r = deploy(box, prover, "--beside")
+    assert r.returncode == 0, r.stderr
+    assert f"--beside: the new build starts beside pid {pid}" in r.stderr
+    assert pid in box.daemons() and len(box.daemons()) == 2  # as asked
+
+
+def test_a_program_the_match_names_refuses_the_deploy_and_one_in_a_directory_so_named_does_not(box, prover, prover_b):
+    """daemon.match names a program by its file name (or a tail of its path): root's `cuzk` in another
+    directory is a second prover; a `sleep` in a directory called `cuzk-tools`, whose path and arguments hold
+    the match, is not, since any user could make one and block every deploy (tests/test_red_team.py, 1)."""
+    pid = box.start_by_hand(prover)
+    box.write_playbook(daemon={"match": "cuzk"})
+    elsewhere, tools = box.workdir / "by-hand" / "cuzk", box.workdir / "cuzk-tools" / "sleep"
+    for path in (elsewhere, tools):
+        path.parent.mkdir()
+        shutil.copy("/usr/bin/sleep", path)
+    other = subprocess.Popen([str(elsewhere), "600"], stdin=subprocess.DEVNULL, start_new_session=True)
+    harmless = subprocess.Popen([str(tools), "600"], stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+    try:
+        wait_until(lambda: os.readlink(f"/proc/{harmless.pid}/exe") == str(tools), what="the sleep in cuzk-tools")
+        r = deploy(box, prover_b)
+        assert r.returncode == 3, r.stderr
+        assert f"pid {other.pid} (user root, runs {elsewhere}: " in r.stderr and str(harmless.pid) not in r.stderr
+        assert box.daemons() == [pid] and exe_sha(pid) == sha(prover)  # nothing changed
+        other.kill()
+        other.wait()
+        r = deploy(box, prover_b)
+        assert r.returncode == 0, r.stderr
+        assert harmless.poll() is None and only_runs(box, prover_b)
+    finally:
+        for p in (other, harmless):
+            p.kill()
+            p.wait()
+
+
+# a controller that holds the deploy lock and then does nothing: SIGSTOPped, it sends no heartbeat either
+HOLDER = """
+import sys, time
+from swapctl.playbook import load
+from swapctl.remote import connect
+from swapctl.swap.deploy import Swap
+from swapctl.swap.journal_entry import parse
+book = load(sys.argv[1])
+with connect(book.hosts["lab"]) as host:
+    Swap(host, book).lock()
+    print("held", flush=True)
+    time.sleep(600)
+"""
+
+
+def test_a_lock_whose_controller_went_silent_ends_after_its_silence(box, prover, prover_b):
+    box.start_by_hand(prover)
+    box.write_playbook(daemon={"lock_silence_s": 5})
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(box.playbook_path)], stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        os.kill(holder.pid, signal.SIGSTOP)  # its connection stays open (ESTABLISHED), and silent
+        lock = box.data / ".swapctl" / "cuzk" / "lock"
+
+        def free() -> bool:
+            return subprocess.run(["flock", "-n", str(lock), "true"]).returncode == 0
+
+        # on the host its connection stays ESTABLISHED for as long as TCP keepalive takes (hours): the holder
+        # ends by itself once 5 s passed without a heartbeat
+        wait_until(free, timeout=30, what="the silent controller's lock to end on the host")
+        r = deploy(box, prover_b)
+        assert r.returncode == 0, r.stderr
+        assert only_runs(box, prover_b)
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_lock_held_by_a_live_controller_outlasts_its_silence_and_the_refusal_says_how_long(box, prover,
+                                                                                               prover_b):
+    box.start_by_hand(prover)
+    box.write_playbook(daemon={"lock_silence_s": 5})
+    with lock_held(box):
+        time.sleep(8)  # longer than the silence: the heartbeat keeps it (a wait for a fault that must not come)
+        r = deploy(box, prover_b)
+    assert r.returncode == 3 and "another deploy holds the lock" in r.stderr, r.stderr
+    assert f"(pid {os.getpid()})" in r.stderr  # who holds it
+    assert re.search(r"its heartbeat last came [0-4] s ago; the lock ends with its connection, or once it has "
+                     r"been silent 5 s", r.stderr), r.stderr
+
+
+def _at_the_prompt(box, binary):
+    """A deploy on a terminal, waiting at its confirmation: (process, terminal fd, what it printed)."""
+    import pty
+
+    main, child = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "swapctl", "deploy", "lab", "--binary", str(binary),
+                             "-p", str(box.playbook_path)], stdin=child, stdout=child, stderr=child,
+                            env={**os.environ, "PYTHONFAULTHANDLER": "1", "COLUMNS": "400"})
+    os.close(child)
+    seen = bytearray()
+
+    def pump() -> None:
+        while True:
+            try:
+                data = os.read(main, 4096)
+            except OSError:
+                return
+            if not data:
+                return
+            seen.extend(data)
+
+    threading.Thread(target=pump, daemon=True).start()
+    wait_until(lambda: b"swap the daemon on lab?" in seen, what="the confirmation prompt")
+    return proc, main, seen
+
+
+@pytest.mark.parametrize("policy", ["refuse", "deploy"])
+def test_a_daemon_that_exits_by_itself_before_the_stop_is_said_or_deployed_past(box, prover, prover_b, policy):
+    pid = box.start_by_hand(prover)
+    box.write_playbook(daemon={"gone_before_stop": policy})
+    proc, main, seen = _at_the_prompt(box, prover_b)
+    os.kill(pid, signal.SIGKILL)  # it dies by itself, as far as swapctl knows: between the plan and its backup
+    wait_until(lambda: pid not in box.daemons(), what="the daemon to be gone")
+    os.write(main, b"y\n")
+    code = proc.wait(60)
+    text = seen.decode(errors="replace")
+    os.close(main)
+    if policy == "refuse":
+        assert code == 3, text[-2000:]
+        assert f"the daemon (pid {pid}) exited on its own during the preflight; nothing was changed" in text
+        assert "cannot stat" not in text and box.daemons() == [] and not box.binary.is_symlink()
+    else:
+        assert code == 0, text[-2000:]
+        assert f"the daemon (pid {pid}) exited on its own before the stop: going on with none" in text
+        assert only_runs(box, prover_b)

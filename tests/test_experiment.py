@@ -85,7 +85,7 @@ def test_pinned_against_pageable_calls_ntt_kernels_faster_with_an_interval_that_
 def _screenshot_shows_the_report(report: Path, tmp_path: Path) -> None:
     """The report in a real headless browser: the tables and the pictures render (no server, no network)."""
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
-    assert browser, "chromium is needed for this test (.ci/run installs it: apt-get install chromium)"
+    assert browser, "chromium is needed for this test (bash scripts/system-deps installs it: apt-get install chromium)"
     shot = tmp_path / "shot.png"
     subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", f"--screenshot={shot}",
                     "--window-size=1200,2400", f"file://{report}"], check=True, capture_output=True, timeout=120)
@@ -120,6 +120,21 @@ def test_a_build_that_crashes_is_rolled_back_by_the_deploy_and_the_verdict_says_
     assert "B did not come up" in r.stderr
     [now] = box.daemons()
     assert now != old and _sha(f"/proc/{now}/exe") == _sha(builds["pageable"])  # started again by the rollback
+
+
+def test_then_rollback_restores_the_baseline_by_sha256_and_names_it(box, builds, swapctl_env):
+    from test_deploy import deploy
+
+    box.start_by_hand(builds["pageable"], config=prover_config(**STEADY))  # A
+    assert deploy(box, builds["again"]).returncode == 0  # B
+    assert swapctl("rollback", "lab", "--yes", "-p", str(box.playbook_path)).returncode == 0  # A again
+    r = run(box, "--binary", str(builds["pinned"]), "--for", "4s", "--baseline", "3s", "--min-proofs", "2",
+            "--then", "rollback")
+    assert r.returncode == 0, r.stderr
+    [pid] = box.daemons()
+    a = _sha(builds["pageable"])
+    assert _sha(f"/proc/{pid}/exe") == a, r.stderr  # the baseline, never B that a rollback went away from
+    assert f"the baseline {a[:12]} runs again as pid {pid}" in r.stderr
 
 
 def test_a_baseline_too_small_changes_nothing(box, builds, swapctl_env):

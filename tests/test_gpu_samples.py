@@ -201,6 +201,46 @@ def test_windows_are_per_gpu_and_never_mix_sources(tmp_path):
     assert (empty.count, empty.sm_mean, empty.sm_p50, empty.rx_mean_mbps) == (0, None, None, None)
 
 
+RUN_GPM = NV / "h200-1gpu" / "dmon-gpm-metrics-1-2-3-10-during-run.txt"
+RUN_NVML = NV / "h200-1gpu" / "nvml-gpm-200ms-during-run.csv"
+
+
+def test_dmon_gpm_capture_parses_the_activity_counters_beside_the_duty_cycle_and_drops_bogus_values():
+    # `nvidia-smi dmon --gpm-metrics 1,2,3,10` on an H200 printed gract 1521562998 and 1525163281 once each
+    samples = parse_dmon(RUN_GPM.read_text())
+    assert len(samples) == 234 and sum(s.dropped for s in samples) == 2
+    first = next(s for s in samples if s.time == utc("18:28:04"))
+    assert (first.sm_pct, first.sm_act_pct, first.sm_occ_pct) == (81.0, 96.0, 70.0)
+    assert [s.sm_act_pct for s in samples[:2]] == [None, None]  # '-' until GPM has two readings
+    # in the same seconds the duty cycle reads 99-100 or 12-16, while SM activity reads 34-99
+    busy = [s for s in samples if utc("18:28:05") <= s.time <= utc("18:28:25")]
+    assert {s.sm_pct for s in busy} <= {100.0, 99.0, 97.0, 94.0, 16.0, 15.0, 14.0, 13.0, 12.0}
+    assert min(s.sm_act_pct for s in busy) == 34.0
+
+
+def test_dmon_gpm_sm_activity_agrees_with_the_200ms_nvml_reader_over_the_capture():
+    import csv
+
+    rows = list(csv.DictReader(line for line in RUN_NVML.read_text().splitlines() if not line.startswith("#")))
+    start, end = utc("18:27:40"), utc("18:30:20")
+
+    def nvml(a: datetime, b: datetime) -> float:
+        parts = [(min(b, _z(r["t_end_utc"])) - max(a, _z(r["t_start_utc"]))).total_seconds() for r in rows]
+        return sum(w * float(r["sm_util"]) for w, r in zip(parts, rows, strict=True) if w > 0) / sum(
+            w for w in parts if w > 0)
+
+    # a GPM reading stamped t stands for [t - 1.5 s, t - 0.5 s) (swapctl.logs.gpu.GPM_LAG)
+    mine = [s for s in parse_dmon(RUN_GPM.read_text()) if s.sm_act_pct is not None
+            and start <= s.time - timedelta(seconds=1.5) and s.time - timedelta(seconds=0.5) <= end]
+    ours = sum(s.sm_act_pct for s in mine) / len(mine)
+    theirs = nvml(mine[0].time - timedelta(seconds=1.5), mine[-1].time - timedelta(seconds=0.5))
+    assert len(mine) > 140 and abs(ours - theirs) < 2, (ours, theirs)
+
+
+def _z(s: str) -> datetime:
+    return datetime.strptime(s, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+
+
 # -- the sampler on a real sshd host ------------------------------------------------------------------
 #
 # There is no GPU here: the host's `nvidia-smi` is tests/standin_nvidia_smi.py, a stand-in that replays
@@ -315,6 +355,31 @@ def test_sampler_records_replayed_samples_after_the_session_ends_and_stops_on_re
     assert json.loads(sampler(gpu_box, "stop").stdout)["hosts"]["lab"]["outcome"] == "not running"
 
 
+def test_sampler_records_the_gpus_activity_counters_where_dmon_has_them(gpu_box, prover):
+    """The stand-in answers `dmon -s ut --gpm-metrics 2,3,20,21` with the H200's own capture of it."""
+    gpu_box.start_by_hand(prover)
+    assert sampler(gpu_box, "start").returncode == 0
+    wait_until(lambda: sum(s.sm_act_pct is not None for s in dmon_rows(gpu_box)) >= 5, what="GPM readings")
+    rows = dmon_rows(gpu_box)
+    assert all(s.sm_pct is not None for s in rows)  # the duty cycle stays beside the counters
+    assert any(s.gpm_rx_mibps for s in rows) and any(s.sm_occ_pct for s in rows)
+    notes = (sampler_files(gpu_box) / "gpu-sampler.notes").read_text()
+    assert "dmon: with the GPU's activity counters (--gpm-metrics 2,3,20,21" in notes
+
+
+def test_where_dmon_has_no_activity_counters_the_sampler_says_so_once_and_records_the_duty_cycle(gpu_box, prover):
+    """gpm=none: the stand-in's dmon rejects --gpm-metrics, as on a GPU before Hopper or an older driver."""
+    gpu_box.standin.write_text("delay=0.05 gpm=none\n")
+    gpu_box.start_by_hand(prover)
+    assert sampler(gpu_box, "start").returncode == 0
+    wait_until(lambda: len(dmon_rows(gpu_box)) >= 10, what="dmon rows")
+    rows = dmon_rows(gpu_box)
+    assert all(s.sm_act_pct is None for s in rows) and all(s.sm_pct is not None for s in rows)
+    notes = (sampler_files(gpu_box) / "gpu-sampler.notes").read_text()
+    assert notes.count("no GPU activity counters here") == 1
+    assert "(dmon --gpm-metrics: exit 3, GPM metrics are not supported on this device or driver)" in notes
+
+
 @pytest.mark.parametrize("standin", ["delay=0.05", "delay=0.05 term=ignore"])
 def test_sampler_ends_by_itself_when_the_daemon_exits(gpu_box, prover, standin):
     """The stand-in replays recorded real nvidia-smi output; there is no GPU here. One that ignores
@@ -339,8 +404,12 @@ def test_sample_files_stay_within_their_bound(gpu_box, prover):
     r = sampler(gpu_box, "start", "--query", "--max-mib", str(bound / (1 << 20)))
     assert r.returncode == 0, r.stderr
     d = sampler_files(gpu_box)
-    # the 6th segment of each kind: two have been removed by then
-    wait_until(lambda: list(d.glob("gpu-samples-*-0006.dmon")) and list(d.glob("gpu-query-*-0006.csv")),
+    # the 6th segment of each kind (or a later one: the GPM columns make dmon's rows the longer): two
+    # have been removed by then
+    def last(pattern: str) -> int:
+        return max((int(f.name.rsplit("-", 1)[1].split(".")[0]) for f in d.glob(pattern)), default=0)
+
+    wait_until(lambda: last("gpu-samples-*.dmon") >= 6 and last("gpu-query-*.csv") >= 6,
                timeout=30, what="six segments of each kind")
     assert len(list(d.glob("gpu-samples-*.dmon"))) <= 4 and len(list(d.glob("gpu-query-*.csv"))) <= 4
     assert sampler(gpu_box, "stop").returncode == 0  # what it leaves, read while nothing writes
@@ -485,15 +554,15 @@ def test_deploy_and_rollback_leave_the_sampler_following_the_daemon_they_started
         assert (st["running"], st["daemon_pid"]) == (True, pid), (verb, st)
 
 
-def test_the_experiments_window_shows_the_gpus_own_sm_percent(gpu_box, prover, prover_b):
+def test_the_experiments_window_shows_the_gpus_own_sm_activity(gpu_box, prover, prover_b):
     """With the stand-in nvidia-smi replaying real H200 output (no GPU here), the window's progress
-    line carries the sampler's latest sm% readings, and the verdict B's GPU busy."""
+    line carries the sampler's latest SM activity readings (GPM), and the verdict B's GPU busy."""
     gpu_box.write_playbook(logs={"paths": [str(gpu_box.log)]})
     gpu_box.start_by_hand(prover, config=prover_config(memory_mib=8, jobs=-1, partitions=4, synth_ms=5, gpu_ms=20))
     r = swapctl("experiment", "lab", "-p", str(gpu_box.playbook_path), "--dest", str(gpu_box.workdir / "logs"),
                 "--yes", "--binary", str(prover_b), "--for", "5s", "--baseline", "3s", "--min-proofs", "2",
                 "--then", "keep", "--json", timeout=120)
     assert r.returncode == 0, r.stderr
-    assert "GPU sm% " in r.stderr and "readings)" in r.stderr
+    assert "SM activity " in r.stderr and "readings)" in r.stderr
     v = json.loads(r.stdout)
     assert v["after"]["gpu_busy"]["0"] is not None

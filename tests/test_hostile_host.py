@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -18,7 +17,7 @@ import pytest
 
 from swapctl.cli.terminal import log_line, visible
 
-from lab import swapctl, wait_until
+from lab import swapctl, swapctl_measured, wait_until
 
 # What the audit's hostile strings did: retitle the terminal, hide text, clear the screen, and a C1 CSI.
 RETITLE, HIDE, CLEAR, C1_CSI = "\x1b]0;pwned\x07", "\x1b[8m", "\x1b[2J\x1b[H", "\u009b2J"
@@ -120,12 +119,15 @@ def test_a_crafted_journal_line_is_shown_by_history(box, prover, prover_b, swapc
     box.start_by_hand(prover)
     assert swapctl("deploy", "lab", "--binary", str(prover_b), "--yes", "-p", str(box.playbook_path)).returncode == 0
     journal = box.data / ".swapctl/cuzk/journal.jsonl"
-    with open(journal, "a") as f:
+    with open(journal, "a") as f:  # free text (who) is shown escaped; a word or a name with a control code is no entry
+        f.write(json.dumps({"time": "2026-12-01T00:00:00Z", "action": "deploy", "by": HOSTILE,
+                            "outcome": "deployed"}) + "\n")
         f.write(json.dumps({"time": "2026-12-01T00:00:00Z", "action": f"deploy{CLEAR}", "by": HOSTILE,
                             "outcome": RETITLE}) + "\n")
     r = swapctl("history", "lab", "-p", str(box.playbook_path), env=WIDE)
     assert r.returncode == 0, r.stderr
     assert no_control_codes(r.stdout) and "\\x1b]0;pwned" in r.stdout
+    assert no_control_codes(r.stderr) and "1 line skipped (not journal entries)" in r.stderr
 
 
 def test_fetch_logs_follow_shows_a_clear_screen_instead_of_clearing(box, tmp_path):
@@ -305,30 +307,6 @@ def test_a_host_that_never_stops_sending_is_held_to_the_deadline(ssh_host, produ
     assert time.monotonic() - t < 3 + 2
 
 
-# Runs argv[2:] as its child and writes the child's peak RSS (KiB) to argv[1]. The measured process must
-# be forked from a small one: a child's ru_maxrss counts the pages it had before exec, and a child forked
-# (or vforked) from pytest late in the suite starts out as big as pytest is (250 MB was seen in CI).
-MEASURE = """
-import os, sys
-pid = os.fork()
-if pid == 0:
-    os.execvp(sys.argv[2], sys.argv[2:])
-_, status, usage = os.wait4(pid, 0)
-open(sys.argv[1], "w").write(str(usage.ru_maxrss))
-sys.exit(os.waitstatus_to_exitcode(status))
-"""
-
-
-def run_swapctl_measured(*args: str) -> tuple[subprocess.CompletedProcess, float, float]:
-    """A swapctl run, its seconds and its own peak RSS in MiB."""
-    with tempfile.NamedTemporaryFile("r") as rss:
-        t = time.monotonic()
-        done = subprocess.run([sys.executable, "-c", MEASURE, rss.name, sys.executable, "-m", "swapctl", *args],
-                              capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=120)
-        seconds = time.monotonic() - t
-        return done, seconds, int(rss.read() or 0) / 1024
-
-
 def test_a_100_mb_manifest_costs_history_and_status_little(box):
     release = box.data / ".swapctl/cuzk/releases" / ("ab" * 6)
     release.mkdir(parents=True)
@@ -341,7 +319,8 @@ def test_a_100_mb_manifest_costs_history_and_status_little(box):
             f.write("x" * 1_000_000)
         f.write('"]]}')
     for verb in ("history", "status"):
-        r, seconds, peak_mib = run_swapctl_measured(verb, "lab", "--json", "-p", str(box.playbook_path))
+        r, seconds, peak_kib = swapctl_measured(verb, "lab", "--json", "-p", str(box.playbook_path))
+        peak_mib = peak_kib / 1024
         assert r.returncode == 0, (verb, r.stderr[-2000:])
         assert seconds < 20 and peak_mib < 200, (verb, seconds, peak_mib)  # the audit: 67 s and 650 MB
 

@@ -207,6 +207,25 @@ def test_since_deploy_fetches_only_what_the_current_release_wrote(box, prover, p
         box.log.read_bytes()[:offset]
 
 
+def test_since_deploy_names_its_file_by_the_current_release_never_by_a_line_planted_in_the_journal(
+        box, prover, prover_b, tmp_path, swapctl_env):
+    box.write_playbook(logs={"paths": [str(box.log)]})
+    box.start_by_hand(prover)
+    assert swapctl("deploy", "lab", "--binary", str(prover_b), "--yes", "-p", str(box.playbook_path)).returncode == 0
+    path = box.data / ".swapctl/cuzk/journal.jsonl"
+    offset = json.loads(path.read_text().splitlines()[-1])["log_offset"]
+    with open(path, "a") as f:  # the last start, as the journal says it, names a "release" with a newline
+        f.write(json.dumps({"action": "deploy", "outcome": "deployed", "current": "a\nb", "log_offset": 0}) + "\n")
+    dest = tmp_path / "logs"
+    r = fetch(box, dest, "--since-deploy")
+    assert r.returncode == 0, r.stderr
+    assert "1 line skipped (not journal entries)" in r.stderr
+    [f] = json.loads(r.stdout)["hosts"]["lab"]
+    assert Path(f["local"]).name == f"cuzk.log.since-{sha(prover_b)[:12]}"
+    assert Path(f["local"]).read_bytes()[:64] == box.log.read_bytes()[offset:offset + 64]
+    assert not [p for p in dest.rglob("*") if "\n" in p.name]
+
+
 def test_timings_by_release_splits_the_fetched_log_at_each_start(box, prover, prover_b, tmp_path, swapctl_env):
     box.write_playbook(logs={"paths": [str(box.log)]})
     box.start_by_hand(prover)

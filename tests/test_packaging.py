@@ -6,6 +6,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import tomllib
 from importlib.metadata import packages_distributions
 from pathlib import Path
@@ -54,7 +55,8 @@ def test_every_third_party_import_is_a_declared_dependency():
 
 
 def test_optional_imports_stay_optional():
-    """matplotlib is the [plot] extra: only the plotting module may import it."""
+    """matplotlib is a dependency, but only the plotting module imports it (inside its functions): a
+    command that draws nothing pays nothing for it."""
     assert third_party_imports().get("matplotlib", set()) <= {"swapctl/logs/plot.py"}
 
 
@@ -121,6 +123,23 @@ def test_the_installed_wheel_runs_from_outside_the_repo(installed, user_env, tmp
     assert "[rollout]" in (tmp_path / "farm.toml").read_text()
 
 
+def test_the_installed_wheel_draws_the_timeline_and_the_experiment_report(installed, user_env, tmp_path):
+    """No extras: `pip install swapctl` alone draws what `timings --plot` and `experiment --report` draw (the
+    report once ended in a ModuleNotFoundError after a whole experiment, its file never written)."""
+    saved = ROOT / "tests" / "data" / "h200-experiment"
+    png = tmp_path / "timeline.png"
+    r = run(user_env, tmp_path, "timings", str(saved / "cuzk.log"), "--samples", str(saved / "gpu-samples.dmon"),
+            "--plot", str(png))
+    assert r.returncode == 0, r.stderr
+    assert png.read_bytes().startswith(b"\x89PNG")
+    report = tmp_path / "report.html"
+    r = subprocess.run([str(installed / "python"), str(ROOT / "tests" / "saved_report.py"), str(report)],
+                       cwd=tmp_path, env=user_env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    page = report.read_text()
+    assert "the copy was the bottleneck" in page and page.count("src='data:image/png;base64,") == 3
+
+
 def test_the_installed_wheel_brings_up_the_sandbox_and_reads_its_status(user_env, tmp_path):
     sandbox = tmp_path / "sb"
     r = run(user_env, tmp_path, "sandbox", "up", "--dir", str(sandbox), "--port", str(free_port()))
@@ -147,7 +166,9 @@ def test_gpu_run_lists_every_package_swapctl_needs_on_the_gpu_machine():
 
     from packaging.requirements import Requirement
 
-    image_has = {"typer", "rich"}  # checked there, ../shared/gpu-machine.md
+    # checked there, ../shared/gpu-machine.md; matplotlib: the H200 runs drew report.html's and timeline.png's
+    # pictures with the image's own (tests/data/h200-experiment)
+    image_has = {"typer", "rich", "matplotlib"}
     unused_there = {"docker", "pyyaml"}  # the GPU machine runs the benchmark: no `swapctl build`, no inventory
     wheels = listed(ROOT / "scripts" / "gpu-wheels.txt")
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
@@ -179,10 +200,21 @@ def test_gpu_run_without_its_carried_files_says_so_in_one_line(tmp_path):
     assert ".whl/tomlkit" not in line and ".debs/openssh-client " not in line + " "
 
 
-def test_scripts_test_without_the_venv_says_in_one_line_how_to_make_it(tmp_path):
-    (tmp_path / "scripts").mkdir()
-    shutil.copy(ROOT / "scripts" / "test", tmp_path / "scripts" / "test")
-    r = subprocess.run(["bash", str(tmp_path / "scripts" / "test")], capture_output=True, text=True, timeout=30)
-    assert r.returncode == 1 and r.stdout == ""
+def test_system_deps_as_another_user_says_in_one_line_what_to_install():
+    """scripts/test and the quick start install their system packages as root; anyone else is told."""
+    bin_dir = Path(tempfile.mkdtemp(prefix="swapctl-bare-"))  # nobody must reach it: not under tmp_path
+    bin_dir.chmod(0o755)
+    try:  # a machine with bash and python3, and no tool the suite needs
+        for tool in ("bash", "python3", "tr", "id"):
+            (bin_dir / tool).symlink_to(shutil.which(tool))
+        # a copy nobody can read: a checkout in root's home (0700 on Debian) is out of its reach, which the
+        # bare-Debian check (scripts/fresh-debian) found
+        shutil.copy(ROOT / "scripts" / "system-deps", bin_dir / "system-deps")
+        r = subprocess.run([shutil.which("setpriv"), "--reuid=65534", "--regid=65534", "--clear-groups",
+                            str(bin_dir / "bash"), str(bin_dir / "system-deps")],
+                           capture_output=True, text=True, timeout=30, env={"PATH": str(bin_dir)}, cwd="/")
+    finally:
+        shutil.rmtree(bin_dir)
+    assert r.returncode == 1 and r.stdout == "", r
     [line] = r.stderr.splitlines()
-    assert "bash scripts/venv" in line
+    assert "apt-get install" in line and "tmux" in line and "docker.io" in line and "g++" in line, line

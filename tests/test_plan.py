@@ -7,6 +7,7 @@ import pytest
 from swapctl.errors import BadInput
 from swapctl.fleet import fail_budget
 from swapctl.logs.timings import release_segments
+from swapctl.swap.journal_entry import JournalEntry
 from swapctl.swap.plan import cgroup_unit, config_paths, read_catalog
 from swapctl.swap.releases import Release
 
@@ -43,12 +44,14 @@ def manifest(rid: str) -> str:
     ({"binary": "file 3f2a"}, None, [], 0),
     ({"binary": "link /data/.swapctl/cuzk/releases/aaaaaaaaaaaa/cuzk",
       "releases": manifest("aaa") + "\n{\"sha256\": \"half-writ", "journal":
-      json.dumps({"action": "deploy", "outcome": "deployed", "current": "aaaaaaaaaaaa"}) + "\n{\"cut"},
+      json.dumps({"action": "deploy", "outcome": "deployed", "current": "aaaaaaaaaaaa"}) + "\n{\"cut\n[1]"},
      "aaaaaaaaaaaa", ["aaaaaaaaaaaa"], 1),  # a half-written manifest and a cut journal line are skipped
 ])
 def test_read_catalog(facts, current, ids, journal):
-    cat = read_catalog(facts)
+    cat = read_catalog(facts, "lab:/data/.swapctl/cuzk/journal.jsonl")
     assert (cat.current, sorted(cat.releases), len(cat.journal)) == (current, ids, journal)
+    assert cat.notes() == (("journal lab:/data/.swapctl/cuzk/journal.jsonl: 2 lines skipped (not journal entries)",)
+                           if journal else ())
     assert cat.deployed == (("aaaaaaaaaaaa",) if journal else ())
 
 
@@ -65,16 +68,22 @@ def test_a_fail_budget_that_is_no_number_is_bad_input(max_fail):
         fail_budget(max_fail, 4)
 
 
+A_ID, B_ID = "a" * 12, "b" * 12
+
+
+def start(offset: int, current: str, frm: str | None = None) -> JournalEntry:
+    return JournalEntry(action="deploy", outcome="deployed", log_offset=offset, current=current, from_sha=frm)
+
+
 @pytest.mark.parametrize("journal, size, segments", [
     ([], 100, []),
-    ([{"log_offset": 0, "current": "aaa"}], 100, [("aaa", 0, 100)]),
+    ([start(0, A_ID)], 100, [(A_ID, 0, 100)]),
     # what came before the first start is labelled by the release that start replaced
-    ([{"log_offset": 40, "current": "bbb", "from": "aaaaaaaaaaaaffff"}], 100,
-     [("aaaaaaaaaaaa", 0, 40), ("bbb", 40, 100)]),
-    ([{"log_offset": 10, "current": "aaa"}, {"log_offset": 60, "current": "bbb"}, {"action": "history"}], 100,
-     [("before", 0, 10), ("aaa", 10, 60), ("bbb", 60, 100)]),
+    ([start(40, B_ID, A_ID + "f" * 52)], 100, [(A_ID, 0, 40), (B_ID, 40, 100)]),
+    ([start(10, A_ID), start(60, B_ID), JournalEntry(action="experiment")], 100,
+     [("before", 0, 10), (A_ID, 10, 60), (B_ID, 60, 100)]),
     # a log truncated since: offsets past its end are skipped
-    ([{"log_offset": 0, "current": "aaa"}, {"log_offset": 500, "current": "bbb"}], 100, []),
+    ([start(0, A_ID), start(500, B_ID)], 100, []),
 ])
 def test_release_segments(journal, size, segments):
     assert release_segments(journal, size) == segments
@@ -118,3 +127,44 @@ def test_what_a_failed_start_goes_back_to(running, releases, history, fallback):
     plan = Plan(host="lab", status=None, daemon=None, releases={r.id: r for r in releases}, current=running,
                 to_save=(), warnings=(), history=history, new=NEW)
     assert plan.fallback() == fallback
+
+
+@pytest.mark.parametrize("pattern, exe, names", [
+    ("cuzk", "/data/cuzk", True),                      # its file name
+    ("cuzk", "/data/cuzk/sleep", False),               # a directory so named is not the program
+    ("data/cuzk", "/data/cuzk", True),                 # a tail of the path, after a `/`
+    ("/data/cuzk", "/data/cuzk", True),                # with it
+    ("^/data/cuzk$", "/data/cuzk", True),              # anchored
+    ("ata/cuzk", "/data/cuzk", False),                 # a tail must begin at a `/`
+    ("(?i)cuzk", "/opt/CUZK", True),                   # inline flags: `(?:(?i)cuzk)\Z` was an error
+    ("(?i)data/cuzk", "/DATA/cuzk", True),
+    ("cuzk-daemon", "/usr/bin/tail", False),
+])
+def test_what_daemon_match_names_as_a_program(pattern, exe, names):
+    import re
+
+    from swapctl.swap.preflight import names_program
+    assert names_program(re.compile(pattern), exe) is names
+
+
+def test_a_binary_read_once_is_read_again_when_it_changes_even_with_its_mtime_put_back(tmp_path, lab_dir):
+    """elf.inspect keeps what it read per version of the file, for a fleet's many plans; a rebuild in place
+    (same size, the mtime set back as `cp -p` or `touch -r` would) is a new version: its ctime moved."""
+    import hashlib
+    import os
+    import shutil
+
+    from swapctl.sandbox import build_prover
+    from swapctl.swap import elf
+
+    binary = tmp_path / "cuzk"
+    shutil.copy(build_prover(lab_dir / "bin" / "prover-a", TIMING="1", TAG="a"), binary)
+    first = elf.inspect(str(binary))
+    assert elf.inspect(str(binary)) == first
+    st = binary.stat()
+    data = bytearray(binary.read_bytes())
+    data[-1] ^= 0xFF  # the same size, another build
+    binary.write_bytes(bytes(data))
+    os.utime(binary, ns=(st.st_atime_ns, st.st_mtime_ns))
+    again = elf.inspect(str(binary))
+    assert again.sha256 == hashlib.sha256(data).hexdigest() != first.sha256

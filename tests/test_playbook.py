@@ -1,5 +1,6 @@
 """Playbook loading: the contract keys, and one clear error line for each kind of bad playbook."""
 
+import os
 import subprocess
 import sys
 
@@ -78,6 +79,13 @@ def test_match_defaults_to_binary_name():
     ('[gpu]\nnvidia_smi_timeout = 5\n', 2, "did you mean `nvidia_smi_timeout_s`?"),
     ('[daemon]\nlog = "journal"\n', 2, 'daemon.log: "journal" needs the unit whose journal it is'),
     ('[daemon]\nunit = "cuzk service"\n', 2, "'cuzk service.service' is not a systemd service name"),
+    ('[daemon]\nstop = "kill"\n', 2, "daemon.stop: must be one of term, drain, not 'kill'"),
+    ('[daemon]\nstop = "drain"\n', 2, 'daemon.stop: "drain" reads the daemon\'s own status: add `status_url'),
+    ('[daemon]\nready = "status"\n', 2, 'daemon.ready: "status" reads the daemon\'s own status'),
+    ('[daemon]\nready = "soon"\n', 2, "daemon.ready: must be one of log, status, proof"),
+    ('[daemon]\ndrain_timeout = "wait"\n', 2, "daemon.drain_timeout: must be one of stop, refuse"),
+    ('[daemon]\n\ndrain_timeout_s = 0\n', 3, "daemon.drain_timeout_s: must be more than 0 s"),
+    ('[daemon]\nstatus_url = "127.0.0.1:9821"\n', 2, "daemon.status_url: '127.0.0.1:9821' is not an http:// URL"),
 ])
 def test_bad_playbook_names_file_line_and_key(text, line, fragment):
     with pytest.raises(PlaybookError) as info:
@@ -86,6 +94,12 @@ def test_bad_playbook_names_file_line_and_key(text, line, fragment):
     assert fragment in message
     assert message.startswith(f"lab.toml:{line}:" if line else "lab.toml:")
     assert "\n" not in message and info.value.exit_code == ExitCode.BAD_INPUT
+
+
+def test_stop_and_ready_default_to_todays_and_proof_needs_no_status_url():
+    d = pb.parse("[daemon]\n", "lab.toml").daemon
+    assert (d.stop, d.ready, d.status_url, d.drain_timeout) == ("term", "log", None, "stop")
+    assert pb.parse('[daemon]\nready = "proof"\n', "lab.toml").daemon.ready == "proof"  # the Phase 7 line then
 
 
 def test_a_unit_is_a_service_as_systemctl_takes_it_and_journal_is_its_log():
@@ -126,6 +140,15 @@ def test_missing_playbook_says_how_to_make_one(tmp_path):
     assert r.returncode == 2 and "run `swapctl init`" in r.stderr
 
 
+def test_a_host_with_no_playbook_anywhere_says_there_is_none_not_unknown_host(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("SWAPCTL_PLAYBOOK", "SWAPCTL_INVENTORY")}
+    r = subprocess.run([sys.executable, "-m", "swapctl", "status", "sandbox"], capture_output=True, text=True,
+                       cwd=tmp_path, env={**env, "HOME": str(tmp_path)})
+    assert r.returncode == 2, r.stderr
+    assert "no ./swapctl.toml (or $SWAPCTL_PLAYBOOK); see `swapctl init`" in r.stderr
+    assert "unknown host" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
 def test_init_writes_a_playbook_that_loads(tmp_path):
     target = tmp_path / "swapctl.toml"
     r = subprocess.run([sys.executable, "-m", "swapctl", "init", str(target), "--port", "40612"],
@@ -133,6 +156,7 @@ def test_init_writes_a_playbook_that_loads(tmp_path):
     assert r.returncode == 0, r.stderr
     book = pb.load(target)
     assert book.hosts["gpu-box"].port == 40612 and book.memory.min_available_gib == 400
+    assert book.hosts["gpu-box"].address == "192.0.2.10"  # the documentation range (RFC 5737), nobody's host
     assert "# swapctl playbook" in target.read_text()
     again = subprocess.run([sys.executable, "-m", "swapctl", "init", str(target)], capture_output=True, text=True)
     assert again.returncode == 2 and "--force" in again.stderr

@@ -83,7 +83,7 @@ def test_hand_started_adopts_the_hand_started_daemon_and_deploys(box, prover, pr
     wait_until(lambda: "cuzk-daemon ready" in log.read_text(errors="replace"), what="ready line")
     s = box.server
     text = adapted(examples.render("hand-started"), {
-        'address = "141.0.85.211"': f'address = "{s.address}"',
+        'address = "192.0.2.10"': f'address = "{s.address}"',
         "port = 40612": f'port = {s.port}\nidentity_file = "{s.client_key}"\nknown_hosts = "{s.known_hosts}"',
         "/data/": f"{box.data}/",
         "ready_stable_s = 30": "ready_stable_s = 1",
@@ -165,16 +165,41 @@ def test_the_sandbox_runs_with_its_example_and_deploys(tmp_path):
         r = swapctl("status", "sandbox", "--json", "-p", str(playbook))
         [daemon] = json.loads(r.stdout)["hosts"]["sandbox"]["daemons"]
         assert daemon["exe"].startswith(str(sandbox.resolve() / "data" / ".swapctl"))  # the new release runs
+        # a second `sandbox up` (the quick start run again) keeps what the host has, and says so
+        r = swapctl("sandbox", "up", "--dir", str(sandbox), "--port", str(port))
+        assert r.returncode == 0 and "kept its releases and journal" in r.stdout, r
+        r = swapctl("history", "sandbox", "--json", "-p", str(playbook))
+        assert [e["action"] for e in json.loads(r.stdout)["journal"]] == ["deploy"], r.stdout
+        r = swapctl("status", "sandbox", "--json", "-p", str(playbook))
+        [daemon] = json.loads(r.stdout)["hosts"]["sandbox"]["daemons"]
+        assert daemon["exe"].startswith(str(sandbox.resolve() / "data" / ".swapctl"))  # still build B
     finally:
         swapctl("sandbox", "down", "--dir", str(sandbox))
 
 
-def test_the_readmes_playbook_reference_is_a_valid_playbook(tmp_path):
-    readme = (ROOT / "README.md").read_text()
-    block = re.search(r"## Playbook reference\n\n```toml\n(.*?)```", readme, re.S)[1]
+def test_the_reference_pages_example_is_a_valid_playbook_using_every_key(tmp_path):
+    from swapctl.playbook import reference
+
     (tmp_path / "hosts.ini").write_text("[gpus]\ngpu-01\n")  # the inventory it names, beside it
-    book = pb.parse(block, str(tmp_path / "swapctl.toml"))
+    book = pb.parse(reference.example(), str(tmp_path / "swapctl.toml"))
     assert "gpu-box" in book.hosts and "gpu-01" in book.hosts and book.rollout.canary == 1
+    assert book.hosts["gpu-box"].address == "192.0.2.10"  # the documentation range, nobody's real host
+
+
+def test_the_reference_documents_every_key_the_loader_accepts_and_no_other():
+    from swapctl.playbook import _SCHEMA, _TOP, reference
+
+    assert {("hosts" if t == "host" else t) for t in reference.TABLES if t} == set(_TOP)
+    for table in reference.TABLES:
+        assert set(reference.DOCS[table]) == set(reference.schema(table)), table
+    assert set(_SCHEMA) <= set(reference.TABLES)
+
+
+def test_the_playbook_reference_page_is_what_the_schema_gives():
+    from swapctl.playbook import reference
+
+    page = (ROOT / "docs" / "playbook.md").read_text()
+    assert page == reference.render(), "docs/playbook.md is stale: run `bash scripts/docs`"
 
 
 def test_the_rollout_summary_reads_at_80_columns(box, prover, prover_b):

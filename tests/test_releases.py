@@ -2,7 +2,15 @@
 
 import pytest
 
-from swapctl.swap.releases import Release, deploy_order, previous_good, releases_newest_first, to_prune
+from swapctl.swap.journal_entry import entry_of
+from swapctl.swap.releases import (
+    Release,
+    deploy_order,
+    previous_good,
+    releases_newest_first,
+    rollback_target,
+    to_prune,
+)
 
 
 def rel(rid: str, created: str, source: str = "upload", status: str = "ok") -> Release:
@@ -41,6 +49,45 @@ def test_deploy_order(releases, deployed, order):
 ])
 def test_previous_good(current, deployed, expected):
     assert previous_good(ALL, current, deployed) == expected
+
+
+def landed(action: str, frm: Release | None, to: Release, **more: str) -> dict:
+    return {"action": action, "from": frm.sha256 if frm else None, "to": to.sha256, "current": to.id,
+            "outcome": "deployed" if action == "deploy" else "rolled-back", **more}
+
+
+def back(frm: Release, to: Release) -> dict:
+    """A failed start's way back: `to` ran before `frm` was started."""
+    return {**landed("auto-rollback", frm, to), "failed_log": "log", "reason": "exited"}
+
+
+X = rel("ffffffffffff", "2026-01-05")
+GOOD = {r.id: r for r in (A, B, C, E, X)}
+
+
+@pytest.mark.parametrize("current, journal, expected", [
+    # A runs; deploy B; rollback (A runs); deploy X: back to A, which ran before X, never to B
+    (X.id, [landed("deploy", A, B), landed("rollback", B, A), landed("deploy", A, X)], A),
+    # rollback twice toggles
+    (A.id, [landed("deploy", A, B), landed("rollback", B, A)], B),
+    (B.id, [landed("deploy", A, B), landed("deploy", B, C), landed("rollback", C, B)], C),
+    # a failed start and its way back land nothing: what ran before B stays A
+    (B.id, [landed("deploy", A, B), back(D, B)], A),
+    (B.id, [landed("deploy", A, B), {**landed("rollback", D, B), "failed_log": "log", "reason": "no ready line"}], A),
+    # a --restart of what runs does not make it its own target
+    (B.id, [landed("deploy", A, B), landed("deploy", B, B)], A),
+    # a bad target is skipped for what ran before it, by the same rule
+    (C.id, [landed("deploy", A, B), landed("deploy", B, D), landed("deploy", D, C)], B),
+    # a chain that comes back to what runs has no target
+    (A.id, [landed("deploy", A, D), landed("rollback", D, A)], None),
+    # the journal never saw it land: the deploy order
+    (C.id, [], B),
+])
+def test_rollback_target_is_what_ran_before_the_line_that_made_it_current(current, journal, expected):
+    releases = {**GOOD, D.id: D}
+    deployed = [e["current"] for e in journal if e["action"] == "deploy"] or [B.id, C.id]
+    entries = [entry_of(e) for e in journal]  # each a line swapctl could have written
+    assert rollback_target(releases, current, entries, deployed) == expected
 
 
 @pytest.mark.parametrize("keep, protect, pruned", [

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from swapctl.swap.journal_entry import read
+
 from lab import prover_config, swapctl
 from test_deploy import cmdline, deploy, exe_sha, journal, sha
 
@@ -92,14 +94,32 @@ def test_rollback_to_an_older_release_by_prefix_and_by_index(box, prover, prover
     assert [exe_sha(p) for p in box.daemons()] == [sha(prover_c)]
 
 
-def test_two_rollbacks_in_a_row_walk_back(box, prover, prover_b, lab_dir):
-    _three_releases(box, prover, prover_b, lab_dir)
+def test_two_rollbacks_in_a_row_toggle_between_the_last_two(box, prover, prover_b, lab_dir):
+    prover_c = _three_releases(box, prover, prover_b, lab_dir)
     assert rollback(box).returncode == 0
     assert [exe_sha(p) for p in box.daemons()] == [sha(prover_b)]
-    assert rollback(box).returncode == 0
-    assert [exe_sha(p) for p in box.daemons()] == [sha(prover)]
+    r = rollback(box)  # back to what ran before B: C, which it was rolled back from
+    assert r.returncode == 0, r.stderr
+    assert [exe_sha(p) for p in box.daemons()] == [sha(prover_c)]
+
+
+def test_rollback_deploy_rollback_returns_to_the_baseline(box, prover, prover_b, lab_dir):
+    from lab import build_prover
+
+    prover_x = build_prover(lab_dir / "bin" / "prover-x", TIMING="1", TAG="x")
+    box.start_by_hand(prover)  # A
+    assert deploy(box, prover_b).returncode == 0
+    assert rollback(box).returncode == 0  # A runs again
+    assert deploy(box, prover_x).returncode == 0
+    assert journal(box)[-1]["from"] == sha(prover)
+    h = json.loads(swapctl("history", "lab", "--json", "-p", str(box.playbook_path)).stdout)
+    assert h["current"] == sha(prover_x)[:12] and h["rollback_target"] == sha(prover)[:12]
+    table = swapctl("history", "lab", "-p", str(box.playbook_path)).stdout
+    assert "< `swapctl rollback` goes back to it" in table
     r = rollback(box)
-    assert r.returncode == 3 and "no earlier known-good release" in r.stderr
+    assert r.returncode == 0, r.stderr
+    assert f"rolled back to {sha(prover)[:12]}" in r.stdout  # A, which ran before X; never B
+    assert [exe_sha(p) for p in box.daemons()] == [sha(prover)]
 
 
 def test_rollback_skips_a_release_marked_bad(box, prover, prover_b, prover_crash):
@@ -151,3 +171,39 @@ def test_history_table_marks_current_release(box, prover, prover_b):
     assert h["current"] == sha(prover_b)[:12]
     assert [r["source"] for r in h["releases"]] == ["upload", "adopted"]
     assert "env" not in h["releases"][0]  # environment values stay on the host
+    # the deploy from here says which local file it sent; history shows it beside that release
+    assert h["journal"][-1]["upload"]["from"] == str(prover_b.resolve())
+    r = swapctl("history", "lab", "-p", str(box.playbook_path), env={"COLUMNS": "400"})
+    [row] = [line for line in r.stdout.splitlines() if sha(prover_b)[:12] in line and "│ 1 " in line]
+    assert f"from {prover_b.resolve()}" in row, r.stdout
+
+
+# Lines in the host's journal that no swapctl wrote: a hand edit, a shape no entry has, a write cut short
+NOT_ENTRIES = ("[1]", json.dumps({"action": "deploy", "outcome": "deployed", "current": "a\nb", "log_offset": 0}),
+               '{"action": "deploy", "by": "root@x", "fro')
+
+
+def plant(box, *lines: str) -> None:
+    """Appends `lines` to the host's journal as something other than swapctl would."""
+    with open(box.data / ".swapctl" / "cuzk" / "journal.jsonl", "a") as f:
+        f.write("".join(line + "\n" for line in lines))
+
+
+def test_history_rollback_and_deploy_skip_and_count_journal_lines_that_are_no_entries(box, prover, prover_b):
+    box.start_by_hand(prover)
+    assert deploy(box, prover_b).returncode == 0
+    plant(box, *NOT_ENTRIES)
+    note = f"journal lab:{box.data}/.swapctl/cuzk/journal.jsonl: 3 lines skipped (not journal entries)"
+    h = swapctl("history", "lab", "--json", "-p", str(box.playbook_path))
+    assert h.returncode == 0, h.stderr
+    assert note in h.stderr and [e["action"] for e in json.loads(h.stdout)["journal"]] == ["deploy"]
+    table = swapctl("history", "lab", "-p", str(box.playbook_path))
+    assert table.returncode == 0 and note in table.stderr, table.stderr
+    r = rollback(box)
+    assert r.returncode == 0 and note in r.stderr, r.stderr
+    assert [exe_sha(p) for p in box.daemons()] == [sha(prover)]
+    r = deploy(box, prover_b)
+    assert r.returncode == 0 and note in r.stderr, r.stderr
+    assert [exe_sha(p) for p in box.daemons()] == [sha(prover_b)]
+    entries, skipped = read((box.data / ".swapctl" / "cuzk" / "journal.jsonl").read_text())
+    assert [e.action for e in entries] == ["deploy", "rollback", "deploy"] and skipped == 3

@@ -137,7 +137,8 @@ def test_another_users_process_that_matches_is_neither_adopted_nor_blocks_the_de
 
 def test_with_the_daemon_down_another_user_running_the_binary_itself_is_not_adopted(open_box, prover, prover_b,
                                                                                     evil, evil_log, swapctl_env):
-    """`nobody` runs the daemon's own binary (its /proc/PID/exe is the binary path) with LD_PRELOAD."""
+    """`nobody` runs the daemon's own binary (its /proc/PID/exe is the binary path) with LD_PRELOAD: a
+    second prover, which the deploy refuses to start beside (it names daemon.user) unless told --beside."""
     box = open_box
     shutil.copy(prover, box.binary)
     box.binary.chmod(0o755)
@@ -153,8 +154,13 @@ def test_with_the_daemon_down_another_user_running_the_binary_itself_is_not_adop
         wait_until(lambda: "ready" in own_log.read_text(errors="replace"), what="nobody's copy to be ready")
         assert "uid=65534" in evil_log.read_text()  # the library works: it ran, as nobody
         r = deploy(box, prover_b)
+        assert r.returncode == 3, r.stderr
+        assert f"pid {fake.pid} (user nobody, runs {box.binary}: {box.binary} --config" in r.stderr
+        assert "fix daemon.user" in r.stderr and "--beside" in r.stderr and box.daemons() == [fake.pid]
+        r = deploy(box, prover_b, "--beside")
         assert r.returncode == 0, r.stderr
-        assert "old daemon: none running" in r.stderr and "is not the daemon" in r.stderr
+        assert "old daemon: none running" in r.stderr and f"--beside: the new build starts beside pid {fake.pid}" \
+            in r.stderr
         new = [p for p in box.daemons() if p != fake.pid]
         assert len(new) == 1 and uid_of(new[0]) == 0 and "LD_PRELOAD" not in environ(new[0])
         assert "uid=0" not in evil_log.read_text()
@@ -212,23 +218,30 @@ def daemon_user():
     subprocess.run(["userdel", name], check=False)
 
 
-def test_a_daemon_that_runs_as_another_user_is_adopted_and_started_again_as_it(open_box, prover, prover_b,
-                                                                               daemon_user, swapctl_env):
-    box, user = open_box, daemon_user
+def start_as(box, prover: Path, user: pwd.struct_passwd, path: str = "/usr/bin:/bin") -> None:
+    """Root's copy of `prover` at daemon.binary, started by hand as `user` (setpriv, by its path: Popen looks
+    its program up on the PATH it is given) with `path` as its PATH, its log `user`'s; until it is ready."""
     shutil.copy(prover, box.binary)
     box.binary.chmod(0o755)
     box.config.write_text(prover_config(memory_mib=8))
     box.config.chmod(0o644)
     box.log.touch()
     os.chown(box.log, user.pw_uid, user.pw_gid)
-    subprocess.Popen(["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--init-groups",
+    subprocess.Popen(["/usr/bin/setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--init-groups",
                       str(box.binary), "--config", str(box.config)], stdout=open(box.log, "ab"),
                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd="/", start_new_session=True,
-                     env={"PATH": "/usr/bin:/bin"})
+                     env={"PATH": path})
     wait_until(lambda: "cuzk-daemon ready" in box.log.read_text(errors="replace"), what="ready line")
+
+
+def test_a_daemon_that_runs_as_another_user_is_adopted_and_started_again_as_it(open_box, prover, prover_b,
+                                                                               daemon_user, swapctl_env):
+    box, user = open_box, daemon_user
+    start_as(box, prover, user)
     # without daemon.user, a daemon not run by root or the binary's owner is nobody swapctl adopts
     r = deploy(box, prover_b, "--dry-run")
-    assert r.returncode == 0 and "old daemon: none running" in r.stderr and "is not the daemon" in r.stderr
+    assert r.returncode == 3 and "matches daemon.match but is not the daemon" in r.stderr
+    assert "fix daemon.user (unset" in r.stderr
     box.write_playbook(daemon={"user": user.pw_name})
     r = deploy(box, prover_b)
     assert r.returncode == 0, r.stderr

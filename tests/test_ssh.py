@@ -92,6 +92,34 @@ def test_one_connection_serves_every_command(sshd):
     assert len(ports) == 1
 
 
+def test_a_ctrl_c_inside_opening_a_channel_leaves_a_connection_that_closes(sshd, monkeypatch):
+    """The stateful test found it: Ctrl-C as the deploy took the lock ended in `AttributeError: 'NoneType'
+    object has no attribute '_unlink_channel'`, exit 1. The interrupt landed in paramiko's open_channel after
+    the channel was registered, before it was linked. A signal cannot be aimed at one bytecode, so this test
+    raises the KeyboardInterrupt at that line (a patched Channel._set_transport, once), on a real sshd."""
+    import paramiko
+
+    real = paramiko.Channel._set_transport
+    calls = []
+
+    def interrupted(chan, transport):
+        calls.append(chan)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+        real(chan, transport)
+
+    host = SshHost(spec(sshd))
+    host.__enter__()
+    host.run(Cmd("true"))
+    transport = host._transport()
+    monkeypatch.setattr(paramiko.Channel, "_set_transport", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        host.run(Cmd("true"))
+    monkeypatch.setattr(paramiko.Channel, "_set_transport", real)
+    host.__exit__(None, None, None)  # raised AttributeError before the fix
+    assert calls and not transport.is_active()
+
+
 def test_failed_command_carries_exit_code_and_tail(sshd):
     from swapctl.errors import RemoteCommandFailed
 

@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,7 +30,7 @@ from swapctl.remote import Cmd, connect
 from swapctl.remote.become import rule
 
 from conftest import Box
-from lab import make_server, path_without, prover_config, swapctl, wait_until
+from lab import SshServer, make_server, path_without, prover_config, swapctl, wait_until
 
 SECRET = "s3cr3t-value-that-sudo-must-never-log"
 
@@ -48,7 +49,7 @@ class Users:
         self.log = base / "sudo.log"
 
     def create(self, client_key: Path) -> None:
-        assert shutil.which("sudo"), "these tests need sudo: apt-get install sudo (.ci/run installs it)"
+        assert shutil.which("sudo"), "these tests need sudo: apt-get install sudo (scripts/system-deps does)"
         for user in (self.sudoer, self.plain):
             subprocess.run(["userdel", "-r", user], capture_output=True)  # one a killed run left behind
             subprocess.run(["useradd", "-m", "-s", "/bin/bash", user], check=True)
@@ -79,16 +80,25 @@ class Users:
 @pytest.fixture(scope="module")
 def sudo_host(tmp_path_factory):
     """A real sshd taking each user's own authorized_keys, and the two users."""
-    base = tmp_path_factory.mktemp("sudo")
+    yield from sudo_server(tmp_path_factory.mktemp("sudo"))
+
+
+def sudo_server(base: Path, path: str | None = None) -> Iterator[tuple[SshServer, Users]]:
+    """A real sshd under `base` taking each user's own authorized_keys (with `path` as its sessions' PATH),
+    and the two users, made with useradd; both removed after the yield."""
     server = make_server(base / "host")
     server.home_keys = True
+    if path is not None:
+        server.path = path
     users = Users(base)
     users.create(server.client_key)
     server.start()
     server.trust()
-    yield server, users
-    server.stop()
-    users.remove()
+    try:
+        yield server, users
+    finally:
+        server.stop()
+        users.remove()
 
 
 @pytest.fixture

@@ -342,7 +342,7 @@ def test_the_systemd_example_playbook_deploys_through_cuzks_own_unit(systemd_hos
         wait_until(lambda: "cuzk-daemon ready" in h.sh("journalctl -q -o cat -u cuzk.service").stdout,
                    what="cuzk.service ready")
         text = examples.render("systemd")
-        for old, new in {'address = "141.0.85.211"': f'address = "{s.address}"\nidentity_file = "{s.client_key}"\n'
+        for old, new in {'address = "192.0.2.10"': f'address = "{s.address}"\nidentity_file = "{s.client_key}"\n'
                                                      f'known_hosts = "{s.known_hosts}"',
                          "ready_stable_s = 30": "ready_stable_s = 1", "ready_timeout_s = 600": "ready_timeout_s = 30",
                          "min_available_gib = 400": "min_available_gib = 0.5"}.items():

@@ -37,6 +37,8 @@ VERBS: dict[str, tuple[str, str, str]] = {
                    "Download the files that logs.paths names: incremental, resumable, compressed on the wire."),
     "experiment": ("experiment", "experiment",
                    "Swap B in, let it work, and say what changed against the build before it; keep it or roll back."),
+    "export-ansible": ("export_ansible", "export_ansible",
+                       "Write the playbook's hosts and daemon as an Ansible inventory with group_vars (swapctl.cuzk)."),
     "sandbox": ("sandbox", "app", "A local sandbox host: a real sshd on loopback running the stand-in prover."),
     "gpu-sampler": ("gpu_sampler", "app",
                     "The GPU sampler on the host: nvidia-smi dmon (and query-gpu) while the daemon runs."),
@@ -104,16 +106,37 @@ class _LazyGroup(typer.core.TyperGroup):
         names = [name for name in self.list_commands(ctx) if name in VERBS]
         if not names:
             return
-        limit = formatter.width - 6 - max(map(len, names))
-        with formatter.section("Commands"):
-            formatter.write_dl([(name, _short(VERBS[name][2], limit)) for name in names])
+        with formatter.section("Commands"):  # whole: click wraps a long line under itself, never cuts it
+            formatter.write_dl([(name, VERBS[name][2]) for name in names])
 
 
-def _short(line: str, limit: int) -> str:
-    """A verb's line cut as click cuts a command's help (typer 0.26 to 0.29 carry their own click, 0.12 and
-    0.24 run on click itself: a throwaway command does it the same way on each)."""
-    return typer.core.TyperCommand(name="verb", help=line).get_short_help_str(limit)
+# One metavar style in every verb's help, as man pages write it: `HOST...`, `[PATH]...`, `--binary FILE`.
+# Typer writes a required argument as `{HOST}` and an option's value by its type (`<str>`, `<int range>`).
+METAVARS = {
+    "--address": "ADDRESS", "--baseline": "DURATION", "--binary": "FILE", "--canary": "N",
+    "--canary-wait": "SECONDS", "--compare": "BEFORE AFTER", "--dest": "DIR", "--example": "NAME", "--for": "DURATION",
+    "--from": "HOST", "--group": "NAME", "--limit": "GLOB", "--match": "REGEX", "--max-fail": "N|P%",
+    "--min-proofs": "N", "--output": "FILE", "--parallel": "N", "--plot": "FILE", "--port": "PORT", "--proofs": "N",
+    "--report": "FILE", "--run": "N", "--samples": "FILE", "--then": "keep|rollback|ask", "--to": "RELEASE",
+    "--user": "NAME", "--warmup": "N",
+}
+_option_metavar = typer.core.TyperOption.make_metavar
 
+
+def _option(self: Any, *args: Any, **kwargs: Any) -> str:
+    named = next((METAVARS[o] for o in self.opts if o in METAVARS), None)
+    return self.metavar or named or _option_metavar(self, *args, **kwargs)
+
+
+def _argument(self: Any, *args: Any, usage: bool = False, **kwargs: Any) -> str:
+    var = self.metavar or (self.name or "").upper()
+    if self.nargs != 1 and not var.endswith("..."):
+        var += "..."
+    return f"[{var}]" if usage and not self.required else var
+
+
+typer.core.TyperOption.make_metavar = _option  # type: ignore[method-assign]
+typer.core.TyperArgument.make_metavar = _argument  # type: ignore[method-assign]
 
 app = typer.Typer(
     name="swapctl",
@@ -123,6 +146,7 @@ app = typer.Typer(
     add_completion=True,  # --install-completion / --show-completion for bash, zsh, fish
     rich_markup_mode=None,  # help is plain text: "[build] table" must not be eaten as markup
     pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},  # every verb takes -h too
 )
 
 
@@ -134,16 +158,22 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
-    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+    version: Annotated[bool, typer.Option("--version", "-V", callback=_version, is_eager=True,
                                           help="Print swapctl's version and exit.")] = False,
     inventory: Annotated[str | None, typer.Option(
         "--inventory", "-i", help="An Ansible inventory (INI or YAML) whose hosts and groups (@group) every "
                                   "command can name, as `swapctl -i hosts.ini status @gpus`. Default: "
                                   "$SWAPCTL_INVENTORY, else the playbook's `inventory` key.",
         show_default=False)] = None,
+    connect_timeout: Annotated[float | None, typer.Option(
+        "--connect-timeout", metavar="SECONDS", min=0.1,
+        help="How long a host may take to answer (TCP and sshd's banner; twice this for `sudo -n true` "
+             "where become = \"sudo\"); default 15, or $SWAPCTL_CONNECT_TIMEOUT.", show_default=False)] = None,
 ) -> None:
     if inventory is not None:  # read where the playbook is loaded, as -p's default $SWAPCTL_PLAYBOOK is
         os.environ["SWAPCTL_INVENTORY"] = inventory
+    if connect_timeout is not None:  # read where a connection opens (remote/ssh.py)
+        os.environ["SWAPCTL_CONNECT_TIMEOUT"] = str(connect_timeout)
 
 
 def main() -> None:

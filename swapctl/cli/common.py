@@ -5,7 +5,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, is_dataclass
 from typing import Annotated, Any, NoReturn
 
@@ -39,6 +39,12 @@ def stacked(*fields: object) -> Text:
     """Fields stacked in one table cell, one a line, each shown as text() shows it: a newline inside a
     remote field is written out, so it cannot forge the line below."""
     return Text("\n").join(text(f) for f in fields)
+
+
+def warn(lines: Iterable[str]) -> None:
+    """Each of `lines` as a warning on stderr, as text() shows it."""
+    for line in lines:
+        err.print(text(f"warning: {line}"), style="bold yellow")
 
 
 def fail(exc: SwapctlError) -> NoReturn:
@@ -83,6 +89,12 @@ def select_hosts(playbook: pb.Playbook, targets: list[str], limit: str | None = 
         if not specs:
             raise BadInput(f"--limit {limit!r} matches none of the hosts {', '.join(targets)} names")
     return list(specs.values())
+
+
+def where(spec: pb.HostSpec) -> str:
+    """A host as a person would ssh to it: its name, and user@address:port where the playbook gives them."""
+    address = (f"{spec.user}@" if spec.user else "") + spec.address + (f":{spec.port}" if spec.port else "")
+    return spec.name if address == spec.name else f"{spec.name} ({address})"
 
 
 def to_json(value: Any) -> Any:

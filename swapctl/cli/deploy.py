@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from functools import partial
 from pathlib import PurePosixPath
 from typing import Annotated
@@ -13,19 +14,37 @@ import typer
 from .. import playbook as pb
 from ..errors import BadInput, Refused, SwapctlError
 from ..remote import connect
-from ..swap import environ
-from ..swap.deploy import DeployPlan, EventSink, Interrupts, Outcome, Plan, Swap
+from ..swap import elf, environ
+from ..swap.deploy import DeployPlan, Event, EventSink, Interrupts, Outcome, Plan, Swap
 from ..swap.deploy import deploy as run_deploy
 from . import build as build_cli
 from .build import BuildArgOpt, VerboseOpt
-from .common import JsonOpt, LimitOpt, PlaybookOpt, duration, err, fail, guarded, out, print_json, size, text, worst
+from .common import (
+    JsonOpt,
+    LimitOpt,
+    PlaybookOpt,
+    duration,
+    err,
+    fail,
+    guarded,
+    out,
+    print_json,
+    size,
+    text,
+    warn,
+    where,
+    worst,
+)
 from .fleet import (
     CanaryOpt,
     CanaryWaitOpt,
     Fleet,
     IgnoreGpuHangOpt,
     MaxFailOpt,
+    One,
     ParallelOpt,
+    Preview,
+    confirm_after_plans,
     dry_run_outcome,
     roll_out,
     select_fleet,
@@ -44,7 +63,13 @@ def deploy(
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Check and show the plan; change nothing.")] = False,
     restart: Annotated[bool, typer.Option("--restart", help="Restart even if the same binary runs.")] = False,
+    drain: Annotated[bool | None, typer.Option(
+        "--drain/--now", help="Wait until no proof is in flight before the stop, or stop at once "
+                              "(default: the playbook's daemon.stop).")] = None,
     ignore_gpu_hang: IgnoreGpuHangOpt = False,
+    beside: Annotated[bool, typer.Option("--beside", help=(
+        "Start the new build even though a process that is not the daemon matches daemon.match: two may "
+        "then run side by side."))] = False,
     parallel: ParallelOpt = None,
     canary: CanaryOpt = None,
     canary_wait: CanaryWaitOpt = None,
@@ -57,8 +82,9 @@ def deploy(
         fail(BadInput("give either --binary PATH or --build (which builds it from the playbook's [build] table)"))
     fleet = partial(Fleet.of, parallel=parallel, canary=canary, canary_wait=canary_wait, max_fail=max_fail,
                     limit=limit)  # what the command line leaves out comes from the playbook
+    stop = None if drain is None else "drain" if drain else "term"
     guarded(lambda: _deploy(hosts, binary, playbook, yes, dry_run, restart, json, build_arg if build else None,
-                            verbose, fleet, ignore_gpu_hang))
+                            verbose, fleet, ignore_gpu_hang, beside, stop))
 
 
 def show_env(plan: Plan, secret_env: tuple[str, ...]) -> None:
@@ -74,13 +100,27 @@ def show_env(plan: Plan, secret_env: tuple[str, ...]) -> None:
         err.print(text(f"  environment: {name} is not carried over ({why})"), style="bold yellow")
 
 
-def show_plan(plan: Plan, dry_run: bool, secret_env: tuple[str, ...] = ()) -> None:
+def at_stake(plan: Plan, stop: str) -> str:
+    """What the stop would lose, as the daemon's own view says, and what the stop mode does about it."""
+    st = plan.status
+    if st.daemon_view is None:
+        why = st.daemon_view_error or "no daemon.status_url (cuzk's status_listen) to ask"
+        return f"in flight: unknown ({why}); the stop loses whatever it is proving"
+    view = st.daemon_view
+    if not view.in_flight:
+        return f"in flight: {view.summary()}"
+    then = "a drain waits for them first" if stop == "drain" else "the stop (SIGTERM) loses them"
+    return f"would be lost: {view.summary()}; {then}"
+
+
+def show_plan(plan: Plan, dry_run: bool, secret_env: tuple[str, ...] = (), stop: str = "term") -> None:
     d, b = plan.daemon, plan.binary if isinstance(plan, DeployPlan) else None
     err.rule(text(f"{plan.host}: deploy plan"))
     if d:
         err.print(text(f"old daemon: pid {d.pid}, rss {size(d.rss_kib)}, up {duration(d.elapsed_s)}, "
                        f"sha256 {d.sha256[:12]}" + (f", systemd unit {d.unit}" if d.unit else "")))
         err.print(text(f"  command line: {' '.join(d.argv)}"))
+        err.print(text(f"  {at_stake(plan, stop)}"))
     else:
         err.print(text("old daemon: none running" + (f" (systemd unit {plan.unit})" if plan.unit else "")))
     if plan.unit:
@@ -95,14 +135,22 @@ def show_plan(plan: Plan, dry_run: bool, secret_env: tuple[str, ...] = ()) -> No
     show_env(plan, secret_env)
     for saved in plan.to_save:
         err.print(text(f"backup: {saved.release.source} release {saved.release.id} from {saved.source}"))
-    for w in plan.warnings:
-        err.print(text(f"warning: {w}"), style="bold yellow")
+    warn(plan.warnings)
     if plan.unchanged:
         err.print(text("the daemon already runs this binary: nothing to do (--restart to restart it)"))
     if dry_run:
         err.print("remote commands it would run:")
         for c in plan.commands:
             err.print(text(f"  {c}"))
+
+
+def shown_only(plan: Plan, book: pb.Playbook, dry_run: bool, preview: Preview | None, action: str) -> Outcome | None:
+    """The plan on the screen; a dry run's outcome (also a fleet's preview's, handed its plan), or None
+    to go on with the swap."""
+    show_plan(plan, dry_run, book.daemon.secret_env, book.daemon.stop)
+    if preview is not None:
+        preview(plan)
+    return dry_run_outcome(plan, action) if dry_run or preview is not None else None
 
 
 def _confirm(plan: Plan, yes: bool) -> None:
@@ -118,10 +166,21 @@ def _confirm(plan: Plan, yes: bool) -> None:
         raise BadInput("not confirmed; nothing changed", host=plan.host)
 
 
+def with_stop(book: pb.Playbook, stop: str | None) -> pb.Playbook:
+    """The playbook with --drain or --now in place of its daemon.stop."""
+    if stop is None:
+        return book
+    if stop == "drain" and not book.daemon.status_url:
+        raise BadInput("--drain reads the daemon's own status: set daemon.status_url in the playbook "
+                       "(cuzk's status_listen, e.g. \"http://127.0.0.1:9821/status\")")
+    return replace(book, daemon=replace(book.daemon, stop=stop))
+
+
 def _deploy(targets: list[str], binary: str | None, playbook_path: str | None, yes: bool, dry_run: bool,
             restart: bool, as_json: bool, build_args: list[str] | None, verbose: bool,
-            fleet_of: Callable[[pb.RolloutSpec], Fleet], ignore_gpu_hang: bool = False) -> int:
-    book = pb.load(playbook_path)
+            fleet_of: Callable[[pb.RolloutSpec], Fleet], ignore_gpu_hang: bool = False, beside: bool = False,
+            stop: str | None = None) -> int:
+    book = with_stop(pb.load(playbook_path), stop)
     daemon = book.require_daemon()
     fleet = fleet_of(book.rollout)
     specs = select_fleet(book, targets, fleet, yes, dry_run, "swap the daemon on")
@@ -134,20 +193,27 @@ def _deploy(targets: list[str], binary: str | None, playbook_path: str | None, y
         raise BadInput("give either --binary PATH or --build")
     local = binary
 
-    def one(spec: pb.HostSpec, interrupts: Interrupts, events: EventSink) -> Outcome:
-        with connect(spec) as host:
-            sw = Swap(host, book, events, interrupts, ignore_gpu_hang=ignore_gpu_hang)
-            try:
-                plan = sw.plan(local, restart=restart, build=build)
-                show_plan(plan, dry_run, book.daemon.secret_env)
-                if dry_run:
-                    return dry_run_outcome(plan, "deploy")
-                _confirm(plan, yes or many)
-                return run_deploy(sw, plan)
-            finally:
-                sw.discard_upload()  # started during the preflight for an upload that did not happen
+    def deploy_one(preview: Preview | None = None) -> One:
+        """Each host's deploy; with `preview`, only its plan, shown and handed to `preview` (a dry run)."""
+        def one(spec: pb.HostSpec, interrupts: Interrupts, events: EventSink) -> Outcome:
+            events(Event("connect", f"connecting to {where(spec)}..."))  # at once: a silent host takes its timeout
+            with connect(spec) as host:
+                sw = Swap(host, book, events, interrupts, ignore_gpu_hang=ignore_gpu_hang, beside=beside)
+                try:
+                    plan = sw.plan(local, restart=restart, build=build)
+                    if (shown := shown_only(plan, book, dry_run, preview, "deploy")) is not None:
+                        return shown
+                    _confirm(plan, yes or many)
+                    return run_deploy(sw, plan)
+                finally:
+                    sw.discard_upload()  # started during the preflight for an upload that did not happen
+        return one
 
-    results, why = roll_out(book, specs, one, fleet, yes, dry_run)
+    if many and not (yes or dry_run):
+        size = elf.inspect(local).size  # a missing or wrong file: one line, before any host is asked
+        confirm_after_plans(book, specs, deploy_one, fleet, "swap the daemon on", f"to {local} ({size / 1e6:.1f} MB)")
+        yes = True
+    results, why = roll_out(book, specs, deploy_one(), fleet, yes, dry_run)
     return report(results, why, as_json)
 
 

@@ -13,13 +13,13 @@ from ..errors import BadInput, ExitCode, SwapctlError
 from ..gpu.sampler import fetch_patterns
 from ..logs.fetch import Fetched, LogFetcher, fetch_journal
 from ..remote.group import on_hosts
-from .common import JsonOpt, PlaybookOpt, err, guarded, out, print_json, select_hosts, text, worst
+from .common import JsonOpt, PlaybookOpt, err, guarded, out, print_json, select_hosts, text, warn, worst
 from .terminal import log_lines
 
 
 def fetch_logs(
-    hosts: Annotated[list[str], typer.Argument(help="Host names, user@address:port, or @group.")],
-    dest: Annotated[Path, typer.Option("--dest", help="Local directory; files go to DEST/<host>/.")] = Path("logs"),
+    hosts: Annotated[list[str], typer.Argument(metavar="HOST", help="Host names, user@address:port, or @group.")],
+    dest: Annotated[Path, typer.Option("--dest", help="Local directory; files go to DIR/HOST/.")] = Path("logs"),
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep fetching new lines until Ctrl-C.")] = False,
     since_deploy: Annotated[bool, typer.Option(
         "--since-deploy", help="Of the daemon's log, only what the current release wrote (from the journal).")] = False,
@@ -37,11 +37,13 @@ def _since_deploy(host, book: pb.Playbook) -> dict[str, tuple[int, str]]:
     if book.daemon.journal:
         raise BadInput("--since-deploy reads a log file from a byte offset; this daemon logs to its unit's journal: "
                        f"use `journalctl -u {book.daemon.unit} --since ...` on the host", host=host.name)
-    entries = [e for e in Swap(host, book).catalog().journal if e.get("log_offset") is not None]
-    if not entries:
-        raise BadInput("no deploy in the host's journal: --since-deploy needs one", host=host.name)
-    last = entries[-1]
-    return {book.require_daemon().log: (int(last["log_offset"]), f"since-{last['current']}")}
+    catalog = Swap(host, book).catalog()
+    warn(catalog.notes())
+    began = catalog.started()
+    if began is None:
+        raise BadInput("no start of the current release in the host's journal: --since-deploy needs one (deploy "
+                       "with swapctl first)", host=host.name)
+    return {book.require_daemon().log: (began.offset, f"since-{began.release}")}
 
 
 def _fetch(targets: list[str], dest: Path, follow: bool, playbook_path: str | None, as_json: bool,

@@ -10,6 +10,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Annotated
 
 import typer
@@ -24,7 +25,8 @@ from ..swap.deploy import EventSink, Interrupts, Outcome, Plan
 from .common import err, out, select_hosts, text
 from .progress import FleetView, Reporter
 
-__all__ = ["SKIPPED", "Fleet", "fail_budget", "roll_out", "select_fleet", "summary"]
+__all__ = ["SKIPPED", "Fleet", "One", "Preview", "confirm_after_plans", "fail_budget", "roll_out", "select_fleet",
+           "summary"]
 
 One = Callable[[HostSpec, Interrupts, EventSink], Result]
 
@@ -52,11 +54,9 @@ def press(interrupts: Interrupts) -> None:
     interrupts.press()
 
 
-def confirm_fleet(verb: str, count: int) -> None:
-    if not sys.stdin.isatty():
-        raise BadInput(f"no terminal to confirm on: pass --yes to {verb} without asking")
+def confirm_fleet(question: str) -> None:
     try:
-        if not typer.confirm(f"{verb} {count} hosts?", err=True):
+        if not typer.confirm(question, err=True):
             raise BadInput("not confirmed; nothing changed")
     except typer.Abort:
         raise Refused("interrupted at the confirmation; nothing changed") from None
@@ -64,12 +64,36 @@ def confirm_fleet(verb: str, count: int) -> None:
 
 def select_fleet(book: pb.Playbook, targets: list[str], fleet: Fleet, yes: bool, dry_run: bool,
                  verb: str) -> list[HostSpec]:
-    """The hosts a fleet verb acts on; a bad --max-fail or an unconfirmed fleet stops it before any host."""
+    """The hosts a fleet verb acts on; a bad --max-fail, or a fleet to confirm with no terminal to confirm
+    on, stops it before any host."""
     specs = select_hosts(book, targets, fleet.limit)
     fail_budget(fleet.max_fail, len(specs))
-    if len(specs) > 1 and not (yes or dry_run):
-        confirm_fleet(verb, len(specs))
+    if len(specs) > 1 and not (yes or dry_run) and not sys.stdin.isatty():
+        raise BadInput(f"no terminal to confirm on: pass --yes to {verb} without asking")
     return specs
+
+
+Preview = Callable[[Plan], None]
+
+
+def confirm_after_plans(book: pb.Playbook, specs: list[HostSpec], plan_one: Callable[[Preview], One],
+                        fleet: Fleet, verb: str, what: str) -> None:
+    """A fleet's one question, asked once every host's plan is on the screen (each host's preflight as a
+    dry run, side by side): it names the hosts, `what` goes there, the warnings and the hosts refused."""
+    warned: list[str] = []
+
+    def seen(plan: Plan) -> None:
+        warned.extend(f"{plan.host}: {w}" for w in plan.warnings)
+
+    results, _ = roll_out(book, specs, plan_one(seen), replace(fleet, parallel=max(fleet.parallel, min(len(specs), 16)),
+                                                       canary=0, max_fail=None), True, True)
+    refused = [n for n, r in results.items() if isinstance(r, SwapctlError)]
+    for name in refused:
+        err.print(text(f"swapctl: {results[name]}"), style="bold red")
+    names = ", ".join(s.name for s in specs)
+    notes = [f"{len(warned)} warning{'s' * (len(warned) != 1)}"] if warned else []
+    notes += [f"{len(refused)} refused: {', '.join(refused)}"] if refused else []
+    confirm_fleet(f"{verb} {len(specs)} hosts ({names}) {what}?" + (f" ({'; '.join(notes)}, above)" if notes else ""))
 
 
 def dry_run_outcome(plan: Plan, action: str) -> Outcome:
@@ -126,7 +150,7 @@ def roll_out(book: pb.Playbook, specs: list[HostSpec], one: One, fleet: Fleet, y
             r.stopped = r.stopped or "interrupted (Ctrl-C)"
         if fleet.parallel > 1:  # workers see the count between steps; this thread must not unwind
             for i in list(active):
-                i.count += 1
+                i.tally()
             return
         if not active:
             raise KeyboardInterrupt

@@ -44,7 +44,8 @@ def start(
     """Start sampling the GPUs while the running daemon lives; it ends by itself when the daemon exits."""
     def one(host: Host, book: pb.Playbook) -> SamplerStatus:
         return start_sampler(host, book.daemon.state_dir, pid or daemon_pid(host, book.daemon),
-                             max_bytes=max(int(max_mib * (1 << 20)), 2048), query=query, quiet_s=quiet_s)
+                             max_bytes=max(int(max_mib * (1 << 20)), 2048), query=query, quiet_s=quiet_s,
+                             user=book.daemon.user or "")
 
     def checked() -> int:
         if quiet_s <= 0 or max_mib <= 0 or (pid is not None and pid <= 1):
@@ -57,14 +58,15 @@ def start(
 @app.command()
 def stop(hosts: HostsArg, playbook: PlaybookOpt = None, limit: LimitOpt = None, json: JsonOpt = False) -> None:
     """Stop the sampler and the nvidia-smi it runs; its files stay for fetch-logs."""
-    guarded(lambda: _run(hosts, playbook, limit, json, lambda host, book: stop_sampler(host, book.daemon.state_dir)))
+    guarded(lambda: _run(hosts, playbook, limit, json,
+                         lambda host, book: stop_sampler(host, book.daemon.state_dir, book.daemon.user or "")))
 
 
 @app.command()
 def status(hosts: HostsArg, playbook: PlaybookOpt = None, limit: LimitOpt = None, json: JsonOpt = False) -> None:
     """Whether the sampler runs, what it follows, its files on the host and its last note."""
     guarded(lambda: _run(hosts, playbook, limit, json,
-                         lambda host, book: sampler_status(host, book.daemon.state_dir)))
+                         lambda host, book: sampler_status(host, book.daemon.state_dir, book.daemon.user or "")))
 
 
 def _run(targets: list[str], playbook_path: str | None, limit: str | None, as_json: bool, fn) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Annotated
 
 import typer
@@ -10,8 +11,19 @@ from rich.table import Table
 from .. import playbook as pb
 from ..remote import connect
 from ..swap.deploy import Swap
-from ..swap.releases import releases_newest_first
-from .common import JsonOpt, PlaybookOpt, guarded, out, print_json, select_hosts, stacked, text, when
+from ..swap.journal_entry import JournalEntry
+from ..swap.releases import releases_newest_first, who_am_i
+from .common import JsonOpt, PlaybookOpt, guarded, out, print_json, select_hosts, stacked, text, warn, when
+
+
+def uploaded_from_here(entries: Iterable[JournalEntry]) -> dict[str, str]:
+    """sha256 -> the local file a deploy from this machine (this user) uploaded it from, the latest."""
+    me, found = who_am_i(), {}
+    for e in entries:
+        source = e.upload.source if e.upload else None
+        if e.by == me and e.action == "deploy" and source is not None and e.to_sha:
+            found[e.to_sha] = source
+    return found
 
 
 def history(
@@ -31,13 +43,16 @@ def _history(target: str, playbook_path: str | None, as_json: bool) -> int:
     with connect(spec) as h:
         sw = Swap(h, book)
         catalog = sw.catalog()
-    releases, current, entries = catalog.releases, catalog.current, list(catalog.journal)
+    releases, current, entries = catalog.releases, catalog.current, catalog.journal
+    warn(catalog.notes())
     ordered = releases_newest_first(releases)
+    back = catalog.rollback_target()
+    back_to = back.id if back else ""
     if as_json:
-        print_json({"host": spec.name, "current": current,
+        print_json({"host": spec.name, "current": current, "rollback_target": back_to or None,
                     "releases": [{"index": i, **{k: v for k, v in r.__dict__.items() if k != "env"}}
                                  for i, r in enumerate(ordered, 1)],
-                    "journal": entries})
+                    "journal": [e.to_dict() for e in entries]})
         return 0
     # 80 columns in a pipe: short fields stack two to a cell, so the long ones (the build, the command
     # line, the steps) keep a real width and fold; --json has every field whole.
@@ -47,22 +62,28 @@ def _history(target: str, playbook_path: str | None, as_json: bool) -> int:
     t.add_column("release\nsource, status", no_wrap=True)  # the id is copied into `rollback --to`: never broken
     t.add_column("created\nby", no_wrap=True, overflow="ellipsis", max_width=19)
     t.add_column("build\ncommand line", overflow="fold", ratio=1)
+    sources = uploaded_from_here(entries)
     for i, r in enumerate(ordered, 1):
         args = (r.build or {}).get("args", {})
-        built = " ".join(f"{k}={v}" for k, v in args.items()) or ("docker" if r.build else "-")
-        t.add_row(str(i), "*" if r.id == current else "", stacked(r.id, f"{r.source}, {r.status}"),
+        built = " ".join(f"{k}={v}" for k, v in args.items()) or ("docker" if r.build else "")
+        if r.sha256 in sources:
+            built = f"{built} from {sources[r.sha256]}".strip()
+        built = built or "-"
+        mark = "*" if r.id == current else "<" if r.id == back_to else ""
+        t.add_row(str(i), mark, stacked(r.id, f"{r.source}, {r.status}"),
                   stacked(when(r.created), r.by or "-"), stacked(built, " ".join(r.argv or ()) or "-"),
                   style="red" if r.status == "bad" else None)
     out.print(t)
+    out.print(text("* runs now   < `swapctl rollback` goes back to it (what ran before *)" if back_to else
+                   "* runs now   (no release for `swapctl rollback` to go back to)"))
     j = Table(title="journal", title_justify="left")
     j.add_column("when\nwho", no_wrap=True, overflow="ellipsis", max_width=19)
     j.add_column("action\noutcome", no_wrap=True)
     j.add_column("from\nto", no_wrap=True)
     j.add_column("steps (s)", overflow="fold", ratio=1)
     for e in entries:
-        steps = " ".join(f"{k}={v:.2f}" for k, v in (e.get("steps") or {}).items())
-        j.add_row(stacked(when(str(e.get("time", ""))), e.get("by") or "-"),
-                  stacked(e.get("action", ""), e.get("outcome", "")),
-                  stacked(str(e.get("from") or "-")[:12], str(e.get("to") or "-")[:12]), text(steps))
+        steps = " ".join(f"{k}={v:.2f}" for k, v in e.steps)
+        j.add_row(stacked(when(e.time), e.by or "-"), stacked(e.action, e.outcome or ""),
+                  stacked((e.from_sha or "-")[:12], (e.to_sha or "-")[:12]), text(steps))
     out.print(j)
     return 0

@@ -12,15 +12,17 @@ import typer
 
 from .. import playbook as pb
 from ..errors import BadInput
-from ..facts.launch import launch_cmd, parse_launch, propose_ready
+from ..facts import daemon_view as view
+from ..facts.launch import Launch, launch_cmd, parse_launch, propose_ready
 from ..facts.status import gather
+from ..facts.system import Process
 from ..playbook import examples
-from ..remote import connect
-from .common import guarded, out, select_hosts, text
+from ..remote import Cmd, Host, connect
+from .common import err, guarded, out, select_hosts, text
 
 TEMPLATE = '''\
 # swapctl playbook: where the GPU hosts are and how the daemon runs on them.
-# Reference: README.md, "Playbook reference".
+# Reference: docs/playbook.md (generated from the schema: swapctl/playbook/reference.py).
 
 [hosts.gpu-box]
 address = "{address}"
@@ -54,7 +56,7 @@ keep = 5
 
 def init(
     path: Annotated[str, typer.Argument(help="Where to write it.")] = "swapctl.toml",
-    address: Annotated[str, typer.Option(help="The GPU host's address.")] = "141.0.85.211",
+    address: Annotated[str, typer.Option(help="The GPU host's address.")] = "192.0.2.10",
     port: Annotated[int, typer.Option(help="Its SSH port.")] = 22,
     example: Annotated[str | None, typer.Option(
         "--example", help=f"Write one of the example playbooks instead: {', '.join(examples.names())}.",
@@ -64,6 +66,9 @@ def init(
                        "that finds exactly it, and a ready line proposed from its log.", show_default=False)] = None,
     match: Annotated[str, typer.Option(help="With --from: a regex on the command line that finds the daemon.")
                      ] = "cuzk",
+    user: Annotated[str | None, typer.Option(
+        "--user", help="With --from: the user the daemon runs as, where that is neither root nor its binary's "
+                       "owner (written as daemon.user).", show_default=False)] = None,
     force: Annotated[bool, typer.Option(help="Overwrite an existing file.")] = False,
 ) -> None:
     """Write a commented playbook to start from."""
@@ -71,7 +76,7 @@ def init(
     def run() -> int:
         target = Path(path)
         if from_host is not None:
-            body = from_running(from_host, match)
+            body = from_running(from_host, match, user)
         elif example is not None:
             # the sandbox's example names `swapctl sandbox up`'s default directory and port
             body = examples.render(example, SANDBOX=str(Path(".sandbox").resolve()), PORT="40612")
@@ -89,8 +94,9 @@ def init(
     guarded(run)
 
 
-def from_running(target: str, match: str) -> str:
-    """A playbook for the daemon that runs on `target` now (found by `match`), as it was started."""
+def from_running(target: str, match: str, user: str | None = None) -> str:
+    """A playbook for the daemon that runs on `target` now (found by `match`), as it was started. Only what
+    deploy would adopt with that playbook counts: another user's look-alike is named, never written."""
     try:
         re.compile(match)
     except re.error as exc:
@@ -98,21 +104,18 @@ def from_running(target: str, match: str) -> str:
     book = pb.load(None, required=False)  # the HOST may be a playbook name, an ssh_config alias, user@host:port
     [spec] = select_hosts(book, [target])
     with connect(spec) as host:
-        found = gather(host, pb.DaemonSpec(match=match))
-        if len(found.daemons) != 1:
-            listed = "; ".join(f"pid {p.pid}: {p.args[:80]}" for p in found.daemons)
-            why = f"{len(found.daemons)} processes match it ({listed})" if found.daemons else "no process matches it"
-            raise BadInput(f"{spec.name}: --match {match!r}: {why}; pass a --match that finds the daemon alone")
-        [daemon] = found.daemons
-        launch = parse_launch(host.run(launch_cmd(daemon.pid), timeout=30).stdout)
+        daemon, launch, binary = _daemon_to_adopt(host, spec.name, match, user)
         argv = launch.argv or tuple(daemon.args.split())
+        config = view.config_path(argv)
+        status_url = view.status_url_of(host.run(Cmd("head", "-c", "1048576", "--", config), check=False).stdout)
         # the program's path alone, else its whole command line: the first that finds it and nothing else
+        # that deploy would adopt (a look-alike it matches too is named and left alone there)
         for exact in ("^" + re.escape(argv[0]) + "( |$)", "^" + re.escape(" ".join(argv)) + "$"):
-            if [p.pid for p in gather(host, pb.DaemonSpec(match=exact)).daemons] == [daemon.pid]:
+            found = gather(host, pb.DaemonSpec(match=exact, binary=binary, user=user)).daemons
+            if [p.pid for p in found] == [daemon.pid]:
                 break
         else:
             raise BadInput(f"{spec.name}: no match finds pid {daemon.pid} alone; write [daemon] match by hand")
-    binary = argv[0] if argv[0].startswith("/") else daemon.exe or argv[0]
     ready = propose_ready(launch.ready_lines)
     held = int(daemon.rss_kib / (1 << 20))  # GiB the daemon holds now: the new one needs as much back
     q = json.dumps
@@ -134,6 +137,7 @@ def from_running(target: str, match: str) -> str:
         f"args = [{', '.join(map(q, argv[1:]))}]        # its command line now",
         f"match = {q(exact)}  # finds it and nothing else running there",
     ]
+    lines += [f"user = {q(user)}                  # who it runs as (--user)"] if user else []
     lines += [f"cwd = {q(launch.cwd)}"] if launch.cwd else []
     if launch.stdout:
         lines.append(f"log = {q(launch.stdout)}                # where its stdout goes now")
@@ -143,6 +147,11 @@ def from_running(target: str, match: str) -> str:
         lines.append(f"ready_log = {q(ready)}     # proposed from its log: {launch.ready_lines[0][:60]!r}")
     else:
         lines.append('# ready_log = "..."                  # nothing in its log looked like a ready line: set it')
+    if status_url:
+        lines += [f"status_url = {q(status_url)}  # its GET /status (status_listen in {config})",
+                  '# stop = "drain"                     # wait until no proof is in flight before the stop']
+    else:
+        lines.append(f"# status_url = \"http://127.0.0.1:9821/status\"  # {config} sets no status_listen")
     lines += [
         "ready_timeout_s = 600",
         "stop_grace_s = 30",
@@ -156,3 +165,44 @@ def from_running(target: str, match: str) -> str:
     text_ = "\n".join(lines) + "\n"
     pb.parse(text_, "the playbook from " + target)  # what it writes must load
     return text_
+
+
+def _binary_of(daemon: Process, launch: Launch) -> str:
+    """The daemon.binary a playbook gives this process: its argv[0] when that is a path, else what it runs."""
+    argv0 = (launch.argv or tuple(daemon.args.split()) or ("",))[0]
+    return argv0 if argv0.startswith("/") else daemon.exe or argv0
+
+
+def _daemon_to_adopt(host: Host, name: str, match: str, user: str | None) -> tuple[Process, Launch, str]:
+    """The one process `match` finds that deploy would adopt with the playbook written from it (facts/status.py
+    _the_daemon: it runs that binary or one of its releases, as root or the binary's owner, or as `user`),
+    with how it was started and its binary. A match that is no such process is named in one line."""
+    found = gather(host, pb.DaemonSpec(match=match)).daemons
+    if not found:
+        raise BadInput(f"{name}: --match {match!r}: no process matches it; pass a --match that finds the daemon alone")
+    adopted: list[Process] = []
+    others: list[Process] = []
+    launches: dict[int, Launch] = {}
+    binaries: dict[int, str] = {}
+    for p in found:
+        launches[p.pid] = parse_launch(host.run(launch_cmd(p.pid), timeout=30).stdout)
+        binaries[p.pid] = _binary_of(p, launches[p.pid])
+    checked = {b: {d.pid for d in gather(host, pb.DaemonSpec(match=match, binary=b, user=user)).daemons}
+               for b in dict.fromkeys(binaries.values())}
+    for p in found:
+        (adopted if p.pid in checked[binaries[p.pid]] else others).append(p)
+    who = f"as {user} (--user)" if user else "as root or its owner"
+    said = [f"pid {p.pid} (uid {p.uid}, runs {p.exe or '?'}: {p.args[:500]}) matches it but runs no "
+            f"{binaries[p.pid]} {who}" for p in others]
+    if not adopted:
+        fix = "pass --user NAME if it is the daemon and runs as NAME, or" if not user else "fix --user, or"
+        raise BadInput(f"{name}: --match {match!r}: no process that matches it is the daemon: {'; '.join(said)}; "
+                       f"{fix} start the daemon and run this again")
+    if len(adopted) > 1:
+        listed = "; ".join(f"pid {p.pid}: {p.args[:80]}" for p in adopted)
+        raise BadInput(f"{name}: --match {match!r}: {len(adopted)} processes match it ({listed}); pass a --match "
+                       f"that finds the daemon alone")
+    for line in said:
+        err.print(text(f"swapctl: {name}: not the daemon, not written into the playbook: {line}"), style="yellow")
+    [daemon] = adopted
+    return daemon, launches[daemon.pid], binaries[daemon.pid]

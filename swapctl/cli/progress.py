@@ -19,6 +19,7 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 from rich.progress_bar import ProgressBar
+from rich.status import Status
 from rich.table import Table
 from rich.text import Text
 
@@ -35,9 +36,16 @@ class Reporter:
         self.progress: Progress | None = None
         self.task: TaskID | None = None
         self.last_memory = 0.0
+        self.waiting: tuple[Status, float] | None = None  # the lock being taken, shown only until it is
 
     def __call__(self, e: Event) -> None:
         if self.quiet:
+            return
+        self._taken()
+        if e.step == "lock" and self.bars and err.is_terminal:
+            status = err.status(text(f"{self.host} lock: {e.message}"))
+            status.start()
+            self.waiting = (status, time.monotonic())
             return
         if e.step == "upload" and e.total:
             if not self.bars:
@@ -68,7 +76,19 @@ class Reporter:
         style = "bold red" if e.step == "rollback" else None
         err.print(text(f"{self.host} {e.step}: {e.message}"), style=style)
 
+    def _taken(self) -> None:
+        """The lock line goes once the next step begins: what stays says it was taken, and in how long."""
+        if self.waiting is None:
+            return
+        status, since = self.waiting
+        self.waiting = None
+        status.stop()
+        err.print(text(f"{self.host} lock: taken in {time.monotonic() - since:.1f} s"))
+
     def close(self) -> None:
+        if self.waiting is not None:
+            self.waiting[0].stop()
+            self.waiting = None
         if self.progress is not None:
             self.progress.stop()
             self.progress = None

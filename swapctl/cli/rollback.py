@@ -13,15 +13,17 @@ from ..remote import connect
 from ..swap.deploy import EventSink, Interrupts, Outcome, Swap
 from ..swap.deploy import rollback as run_rollback
 from .common import JsonOpt, LimitOpt, PlaybookOpt, guarded
-from .deploy import _confirm, report, show_plan
+from .deploy import _confirm, report, shown_only
 from .fleet import (
     CanaryOpt,
     CanaryWaitOpt,
     Fleet,
     IgnoreGpuHangOpt,
     MaxFailOpt,
+    One,
     ParallelOpt,
-    dry_run_outcome,
+    Preview,
+    confirm_after_plans,
     roll_out,
     select_fleet,
 )
@@ -56,15 +58,20 @@ def _rollback(targets: list[str], to: str | None, playbook_path: str | None, yes
     specs = select_fleet(book, targets, fleet, yes, dry_run, "roll back")
     many = len(specs) > 1
 
-    def one(spec: pb.HostSpec, interrupts: Interrupts, events: EventSink) -> Outcome:
-        with connect(spec) as host:
-            sw = Swap(host, book, events, interrupts, ignore_gpu_hang=ignore_gpu_hang)
-            plan = sw.plan_rollback(to)
-            show_plan(plan, dry_run, book.daemon.secret_env)
-            if dry_run:
-                return dry_run_outcome(plan, "rollback")
-            _confirm(plan, yes or many)
-            return run_rollback(sw, plan)
+    def rollback_one(preview: Preview | None = None) -> One:
+        """Each host's rollback; with `preview`, only its plan, shown and handed to `preview` (a dry run)."""
+        def one(spec: pb.HostSpec, interrupts: Interrupts, events: EventSink) -> Outcome:
+            with connect(spec) as host:
+                sw = Swap(host, book, events, interrupts, ignore_gpu_hang=ignore_gpu_hang)
+                plan = sw.plan_rollback(to)
+                if (shown := shown_only(plan, book, dry_run, preview, "rollback")) is not None:
+                    return shown
+                _confirm(plan, yes or many)
+                return run_rollback(sw, plan)
+        return one
 
-    results, why = roll_out(book, specs, one, fleet, yes, dry_run)
+    if many and not (yes or dry_run):
+        confirm_after_plans(book, specs, rollback_one, fleet, "roll back", f"to {to or 'what ran before'}")
+        yes = True
+    results, why = roll_out(book, specs, rollback_one(), fleet, yes, dry_run)
     return report(results, why, as_json)

@@ -17,12 +17,17 @@ DirOpt = Annotated[Path, typer.Option("--dir", help="Where the sandbox lives.")]
 
 
 @app.command()
-def up(dir: DirOpt = Path(".sandbox"), port: Annotated[int, typer.Option(help="sshd's port.")] = 40612) -> None:
-    """Start the sandbox: sshd on 127.0.0.1:PORT, the prover (build A) started by hand, and a playbook."""
+def up(dir: DirOpt = Path(".sandbox"), port: Annotated[int, typer.Option(help="sshd's port.")] = 40612,
+       fresh: Annotated[bool, typer.Option("--fresh", help="Forget the sandbox's releases and journal.")] = False,
+       ) -> None:
+    """Start the sandbox: sshd on 127.0.0.1:PORT, the prover started by hand, and a playbook."""
 
     def run() -> int:
-        playbook = sb.up(dir, port)
+        kept = not fresh and sb.has_history(dir)
+        playbook = sb.up(dir, port, fresh=fresh)
         out.print(text(f"sandbox up: host `sandbox` at 127.0.0.1:{port}, playbook {playbook}"))
+        if kept:
+            out.print(text("kept its releases and journal from before (`history sandbox`; `--fresh` forgets them)"))
         out.print(text(f"builds to deploy: {dir.resolve() / 'builds'}/prover-b"))
         return 0
 

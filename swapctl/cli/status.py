@@ -8,10 +8,13 @@ import typer
 
 from .. import playbook as pb
 from ..errors import ExitCode, SwapctlError
+from ..facts.daemon_view import DaemonView
 from ..facts.status import HostStatus, gather
 from ..facts.systemd import Unit
 from ..masking import MASK, looks_secret, masked_env, masked_unit_text
 from ..remote.group import on_hosts
+from ..swap import journal_entry
+from ..swap.journal_entry import JournalEntry
 from .common import (
     JsonOpt,
     LimitOpt,
@@ -27,6 +30,7 @@ from .common import (
     stacked,
     text,
     when,
+    where,
     worst,
 )
 
@@ -45,7 +49,15 @@ def status(
 def _status(targets: list[str], playbook_path: str | None, as_json: bool, limit: str | None = None) -> int:
     book = pb.load(playbook_path, required=False)
     specs = select_hosts(book, targets, limit)
-    results = on_hosts(specs, lambda host: gather(host, book.daemon, book.gpu))
+    def run() -> dict:
+        return on_hosts(specs, lambda host: gather(host, book.daemon, book.gpu))
+
+    if err.is_terminal:  # said at once, gone when the hosts have answered; scripts see only the results
+        names = where(specs[0]) if len(specs) == 1 else f"{len(specs)} hosts"
+        with err.status(text(f"connecting to {names}..."), spinner="dots"):
+            results = run()
+    else:
+        results = run()
     codes = []
     for result in results.values():
         if isinstance(result, SwapctlError):
@@ -59,9 +71,12 @@ def _status(targets: list[str], playbook_path: str | None, as_json: bool, limit:
                 code = getattr(result, "exit_code", ExitCode.FAILED)
                 doc[name] = {"error": str(result), "exit_code": int(code)}
             else:
-                doc[name] = {k: v for k, v in result.__dict__.items() if k != "processes"}
+                doc[name] = {k: v for k, v in result.__dict__.items() if k not in ("processes", "last_journal_line")}
+                alone = finished_alone(result)
+                doc[name]["finished_alone"] = alone.to_dict() if alone else None
                 doc[name]["releases"] = [_shown(r, book.daemon.secret_env) for r in result.releases]
                 doc[name]["unit"] = _unit_shown(result.unit, book.daemon.secret_env)
+                doc[name]["daemon_view"] = _view_shown(result.daemon_view)
         print_json({"hosts": doc})
     else:
         for result in results.values():
@@ -88,6 +103,37 @@ def _unit_shown(unit: Unit | None, secret_env: tuple[str, ...]) -> dict | None:
             "environment": [[k, MASK if k in listed or looks_secret(k, v) else v] for k, v in unit.environment]}
 
 
+def _view_shown(view: DaemonView | None) -> dict | None:
+    """The daemon's own view as --json shows it: as parsed, with what a stop now would lose."""
+    if view is None:
+        return None
+    return {**view.__dict__, "in_flight": [p.__dict__ for p in view.in_flight], "waiting": view.waiting,
+            "summary": view.summary()}
+
+
+def render_view(v: DaemonView) -> None:
+    """What the daemon says it is doing: proofs in flight, workers, counters, memory, SRS and PCE."""
+    out.print(text(f"daemon's view: up {duration(int(v.uptime_s))}, {v.completed} completed, {v.failed} failed "
+                   f"since start, queue {v.queue_depth}; {v.summary()}"), style="bold")
+    for p in v.in_flight:
+        out.print(text(f"  in flight: {p.text()} ({p.proof_kind})"))
+    busy = [w for w in v.workers if w.state == "proving"]
+    out.print(text(f"  GPU workers: {len(busy)} proving, {len(v.workers) - len(busy)} idle" + "".join(
+        f"; worker {w.worker_id} on GPU {w.gpu}: job {w.job_id} partition {w.partition}" for w in busy)))
+    out.print(text(f"  memory: {size(v.memory_used_bytes // 1024)} of {size(v.memory_total_bytes // 1024)} in its "
+                   f"budget; SRS {size(v.srs_bytes // 1024)}, PCE {size(v.pce_bytes // 1024)}"))
+
+
+def render_unit_and_view(st: HostStatus, secret_env: tuple[str, ...]) -> None:
+    """The daemon's unit, then its own view (daemon.status_url), or why there is none."""
+    if st.unit:
+        render_unit(st.unit, secret_env)
+    if st.daemon_view:
+        render_view(st.daemon_view)
+    elif st.daemon_view_error:
+        out.print(text(f"daemon's view: no status ({st.daemon_view_error}); in-flight work unknown"), style="yellow")
+
+
 def render_unit(u: Unit, secret_env: tuple[str, ...]) -> None:
     """The unit: its state, restarts, main pid, what it runs, and its file with the drop-ins."""
     if not u.found:
@@ -102,6 +148,19 @@ def render_unit(u: Unit, secret_env: tuple[str, ...]) -> None:
             out.print(text(f"  | {line}"))
 
 
+def finished_alone(st: HostStatus) -> JournalEntry | None:
+    """The journal's last line when the host wrote it alone: a swap whose controller went away (its `by`
+    says "HOST itself (...)"), which nobody saw end."""
+    entry = journal_entry.parse(st.last_journal_line) if st.last_journal_line else None
+    return entry if entry is not None and entry.outcome and " itself (" in entry.by else None
+
+
+def render_alone(st: HostStatus) -> None:
+    if (alone := finished_alone(st)) is not None:
+        out.print(text(f"last swap: {alone.action} {alone.outcome} at {alone.time}, finished by {alone.by}; "
+                       f"`swapctl history {st.host}` has its line"), style="bold yellow")
+
+
 def render(st: HostStatus, secret_env: tuple[str, ...] = ()) -> None:
     mem = st.memory
     out.rule(text(f"{st.host}  ({st.hostname}, {st.arch})"))
@@ -112,6 +171,7 @@ def render(st: HostStatus, secret_env: tuple[str, ...] = ()) -> None:
     if st.swapping:
         out.print(text("a swap is in progress on this host (swapctl's swap script holds its lock)"),
                   style="bold yellow")
+    render_alone(st)
     if not st.daemons:
         out.print(text("daemon: not running"), style="yellow")
     for p in st.daemons:
@@ -124,8 +184,7 @@ def render(st: HostStatus, secret_env: tuple[str, ...] = ()) -> None:
     for p in st.not_daemons:  # another user's, or another program: what a deploy leaves alone
         out.print(text(f"not the daemon: pid {p.pid} (uid {p.uid}, runs {p.exe or '?'}) matches daemon.match"),
                   style="yellow")
-    if st.unit:
-        render_unit(st.unit, secret_env)
+    render_unit_and_view(st, secret_env)
 
     if st.gpu_error:
         out.print(text(f"GPUs: {st.gpu_error}"), style="bold red" if st.gpu_hung else "yellow")

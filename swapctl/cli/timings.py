@@ -16,13 +16,14 @@ from ..logs.gpu import report as gpu_report
 from ..logs.timings import PHASE_SHARE, by_release, compare, parse_files
 from ..remote import connect
 from ..swap.deploy import Swap
-from .common import JsonOpt, PlaybookOpt, err, guarded, out, print_json, select_hosts, text
+from .common import JsonOpt, PlaybookOpt, err, guarded, out, print_json, select_hosts, text, warn
 
 BAR = 30
 
 
 def timings(
-    paths: Annotated[list[Path] | None, typer.Argument(help="Log files (stdout and stderr of the daemon).")] = None,
+    paths: Annotated[list[Path] | None, typer.Argument(
+        metavar="LOG", help="Log files (stdout and stderr of the daemon).")] = None,
     compare_: Annotated[tuple[Path, Path] | None, typer.Option(
         "--compare", help="Two logs, BEFORE AFTER: each phase's p50 and the change.")] = None,
     all_phases: Annotated[bool, typer.Option("--all", help="Show phases that never took time too.")] = False,
@@ -63,8 +64,9 @@ def _by_release(targets: list[str], dest: Path, playbook_path: str | None, as_js
     if not log.is_file():
         raise BadInput(f"{log}: no fetched log; run `swapctl fetch-logs {spec.name} --dest {dest}` first")
     with connect(spec) as host:
-        journal = list(Swap(host, book).catalog().journal)
-    parts = by_release(str(log), journal)
+        catalog = Swap(host, book).catalog()
+    warn(catalog.notes())
+    parts = by_release(str(log), catalog.journal)
     if as_json:
         print_json({"host": spec.name, "log": str(log), "releases": parts})
         return 0
@@ -134,40 +136,68 @@ def _plot(paths: list[Path], png: Path, run: str, samples: list) -> None:
     try:
         timeline.draw(runs, str(png), " ".join(p.name for p in paths), views)
     except ImportError:
-        raise BadInput("--plot needs matplotlib: pip install 'swapctl[plot]'") from None
+        raise BadInput("--plot draws with matplotlib, which this install lacks: pip install matplotlib") from None
     err.print(text(f"timeline: {png}"))
 
 
-PART_MARKS = {"kernels": "█", "gpu_phase": "█", "copy_wait": "▓", "phase_no_kernel": "▒", "barrier": "░",
-              "queued": ":", "synthesis": "·"}
-SHORT = {"kernels": "kernels", "gpu_phase": "GPU phase", "copy_wait": "waiting for the copy",
-         "phase_no_kernel": "GPU phase, no kernel", "barrier": "barrier waits", "queued": "queued, not started",
-         "synthesis": "waiting for synthesis"}
+PART_MARKS = {"kernels": "█", "gpu_phase": "█", "copy": "▓", "barrier": "░", "queued": ":", "synthesis": "·"}
+SHORT = {"kernels": "kernels", "gpu_phase": "GPU phase (copy not timed)", "copy": "copy",
+         "barrier": "barrier waits", "queued": "queued, not started", "synthesis": "waiting for synthesis"}
 
 
 def _gpu_said(report: dict) -> None:
-    """GPU busy from the GPU's own counters, PCIe RX, and where each GPU's time went, as one bar each."""
-    busy = report.get("gpu_busy")
-    if not busy:
-        out.print(text("GPU busy: no GPU samples (the sampler's files, fetched with the log; --samples FILE)"),
+    """The three figures, PCIe RX and where each GPU's time went (from the log's phases): one block per
+    run where the log holds several (a figure over builds mixed is no figure), else one."""
+    runs = report["runs"]
+    if len(runs) > 1 and any(r.get("gpu") for r in runs):
+        for r in runs:
+            build = "pageable" if r.get("pageable_share") else "pinned" if r.get("pageable_share") == 0 else "?"
+            wall = "-" if r["wall_ms"] is None else f"{r['wall_ms'] / 1000:.1f} s"
+            out.print(text(f"run {r['run']} ({build} buffers, {r['partitions']} partitions, {wall}):"), style="bold")
+            _gpu_block(r.get("gpu") or {}, "  ")
+        return
+    _gpu_block(report.get("gpu_figures") or {}, "")
+
+
+def _gpu_block(views: dict[str, dict], pad: str) -> None:
+    if not any(v["samples"] for v in views.values()):
+        out.print(text(f"{pad}GPU busy: no GPU samples (the sampler's files, fetched with the log; --samples FILE)"),
                   style="dim", soft_wrap=True)
-    else:
-        for g, b in busy.items():
-            rx = (f"; PCIe RX {_mbps(b['rx_in_phase_mbps'])} in the GPU phases, {_mbps(b['rx_outside_mbps'])} outside"
-                  if b["rx_in_phase_mbps"] is not None else "")
-            out.print(f"GPU busy, GPU {g}: {_pct1(b['busy_mean'])} (nvidia-smi dmon sm%, {b['samples']} samples){rx}",
-                      style="bold", soft_wrap=True)
-    where = report.get("where_time_goes")
-    if where:
-        out.print("where the time goes (of wall time):")
-        for g, w in where.items():
-            parts = w["parts"]
-            bar = "".join(PART_MARKS[k] * round(f * 50) for k, f in parts.items())
-            out.print(text(f"  GPU {g} [{bar:<50}] " + ", ".join(f"{SHORT[k]} {f * 100:.0f}%" for k, f in parts.items()
-                                                              if f >= 0.005)), soft_wrap=True)
-            if w["largest_idle_cause"]:
-                out.print(text(f"  GPU {g} idles most while: {PARTS[w['largest_idle_cause']]}"), style="yellow",
-                          soft_wrap=True)
+    for g, v in views.items():
+        lines = [_busy(v), f"duty cycle {_pct1(v['duty_cycle'])} (dmon sm%: any kernel ran; {v['samples']} readings)"
+                 if v["duty_cycle"] is not None else None,
+                 f"kernel share from the log {_pct(v['kernel_share'])} (copy {_pct(v['copy_share'])})"
+                 if v["kernel_share"] is not None else "kernel share from the log: - (the log does not time the copy)"]
+        out.print(text(f"{pad}GPU {g}: " + "; ".join(x for x in lines if x)), soft_wrap=True)
+        for line in v["disagree"]:
+            out.print(text(f"{pad}  {line}"), style="yellow", soft_wrap=True)
+        extra = []
+        if v.get("cycle_ms"):
+            c = v["cycle_ms"]
+            extra.append(f"cycle {c['p50'] / 1000:.2f} s ({c['min'] / 1000:.2f}-{c['max'] / 1000:.2f})")
+        if v["rx_gpm_mibps"] is not None:
+            per = f", {v['rx_per_partition_mib']:,.0f} MiB a partition" if v["rx_per_partition_mib"] else ""
+            extra.append(f"PCIe RX (GPM) {v['rx_gpm_mibps']:,.0f} MiB/s{per}")
+        if v["dropped"]:
+            extra.append(f"{v['dropped']} bogus GPM values dropped")
+        if extra:
+            out.print(text(f"{pad}  " + "; ".join(extra)), style="dim", soft_wrap=True)
+        parts = v["time"]
+        bar = "".join(PART_MARKS[k] * round(f * 50) for k, f in parts.items())
+        out.print(text(f"{pad}  where the time goes (the log's phases) [{bar:<50}] "
+                       + ", ".join(f"{SHORT[k]} {f * 100:.1f}%" for k, f in parts.items() if f >= 0.0005)),
+                  soft_wrap=True)
+        if v["largest_idle_cause"]:
+            out.print(text(f"{pad}  GPU {g} idles most while: {PARTS[v['largest_idle_cause']]}"), style="yellow",
+                      soft_wrap=True)
+
+
+def _busy(v: dict) -> str:
+    if v["busy_mean"] is None:
+        return "GPU busy (SM activity): - (no GPM counters here)" if v["samples"] else ""
+    iv = v.get("busy_interval")
+    ci = f", 95% interval {iv[0]:.1f}-{iv[1]:.1f}" if iv else ""
+    return f"GPU busy {_pct1(v['busy_mean'])} (SM activity, GPM{ci})"
 
 
 def _pct1(v: float | None) -> str:
@@ -230,7 +260,7 @@ def _timings(paths: list[Path], pair: tuple[Path, Path] | None, all_phases: bool
             out.print(f"{label}: {_pct(result[key]['before'])} -> {_pct(result[key]['after'])}")
         for g in sorted(set(before.get("gpu_busy") or {}) | set(after.get("gpu_busy") or {})):
             b, a = ((side.get("gpu_busy") or {}).get(g, {}).get("busy_mean") for side in (before, after))
-            out.print(f"GPU busy, GPU {g} (dmon sm%): {_pct1(b)} -> {_pct1(a)}", style="bold")
+            out.print(f"GPU busy, GPU {g} (SM activity): {_pct1(b)} -> {_pct1(a)}", style="bold")
         return 0
     if not paths:
         raise BadInput("give log files to read, or --compare BEFORE AFTER")

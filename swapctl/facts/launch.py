@@ -9,11 +9,14 @@ from dataclasses import dataclass
 from ..remote import Cmd
 from .status import split_sections
 
+# Its argv, its stdout's and its cwd's paths are any user's text: each item ends in NUL and tr swaps NUL and
+# newline, so an item is one line and a newline in it a NUL (none holds one), swapped back by the parser. A
+# section named again later (a log line `==> cwd`) is forged: split_sections keeps the first.
 LAUNCH_SCRIPT = r"""
 pid=$1
-printf '==> argv\n'; tr '\0' '\n' < "/proc/$pid/cmdline"
-printf '\n==> stdout\n'; readlink "/proc/$pid/fd/1"
-printf '==> cwd\n'; readlink "/proc/$pid/cwd"
+printf '==> argv\n'; tr '\n\0' '\0\n' < "/proc/$pid/cmdline"
+printf '\n==> stdout\n'; readlink -z "/proc/$pid/fd/1" | tr '\n\0' '\0\n'
+printf '==> cwd\n'; readlink -z "/proc/$pid/cwd" | tr '\n\0' '\0\n'
 printf '==> ready\n'
 log=$(readlink "/proc/$pid/fd/1")
 case $log in /*) [ -f "$log" ] && grep -a -m 5 -i -E 'ready|listening|serving' -- "$log";; esac
@@ -37,13 +40,18 @@ def launch_cmd(pid: int) -> Cmd:
 
 def parse_launch(text: str) -> Launch:
     s = split_sections(text)
-    stdout = s.get("stdout", "").strip()
+    stdout = _item(s.get("stdout", ""))
     return Launch(
-        argv=tuple(line for line in s.get("argv", "").split("\n") if line != "") if s.get("argv") else (),
+        argv=tuple(_item(line) for line in s.get("argv", "").split("\n") if line != "") if s.get("argv") else (),
         stdout=stdout if stdout.startswith("/") and not stdout.startswith(("/dev/", "/proc/")) else None,
-        cwd=s.get("cwd", "").strip() or None,
+        cwd=_item(s.get("cwd", "")) or None,
         ready_lines=tuple(_ANSI.sub("", line) for line in s.get("ready", "").splitlines() if line.strip()),
     )
+
+
+def _item(line: str) -> str:
+    """One NUL-terminated item as the script printed it: a NUL in it was a newline."""
+    return line.strip("\n").replace("\0", "\n")
 
 
 def propose_ready(lines: tuple[str, ...]) -> str | None:

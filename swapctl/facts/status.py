@@ -9,18 +9,20 @@ from pathlib import PurePosixPath
 
 from ..playbook import DaemonSpec, GpuSpec
 from ..remote import Cmd, Host
-from . import nvidia, system
+from . import daemon_view, nvidia, system
 from . import systemd as sd
 from .system import Process
 
 STATUS_SCRIPT = r"""
-bin=$1; state=$2; PS_FORMAT=$3; GPU_FIELDS=$4; GPU_APPS=$5; smi_cs=$6; user=$7; unit=$8; shift 8
+bin=$1; state=$2; PS_FORMAT=$3; GPU_FIELDS=$4; GPU_APPS=$5; smi_cs=$6; user=$7; unit=$8; url=$9; shift 9
 sec() { printf '\n==> %s\n' "$1"; }
 """ + nvidia.BOUNDED_SMI + r"""
 sec host; uname -m; uname -n
 sec self; echo "$$"
 sec ps; ps -ww -eo "$PS_FORMAT" | cut -c 1-65536  # any user's argv: a line of it is enough
-sec links; find /proc/[0-9]*/exe /proc/[0-9]*/cwd -maxdepth 0 -printf '%p\t%l\n' 2>/dev/null
+# a link's target is any user's path, newlines and all: each entry ends in NUL, and tr swaps NUL and newline,
+# so an entry is one line and a newline in it a NUL (no path holds one), swapped back by the parser
+sec links; find /proc/[0-9]*/exe /proc/[0-9]*/cwd -maxdepth 0 -printf '%p\t%l\0' 2>/dev/null | tr '\n\0' '\0\n'
 sec ids; grep -s -E '^(Uid|Gid):' /proc/[0-9]*/status
 # who the daemon may run as: daemon.user, else root or the owner of the binary; and the binary's directory
 # as /proc/PID/exe names it (symlinks resolved)
@@ -39,7 +41,10 @@ else
   echo missing
 fi
 sec current; [ -n "$bin" ] && readlink -- "$bin"
-sec swapping; [ -e "$state/swap.lock" ] && ! flock -n "$state/swap.lock" true 2>/dev/null && echo yes
+sec swapping; [ -e "$state/swap.lock" ] && ! flock -n "$state/swap.lock" true 2>/dev/null && echo yes &&
+  head -n 1 -c 4096 -- "$state/swap.info" 2>/dev/null
+sec last-swap  # the journal's last line (swapctl.swap.journal_entry reads it): the host may have written it alone
+[ -n "$state" ] && tail -c 65536 -- "$state/journal.jsonl" 2>/dev/null | tail -n 1
 sec gpu-sampler  # swapctl.gpu.sampler: whether it runs, and its last note
 g="$state/gpu"
 if [ -n "$state" ] && [ -d "$g" ]; then
@@ -64,6 +69,8 @@ if [ -d /run/systemd/system ] && command -v systemctl >/dev/null 2>&1; then
     echo "--- cat"; systemctl cat -- "$unit" 2>/dev/null | head -c 65536
   fi
 fi
+# the daemon's own view (daemon.status_url), read here: no port opens to the controller
+sec daemon-view; [ -n "$url" ] && { """ + daemon_view.FETCH + r"""; } 2>&1 | head -c 4194304
 sec releases
 # a manifest over 1 MiB is no manifest swapctl wrote: cut, it does not parse, and is not shown
 for m in "$state"/releases/*/manifest.json; do [ -f "$m" ] && { head -c 1048576 -- "$m" | tr -d '\n'; echo; }; done
@@ -89,18 +96,22 @@ class HostStatus:
     releases: tuple[dict, ...] = field(default=())
     processes: tuple[system.Process, ...] = field(default=(), repr=False)
     swapping: bool = False  # a swap script runs on the host now (it holds swap.lock)
+    swap_info: str = ""  # its swap.info: who started it, since when (JSON, as the host wrote it)
+    last_journal_line: str = ""  # the journal's last line, as the host has it (read as a JournalEntry above)
     gpu_sampler: str | None = None  # one line: the GPU sampler runs (and follows which pid) or not, its last note
     gpu_hung: bool = False  # nvidia-smi did not answer within [gpu] nvidia_smi_timeout_s: GPU or driver wedged
     unit: sd.Unit | None = None  # the systemd unit the daemon runs under (or the playbook names)
     daemon_user: tuple[int, int] | None = None  # daemon.user's uid and gid on the host, when it has that user
     not_daemons: tuple[system.Process, ...] = ()  # matched daemon.match, but run another program or as another user
+    daemon_view: daemon_view.DaemonView | None = None  # its GET /status, when daemon.status_url is set and answered
+    daemon_view_error: str | None = None  # daemon.status_url is set, and this is what came instead of a snapshot
 
     @property
     def other_sessions(self) -> tuple[system.Session, ...]:
         return tuple(s for s in self.sessions if not s.own)
 
 
-DF_ARG = 12  # where the status script's df paths start in its argv (sh -c SCRIPT $0 $1...$8)
+DF_ARG = 13  # where the status script's df paths start in its argv (sh -c SCRIPT $0 $1...$9)
 
 
 DEFAULT_GPU = GpuSpec()  # frozen: one default for every call
@@ -112,19 +123,23 @@ def status_cmd(daemon: DaemonSpec, gpu: GpuSpec = DEFAULT_GPU) -> Cmd:
     state = daemon.state_dir if daemon.binary else ""
     smi_cs = max(1, round(gpu.nvidia_smi_timeout_s * 100))
     return Cmd.script(STATUS_SCRIPT, daemon.binary or "", state, system.PS_FORMAT, nvidia.QUERY_FIELDS,
-                      nvidia.QUERY_APPS, str(smi_cs), daemon.user or "", daemon.unit or "", *dict.fromkeys(dirs),
+                      nvidia.QUERY_APPS, str(smi_cs), daemon.user or "", daemon.unit or "", daemon.status_url or "",
+                      *dict.fromkeys(dirs),
                       label="status")
 
 
 def split_sections(text: str) -> dict[str, str]:
+    """A script's `==> name` sections. Lines end at a newline only (str.splitlines would end one at a \\x1c
+    or a U+2028 inside a path too), and a section's first occurrence counts: the scripts print each once,
+    so a later one is text that forged it."""
     sections: dict[str, list[str]] = {}
-    current = None
-    for line in text.splitlines():
+    current: list[str] | None = None
+    for line in text.split("\n"):
         if line.startswith("==> "):
-            current = line[4:].strip()
-            sections[current] = []
+            name = line[4:].strip()
+            current = sections.setdefault(name, []) if name not in sections else []
         elif current is not None:
-            sections[current].append(line)
+            current.append(line)
     return {k: "\n".join(v).strip("\n") for k, v in sections.items()}
 
 
@@ -236,13 +251,27 @@ def parse_status(host: str, text: str, daemon: DaemonSpec, df_paths: list[str]) 
         current_release=s.get("current", "").strip() or None,
         releases=tuple(sorted(releases, key=lambda r: str(r.get("created", "")))),
         processes=tuple(procs),
-        swapping=s.get("swapping", "").strip() == "yes",
+        swapping=s.get("swapping", "").strip().startswith("yes"),
+        swap_info="".join(s.get("swapping", "").strip().splitlines()[1:2]),
+        last_journal_line=s.get("last-swap", "").strip(),
         gpu_sampler=_sampler_line(s.get("gpu-sampler", "")),
         gpu_hung=hung is not None,
         unit=_own_unit(sd.parse_unit(s.get("unit", "")), daemon, daemons),
         daemon_user=user,
         not_daemons=tuple(p for p in matched if p.pid not in matches),
+        **_view(daemon, s.get("daemon-view", "")),
     )
+
+
+def _view(daemon: DaemonSpec, text: str) -> dict:
+    """daemon_view and daemon_view_error from the daemon-view section (empty without status_url)."""
+    if not daemon.status_url:
+        return {}
+    view = daemon_view.parse_view(text)
+    if view is not None:
+        return {"daemon_view": view}
+    said = text.strip().splitlines()[-1][:200] if text.strip() else "no answer"
+    return {"daemon_view_error": f"{daemon.status_url}: {said}"}
 
 
 def _own_unit(unit: sd.Unit | None, daemon: DaemonSpec, daemons: tuple[system.Process, ...]) -> sd.Unit | None:

@@ -57,9 +57,9 @@ PS_FORMAT = "pid=,ppid=,pgid=,stat=,pcpu=,rss=,etimes=,user=,args="
 
 
 def parse_ps(text: str) -> list[Process]:
-    """Parses `ps -ww -eo PS_FORMAT`."""
+    """Parses `ps -ww -eo PS_FORMAT` (lines end at a newline only: an argv may hold U+2028 or \\x1c)."""
     procs = []
-    for line in text.splitlines():
+    for line in text.split("\n"):
         parts = line.split(None, 8)
         if len(parts) < 8 or not parts[0].isdigit():
             continue
@@ -72,10 +72,12 @@ def parse_ps(text: str) -> list[Process]:
 
 
 def parse_links(text: str) -> dict[int, dict[str, str]]:
-    """Parses `find /proc/[0-9]*/exe /proc/[0-9]*/cwd -maxdepth 0 -printf '%p\\t%l\\n'`."""
+    """Parses `find /proc/[0-9]*/exe /proc/[0-9]*/cwd -maxdepth 0 -printf '%p\\t%l\\0' | tr '\\n\\0' '\\0\\n'`:
+    one entry a line, a newline in a target written as NUL (a plain `\\n` output, as recorded, parses too)."""
     links: dict[int, dict[str, str]] = {}
-    for line in text.splitlines():
+    for line in text.split("\n"):
         path, _, target = line.partition("\t")
+        target = target.replace("\0", "\n")
         m = re.match(r"^/proc/(\d+)/(exe|cwd)$", path)
         if m and target:
             links.setdefault(int(m.group(1)), {})[m.group(2)] = target
@@ -85,7 +87,7 @@ def parse_links(text: str) -> dict[int, dict[str, str]]:
 def parse_ids(text: str) -> dict[int, tuple[int, int]]:
     """Parses `grep -s -E '^(Uid|Gid):' /proc/[0-9]*/status`: pid -> (effective uid, effective gid)."""
     found: dict[int, dict[str, int]] = {}
-    for line in text.splitlines():
+    for line in text.split("\n"):
         m = re.match(r"^/proc/(\d+)/status:(Uid|Gid):\s+\d+\s+(\d+)", line)
         if m:
             found.setdefault(int(m[1]), {})[m[2]] = int(m[3])

@@ -1,12 +1,14 @@
 # shellcheck shell=bash
-# swapctl's control of the GPU sampler (sampler.sh): `start DIR PID MAX QUIET INTERVAL QUERY FIELDS`
-# (the sampler's body on stdin), `stop DIR`, `status DIR`. One sampler per host: it holds DIR's
+# swapctl's control of the GPU sampler (sampler.sh): `start DIR USER PID MAX QUIET INTERVAL QUERY FIELDS`
+# (the sampler's body on stdin), `stop DIR USER`, `status DIR USER`. USER: daemon.user, who may own the
+# binary's directory and those above it (empty: root only). One sampler per host: it holds DIR's
 # gpu-sampler.lock while it runs. Prints machine-readable lines: the action's outcome, then the state:
+#   UNSAFE dir owner mode (and nothing else: a directory others may change, nothing done)
 #   STARTED | ALREADY | RESTARTED | NO_NVIDIA_SMI | FAILED why | STOPPED | NOT_RUNNING
 #   RUNNING sampler_pid daemon_pid started_utc   (or IDLE)
 #   FILE size name ...   NOTE last-note-line
 export LC_ALL=C
-action=$1; dir=$2; shift 2
+action=$1; dir=$2; user=$3; shift 3
 
 note() { printf '%s %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$*" >> gpu-sampler.notes; }
 pgone() { s=; { read -r s < "/proc/$1/stat"; } 2>/dev/null; s=${s##*) }; [ -z "$s" ] || [ "${s%% *}" = Z ]; }
@@ -35,6 +37,15 @@ state() {
   exit 0
 }
 
+# root writes and runs what is in DIR: refused where another user may rename it, or a directory above it
+# (the binary's and those above it, the state tree)
+# shellcheck source=lib.sh
+. ./lib.sh
+state=${dir%/*}
+bad=$(unsafe_path "${state%/.swapctl/*}" "$( [ -n "$user" ] && id -u -- "$user" 2>/dev/null)"
+      unsafe_dirs "${state%/*}" "$state" "$dir")
+[ -z "$bad" ] || { echo "UNSAFE $bad" | head -n 1; exit 0; }
+
 if [ "$action" != start ]; then
   cd -- "$dir" 2>/dev/null || { [ "$action" = stop ] && echo NOT_RUNNING; echo IDLE; exit 0; }
   if [ "$action" = stop ]; then
@@ -52,7 +63,7 @@ cd -- "$dir" || exit 1
 exec 8>>gpu-sampler.ctl.lock; flock -w 30 8
 # the notes stay small: rewritten to their last lines now and then (fetch-logs then starts a new copy)
 if [ -f gpu-sampler.notes ] && [ "$(stat -c %s gpu-sampler.notes)" -gt 65536 ]; then
-  tail -n 200 gpu-sampler.notes > gpu-sampler.notes.tmp && mv -f gpu-sampler.notes.tmp gpu-sampler.notes
+  t=$(mktemp gpu-sampler.notes.XXXXXX) && tail -n 200 gpu-sampler.notes > "$t" && mv -f -- "$t" gpu-sampler.notes
 fi
 if ! command -v nvidia-smi >/dev/null 2>&1; then
   note "not started: no nvidia-smi on this host (PATH=$PATH): no GPU samples"
@@ -64,12 +75,14 @@ if running; then
   stop_it "the daemon it followed (pid $dpid) was replaced by pid $pid"
   outcome=RESTARTED
 fi
-# shellcheck disable=SC2015 # the message is for a failed write or a failed rename alike
-cat > gpu-sampler.sh.tmp && mv -f gpu-sampler.sh.tmp gpu-sampler.sh || { echo "FAILED cannot write $dir"; exit 0; }
-rm -f gpu-sampler.pid
+# the sampler runs as root what came on stdin, never a file in DIR: a file there could be swapped (or be a
+# FIFO) between its writing and its reading. bash reads it from fd 3, a here-string: a pipe, or a file
+# bash makes and unlinks itself.
+body=$(cat)
+rm -f gpu-sampler.pid gpu-sampler.sh  # an older swapctl's copy of the script: not run, not kept
 # detached as the daemon is: its own session, no fd left on this SSH channel, HUP ignored
-( trap '' HUP; exec setsid bash --norc -c 'exec -a swapctl-gpu-sampler bash --norc gpu-sampler.sh "$@"' \
-    swapctl-gpu-sampler "$pid" "$max" "$quiet" "$interval" "$query" "$fields" ) \
+( trap '' HUP; exec setsid bash --norc -c 'exec -a swapctl-gpu-sampler bash --norc /dev/fd/3 "$@"' \
+    swapctl-gpu-sampler "$pid" "$max" "$quiet" "$interval" "$query" "$fields" 3<<<"$body" ) \
   < /dev/null > /dev/null 2> gpu-sampler.err 8>&- &
 child=$!
 i=0

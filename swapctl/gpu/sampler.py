@@ -1,8 +1,9 @@
 """The GPU sampler on the host: start, stop and ask it, with one fixed script each way.
 
 The sampler (sampler.sh, package data) runs detached like the daemon, records `nvidia-smi dmon -s ut
--o DT` (and, asked, `--query-gpu ... -lms 500`) with TZ=UTC while the daemon's pid lives, and ends
-when it exits. Its files live in `<state dir>/gpu/` on the host:
+-o DT` with the GPU's activity counters where dmon has them (`--gpm-metrics 2,3,20,21`: SM activity, SM
+occupancy, PCIe TX/RX; its notes say once where not) and, asked, `--query-gpu ... -lms 500`, with
+TZ=UTC while the daemon's pid lives, and ends when it exits. Its files live in `<state dir>/gpu/` on the host:
 - `gpu-samples-<run UTC>-<NNNN>.dmon`, `gpu-query-<run UTC>-<NNNN>.csv`: append-only segments, each
   beginning with its header, the oldest removed beyond `max_bytes` of each kind;
 - `gpu-sampler.notes`: one line per event (started, why it ended, no nvidia-smi, nvidia-smi hung);
@@ -78,10 +79,17 @@ def _script(name: str) -> str:
     return resources.files(__package__).joinpath(name).read_text()
 
 
-def _ctl(host: Host, action: str, state_dir: str, *args: str, stdin: bytes | None = None) -> SamplerStatus:
+def _ctl(host: Host, action: str, state_dir: str, user: str, *args: str, stdin: bytes | None = None) -> SamplerStatus:
+    from ..swap.preflight import why_unsafe  # the swap package starts samplers: imported when used
+    from ..swap.scripts import inline
+
     d = sampler_dir(state_dir)
-    cmd = Cmd.script(_script("sampler-ctl.sh"), action, d, *args, label=f"gpu-sampler-{action}", shell="bash")
+    cmd = Cmd.script(inline(_script("sampler-ctl.sh")), action, d, user, *args, label=f"gpu-sampler-{action}",
+                     shell="bash")
     result = host.run(cmd, stdin=stdin, timeout=60)
+    first = result.stdout.partition("\n")[0]
+    if first.startswith("UNSAFE "):  # a directory others may change: nothing was done there
+        raise Refused(why_unsafe(first.removeprefix("UNSAFE "), state_dir), host=host.name)
     return parse_ctl(host.name, d, result.stdout)
 
 
@@ -111,24 +119,26 @@ def parse_ctl(host: str, directory: str, text: str) -> SamplerStatus:
 
 
 def start_sampler(host: Host, state_dir: str, pid: int, *, max_bytes: int = DEFAULT_MAX_BYTES,
-                  query: bool = False, quiet_s: float = DEFAULT_QUIET_S, interval_s: int = 1) -> SamplerStatus:
+                  query: bool = False, quiet_s: float = DEFAULT_QUIET_S, interval_s: int = 1,
+                  user: str = "") -> SamplerStatus:
     """Starts the host's sampler following daemon `pid` (one already following it is kept; one following
-    another pid is replaced). A host without nvidia-smi gets a note and outcome "no nvidia-smi"."""
+    another pid is replaced). A host without nvidia-smi gets a note and outcome "no nvidia-smi". `user`:
+    daemon.user, who may own the binary's directory; Refused where anyone else may change it."""
     if pid <= 1 or max_bytes < 2048 or quiet_s <= 0 or interval_s < 1:
         raise ValueError("pid > 1, max_bytes >= 2048, quiet_s > 0 and interval_s >= 1 are needed")
     quiet = f"{quiet_s:g}" if quiet_s == int(quiet_s) else f"{quiet_s:.3f}"
-    return _ctl(host, "start", state_dir, str(pid), str(max_bytes), quiet, str(interval_s), "1" if query else "0",
+    return _ctl(host, "start", state_dir, user, str(pid), str(max_bytes), quiet, str(interval_s), "1" if query else "0",
                 QUERY_FIELDS, stdin=_script("sampler.sh").encode())
 
 
-def stop_sampler(host: Host, state_dir: str) -> SamplerStatus:
+def stop_sampler(host: Host, state_dir: str, user: str = "") -> SamplerStatus:
     """Stops the host's sampler and everything it started; outcome "not running" when none ran."""
-    return _ctl(host, "stop", state_dir)
+    return _ctl(host, "stop", state_dir, user)
 
 
-def sampler_status(host: Host, state_dir: str) -> SamplerStatus:
+def sampler_status(host: Host, state_dir: str, user: str = "") -> SamplerStatus:
     """Whether the host's sampler runs, what it follows, its sample files and its last note."""
-    return _ctl(host, "status", state_dir)
+    return _ctl(host, "status", state_dir, user)
 
 
 def daemon_pid(host: Host, daemon) -> int:

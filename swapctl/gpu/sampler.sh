@@ -107,7 +107,19 @@ printf '%s %s %s %s\n' "$$" "$pid" "$since" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" > g
   mv -f gpu-sampler.pid.tmp gpu-sampler.pid
 if [ "$max" -ge 1048576 ]; then bound="$(( max / 1048576 )) MiB"; else bound="$max bytes"; fi
 note "started: following the daemon (pid $pid), at most $bound of each kind of samples"
-record dmon gpu-samples dmon dmon -s ut -d "$interval" -o DT &
+# The GPU's activity counters (GPM: Hopper and later, driver 525 on), in dmon's rows beside the duty
+# cycle: 2 SM activity, 3 SM occupancy, 20/21 PCIe TX/RX (NVML's nvmlGpmMetricId_t). One short dmon
+# says whether this GPU and driver have them; where not, the notes say so once and dmon runs without.
+GPM=2,3,20,21
+gpm=$(env TZ=UTC timeout -k 2 "$quiet" nvidia-smi dmon -s ut --gpm-metrics "$GPM" -c 1 2>&1 9>&-); rc=$?
+if [ "$rc" -eq 0 ] && printf '%s\n' "$gpm" | grep -q '^#.*GPM:'; then
+  note "dmon: with the GPU's activity counters (--gpm-metrics $GPM: SM activity, SM occupancy, PCIe TX/RX)"
+  record dmon gpu-samples dmon dmon -s ut --gpm-metrics "$GPM" -d "$interval" -o DT &
+else
+  why=$(printf '%s\n' "$gpm" | grep -v '^#' | grep -m 1 .)
+  note "dmon: no GPU activity counters here (dmon --gpm-metrics: exit $rc, ${why:-no output}): duty cycle only, no SM activity"
+  record dmon gpu-samples dmon dmon -s ut -d "$interval" -o DT &
+fi
 if [ "$query" = 1 ]; then
   record query gpu-query csv --query-gpu="$fields" --format=csv -lms 500 &
 fi

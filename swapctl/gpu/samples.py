@@ -1,7 +1,9 @@
 """GPU samples as the host's sampler records them: pure parsers of nvidia-smi's periodic output.
 
 Two sources, kept apart because they are different counters over different periods:
-- `nvidia-smi dmon -s ut -o DT` (1 s): sm% and mem% (NVML utilization), PCIe rx/tx MB/s;
+- `nvidia-smi dmon -s ut -o DT` (1 s): sm% and mem% (NVML utilization: duty cycles), PCIe rx/tx MB/s,
+  and with `--gpm-metrics 2,3,20,21` the GPU's activity counters (true averages over the second: SM
+  activity, SM occupancy, PCIe TX/RX MiB/s), known by their `GPM:` unit line;
 - `nvidia-smi --query-gpu=timestamp,index,utilization.gpu,... --format=csv -lms 500`: utilization,
   memory used, power, SM clock.
 
@@ -42,6 +44,13 @@ class Sample:
     mem_used_mib: float | None = None
     power_w: float | None = None
     sm_clock_mhz: float | None = None
+    # the GPU's activity counters (GPM, `dmon --gpm-metrics 2,3,20,21`): true averages over the period,
+    # unlike sm_pct, a snapshot of whether any kernel ran; None where the GPU or driver has none
+    sm_act_pct: float | None = None  # SM activity: the share of SMs busy (NVML_GPM_METRIC_SM_UTIL)
+    sm_occ_pct: float | None = None  # SM occupancy: warps resident against the most (SM_OCCUPANCY)
+    gpm_rx_mibps: float | None = None  # PCIe host-to-device MiB/s (PCIE_RX_PER_SEC)
+    gpm_tx_mibps: float | None = None
+    dropped: int = 0  # GPM values of this reading dropped as bogus: negative, over 100%, not a number
 
 
 @dataclass(frozen=True)
@@ -63,22 +72,63 @@ def _value(token: str) -> float | None:
     return None if token in ("-", "") else _num(token)
 
 
-def parse_dmon(text: str) -> list[Sample]:
-    """Parses `nvidia-smi dmon` output (any -s selection; -o DT for times); junk lines are skipped.
+# dmon's names for the GPM metrics the sampler asks for, by what they are; a PCIe GPM column is known
+# by its unit line (`GPM:...`), since dmon's own PCIe columns (rxpci, txpci, MB/s) stand beside it
+GPM_COLUMNS = {"smutil": "sm_act_pct", "smocc": "sm_occ_pct"}
+GPM_PERCENT = ("sm_act_pct", "sm_occ_pct")
 
-    dmon repeats its two header lines now and then; the one naming `gpu` gives the columns."""
+
+def _gpm_field(name: str) -> str | None:
+    if name in GPM_COLUMNS:
+        return GPM_COLUMNS[name]
+    if "rx" in name:
+        return "gpm_rx_mibps"
+    if "tx" in name:
+        return "gpm_tx_mibps"
+    return None
+
+
+def _gpm(row: dict[str, str]) -> tuple[dict[str, float | None], int]:
+    """The GPM fields of one dmon row, and how many of its values were bogus (dropped): NVML's GPM
+    metrics are 0-100% (or a rate >= 0); dmon on an H200 printed 1521562998 for gract once."""
+    out: dict[str, float | None] = {}
+    dropped = 0
+    for field, token in row.items():
+        value = _value(token)
+        if value is None and token not in ("-", ""):
+            dropped += 1
+        elif value is not None and (value != value or value < 0
+                                    or ((field in GPM_PERCENT or field.startswith("_%")) and value > 100)):
+            value, dropped = None, dropped + 1
+        if not field.startswith("_"):
+            out[field] = value
+    return out, dropped
+
+
+def parse_dmon(text: str) -> list[Sample]:
+    """Parses `nvidia-smi dmon` output (any -s selection; -o DT for times; --gpm-metrics); junk lines are
+    skipped, bogus GPM values dropped and counted in each Sample's `dropped`.
+
+    dmon repeats its two header lines now and then; the one naming `gpu` gives the columns, the one
+    after it their units (`GPM:%` marks the activity counters)."""
     samples: list[Sample] = []
     columns: list[str] | None = None
+    gpm: dict[int, str] = {}  # column index -> Sample field, for the GPM columns
     for line in text.splitlines():
         if line.startswith("#"):
             names = line[1:].split()
             if "gpu" in names:
-                columns = [n.lower() for n in names]
+                columns, gpm = [n.lower() for n in names], {}
+            elif columns and len(names) == len(columns):
+                # a GPM column not kept (gract, dram) is still checked: its bogus values are counted
+                gpm = {i: _gpm_field(n) or ("_%" if u == "GPM:%" else "_") + n
+                       for i, (n, u) in enumerate(zip(columns, names, strict=True)) if u.startswith("GPM:")}
             continue
         tokens = line.split()
         if not columns or len(tokens) != len(columns):
             continue  # an error nvidia-smi printed, a line cut off by a rotation or a kill
-        row = dict(zip(columns, tokens, strict=True))
+        row = {c: t for i, (c, t) in enumerate(zip(columns, tokens, strict=True)) if i not in gpm}
+        counters, dropped = _gpm({f: tokens[i] for i, f in gpm.items()})
         try:
             gpu = int(row["gpu"])
             when = None
@@ -87,7 +137,10 @@ def parse_dmon(text: str) -> list[Sample]:
         except ValueError:
             continue
         samples.append(Sample(time=when, gpu=gpu, sm_pct=_value(row.get("sm", "")), mem_pct=_value(row.get("mem", "")),
-                              rx_mbps=_value(row.get("rxpci", "")), tx_mbps=_value(row.get("txpci", ""))))
+                              rx_mbps=_value(row.get("rxpci", "")), tx_mbps=_value(row.get("txpci", "")),
+                              dropped=dropped, sm_act_pct=counters.get("sm_act_pct"),
+                              sm_occ_pct=counters.get("sm_occ_pct"), gpm_rx_mibps=counters.get("gpm_rx_mibps"),
+                              gpm_tx_mibps=counters.get("gpm_tx_mibps")))
     return samples
 
 

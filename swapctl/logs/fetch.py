@@ -15,6 +15,7 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import BinaryIO
 
 import zstandard
 
@@ -66,6 +67,14 @@ else exec journalctl -q -o cat --no-pager --show-cursor -u "$unit"; fi
 CURSOR = b"-- cursor: "
 
 MAX_LISTING = 16 << 20  # bytes of listing read back: some 100,000 files
+# fetch-logs' own files in DEST/<host>/ (its record and the record's temporary): no local copy takes a name
+# beginning so, whatever the host's file is called (a host file `.swapctl-fetch.json` was once appended to
+# the record, and every later fetch of that host failed)
+RECORD = ".swapctl-fetch.json"
+OWN_PREFIX = ".swapctl-"
+# what one decompression step may produce: a 32 KiB zstd frame can hold 1 GiB of zeros, and one call of
+# decompressobj() made all of it at once
+OUT_CHUNK = 1 << 17
 
 
 def within(path: str, patterns: list[str]) -> bool:
@@ -115,12 +124,59 @@ class Fetched:
     restarted: bool  # the remote file was rotated or truncated: a new local copy was begun
 
 
-def _decompressor(method: str) -> Callable[[bytes], bytes]:
+class _TooMuch(Exception):
+    """The host sent more bytes of a file than it listed."""
+
+
+class _Sink:
+    """Where a file's decompressed bytes go: into `f`, at most `limit` of them (what the host listed), each
+    flushed as it comes (what is on disk is the resume point). Past `limit` nothing more is written."""
+
+    def __init__(self, f: BinaryIO, limit: int, on_bytes: Callable[[int], None]):
+        self.f, self.limit, self.on_bytes, self.written = f, limit, on_bytes, 0
+
+    def write(self, data: bytes) -> int:
+        if self.written + len(data) > self.limit:
+            raise _TooMuch
+        self.f.write(data)
+        self.f.flush()
+        self.written += len(data)
+        self.on_bytes(len(data))
+        return len(data)
+
+
+def _decoder(method: str, sink: _Sink) -> Callable[[bytes], None]:
+    """What a chunk from the wire goes through on its way to `sink`: decompressed OUT_CHUNK bytes at a time,
+    so a bomb stops at the listed size having held no more than one step in memory."""
     if method == "zstd":
-        return zstandard.ZstdDecompressor().decompressobj().decompress
+        # (it calls the sink's write() alone: typeshed asks for a whole IO)
+        writer = zstandard.ZstdDecompressor().stream_writer(sink, write_size=OUT_CHUNK,  # type: ignore[arg-type]
+                                                            closefd=False)
+
+        def unzstd(chunk: bytes) -> None:
+            writer.write(chunk)
+        return unzstd
     if method == "gzip":
-        return zlib.decompressobj(wbits=31).decompress
-    return lambda b: b
+        z = zlib.decompressobj(wbits=31)
+
+        def gunzip(chunk: bytes) -> None:
+            out = z.decompress(chunk, OUT_CHUNK)
+            sink.write(out)
+            # a full step may leave output in zlib with all the input taken: it comes with no more input
+            while z.unconsumed_tail or (len(out) == OUT_CHUNK and not z.eof):
+                out = z.decompress(z.unconsumed_tail, OUT_CHUNK)
+                sink.write(out)
+        return gunzip
+
+    def plain(chunk: bytes) -> None:
+        sink.write(chunk)
+    return plain
+
+
+def wire_limit(length: int) -> int:
+    """The most bytes `length` bytes of a file may take on the wire: zstd and gzip add a few bytes a block
+    to what does not compress, and a frame's header."""
+    return length + (length >> 6) + (1 << 16)
 
 
 class LogFetcher:
@@ -132,10 +188,24 @@ class LogFetcher:
         self.host, self.dir = host, dest / host.name
         self.since = since or {}
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.state_path = self.dir / ".swapctl-fetch.json"
-        self.state: dict[str, dict] = json.loads(self.state_path.read_text()) if self.state_path.exists() else {}
+        self.state_path = self.dir / RECORD
+        self.state: dict[str, dict] = self._load()
         self.on_bytes = on_bytes or (lambda name, n: None)
         self.refused: list[str] = []  # names the last listing held that are outside the patterns
+
+    def _load(self) -> dict[str, dict]:
+        """The record of which remote file each local copy mirrors; one that is no such record is named."""
+        if not self.state_path.exists():
+            return {}
+        try:
+            state = json.loads(self.state_path.read_text(encoding="utf-8"))
+            if isinstance(state, dict) and all(isinstance(v, dict) and isinstance(v.get("local"), str)
+                                               for v in state.values()):
+                return state
+        except (ValueError, UnicodeDecodeError):
+            pass
+        raise BadInput(f"{self.state_path} is not fetch-logs' record; move it away (the next fetch then begins "
+                       f"each file again, in new local names)", host=self.host.name)
 
     def _save(self) -> None:
         tmp = self.state_path.with_suffix(".tmp")
@@ -144,6 +214,8 @@ class LogFetcher:
 
     def _new_name(self, remote: str) -> str:
         base = re.sub(r"[\x00-\x1f\x7f]", "_", PurePosixPath(remote).name)  # a local name with no newline
+        if base.casefold().startswith(OWN_PREFIX):  # casefold: a Mac's disk takes .SWAPCTL-FETCH.JSON for it
+            base = "_" + base
         if remote in self.since:
             base = f"{base}.{self.since[remote][1]}"
         taken = {s["local"] for s in self.state.values()} | {p.name for p in self.dir.iterdir()}
@@ -176,7 +248,7 @@ class LogFetcher:
     def _one(self, remote: str, inode: int, size: int, method: str, real: str) -> Fetched:
         start, tag = self.since.get(remote, (0, ""))
         key = f"{remote}@{tag}" if tag else remote
-        known = self.state.get(key)
+        before = known = self.state.get(key)
         restarted = False
         if known:
             local = self.dir / known["local"]
@@ -189,29 +261,54 @@ class LogFetcher:
             self.state[key] = known
             self._save()
         local = self.dir / known["local"]
-        offset = start + (local.stat().st_size if local.exists() else 0)
+        had = local.stat().st_size if local.exists() else None
+        offset = start + (had or 0)
         wire = 0
         if size > offset:
-            decompress = _decompressor(method)
-            with open(local, "ab") as f:
-                def write(chunk: bytes) -> None:
-                    nonlocal wire
-                    wire += len(chunk)
-                    data = decompress(chunk)
-                    if data:
-                        f.write(data)
-                        f.flush()  # what is on disk is the resume point
-                        self.on_bytes(remote, len(data))
-
-                code, err = self.host.stream_bytes(
-                    Cmd.script(READ, real, str(offset), str(size - offset), method, label="read-log"),
-                    write, timeout=3600)
-            if code != 0:
-                raise RemoteCommandFailed(self.host.name, f"read {remote}", code, err.decode(errors="replace"))
+            try:
+                wire = self._read(remote, real, offset, size - offset, method, local)
+            except _TooMuch:
+                self._undo(key, before, local, had)
+                raise RemoteOutputTooLarge(
+                    f"{remote}: the host sent more than the {size - offset:,} bytes it listed ({method} on the "
+                    f"wire): none of it was kept; check the head, tail and {method} on root's PATH there",
+                    host=self.host.name) from None
         new = start + (local.stat().st_size if local.exists() else 0) - offset
         return Fetched(remote=remote, local=str(local), new_bytes=new, wire_bytes=wire, method=method,
                        restarted=restarted)
 
+    def _read(self, remote: str, real: str, offset: int, length: int, method: str, local: Path) -> int:
+        """Appends `length` bytes of the host's `real` from `offset` to `local`: the bytes it took on the wire.
+        Raises _TooMuch once the host sends more than that, on the wire or decompressed."""
+        wire = 0
+        with open(local, "ab") as f:
+            decode = _decoder(method, _Sink(f, length, lambda n: self.on_bytes(remote, n)))
+
+            def take(chunk: bytes) -> None:
+                nonlocal wire
+                wire += len(chunk)
+                if wire > wire_limit(length):
+                    raise _TooMuch
+                decode(chunk)
+
+            code, err = self.host.stream_bytes(
+                Cmd.script(READ, real, str(offset), str(length), method, label="read-log"), take, timeout=3600)
+        if code != 0:
+            raise RemoteCommandFailed(self.host.name, f"read {remote}", code, err.decode(errors="replace"))
+        return wire
+
+    def _undo(self, key: str, before: dict | None, local: Path, had: int | None) -> None:
+        """Puts the local copy and the record back as they were before a fetch the host sent too much for."""
+        if had is None:
+            local.unlink(missing_ok=True)
+        else:
+            with open(local, "r+b") as f:
+                f.truncate(had)
+        if before is None:
+            self.state.pop(key, None)
+        else:
+            self.state[key] = before
+        self._save()
 
 
 class _CursorSplitter:

@@ -1,35 +1,52 @@
-"""What the GPU itself said during a daemon run, beside what the log says: GPU busy from the GPU's own
-counters (nvidia-smi dmon sm%), PCIe RX inside and outside the GPU phases, and where each GPU's wall
-time went, in parts that add up to 100%.
+"""What the GPU itself said during a daemon run, beside what the log says. Three figures, each named
+for what it is:
+- GPU busy = SM activity: the share of the GPU's SMs busy, from its activity counters (GPM, `dmon
+  --gpm-metrics`), a true average over each second; None where the GPU or driver has no GPM;
+- duty cycle: `dmon` sm% (`utilization.gpu`), the share of each sample period in which any kernel ran;
+- kernel share from the log: the GPU phases less the host-to-device copy and the barrier waits, over
+  wall time, per GPU (only where the log times the copy: the stand-in's `h2d_copy_ms`).
+Where the time goes comes from the log's phases alone (kernels, copy, barrier, waiting for synthesis,
+queued); the counters check it. PCIe RX comes from GPM where there, as MiB per partition too.
 
 A run's TIMELINE offsets become wall time through its epoch (`Run.epoch`: the first tracing timestamp
-after a TIMELINE line, less that line's offset). A dmon sample stamped t covers the second before t.
+after a TIMELINE line, less that line's offset). A dmon reading stamped t stands for the second before
+t, its GPM values for [t - 1.5 s, t - 0.5 s) (GPM_LAG: on an H200 dmon's GPM readings matched a 200 ms
+NVML reader best 0.4-0.8 s earlier than the stamp).
 """
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from ..gpu.samples import DMON, Sample, phase_split, window
+from ..gpu.samples import DMON, Sample
 from .timings import Run, _pairs
 
-# RX inside the GPU phases this many times that outside them, and at least this rate: the phases wait
-# for host-to-device copies (a pageable copy runs far below the link's rate while SMs idle)
-COPY_RX_RATIO = 2.0
-COPY_RX_MIN_MBPS = 100.0
-SAMPLE_MS = 1000.0
-PURE = 0.9  # of a reading's second inside (or outside) the GPU phases, to count as inside (outside)
+GPM_LAG = timedelta(milliseconds=500)  # a GPM reading stamped t: [t - 1 s - GPM_LAG, t - GPM_LAG)
+DUTY_S = 1.0  # a duty-cycle reading stamped t: the second before t
+DISAGREE = 3.0  # points: two figures further apart than this get a line saying why
+BOOTSTRAP = 2000  # resamples of whole-cycle blocks for SM activity's interval
+MIN_BLOCKS = 4  # fewer blocks of whole cycles than this in the window: no interval
+# dmon prints GPM values in whole percents and stamps whole seconds (it skips one now and then): a
+# reading's own resolution, added to each side of the interval (on an H200, one reading against the
+# 200 ms NVML reader over the same second differed by 0.3-0.8 points on average)
+RESOLUTION = 1.0
 
 PARTS = {
-    "kernels": "kernels running (the GPU's own sm%)",
-    "copy_wait": "GPU phase, no kernel: waiting for the host-to-device copy (RX high in the phases)",
-    "phase_no_kernel": "GPU phase, no kernel running",
-    "gpu_phase": "GPU phase (no GPU samples to split it into kernels and the rest)",
+    "kernels": "kernels: the log's GPU phases less the copy and the barrier waits",
+    "copy": "host-to-device copy (the log's h2d_copy_ms): the GPU phase waits for it",
+    "gpu_phase": "GPU phase: copy and kernels together (the log does not time the copy)",
     "barrier": "barrier waits inside the GPU phase (GPU waits for CPU preparation)",
     "synthesis": "waiting for synthesis: nothing queued for the GPU",
     "queued": "a partition queued, none in the GPU phase yet (host preparation, lock hand-over)",
+}
+IDLE = ("copy", "barrier", "synthesis", "queued")
+FIGURES = {
+    "gpu_busy": "GPU busy = SM activity: the share of SMs busy, the GPU's activity counters (GPM), per GPU",
+    "duty_cycle": "duty cycle: nvidia-smi dmon sm% (utilization.gpu), the share of each period any kernel ran",
+    "kernel_share": "kernel share from the log: GPU phases less copy and barrier waits, over wall time",
 }
 
 
@@ -100,139 +117,260 @@ def run_window(run: Run) -> tuple[datetime, datetime] | None:
     return None
 
 
-def gpu_view(run: Run, samples: list[Sample]) -> dict[str, dict]:
-    """Per GPU of the run (the log's GPU ordinal): GPU busy from its samples over the run's window, RX
-    in and outside its GPU phases, and where its wall time went (fractions adding up to 1)."""
-    gpus = run.gpus()
-    first, last = run.timeline_first_ms, run.timeline_last_ms
-    wall = run.wall_ms
-    if not gpus or first is None or last is None or not wall:
-        return {}
-    bounds = run_window(run)
+def gpu_starts(run: Run, workers: Iterable[int]) -> list[float]:
+    """The offsets at which the GPU's partitions began (GPU_START), in order."""
+    return sorted(s for w in workers for s, _ in _pairs(run.intervals.get(str(w).encode(), ())))
+
+
+def cycle_ms(starts: Sequence[float]) -> dict | None:
+    """One partition's cycle on the GPU, GPU_START to the next: p50 and its range over the run."""
+    gaps = sorted(b - a for a, b in zip(starts, starts[1:], strict=False))
+    if not gaps:
+        return None
+    return {"p50": gaps[len(gaps) // 2], "min": gaps[0], "max": gaps[-1], "n": len(gaps)}
+
+
+def _copy_ms(run: Run, gpus: dict[str, dict], d: dict) -> float | None:
+    """This GPU's host-to-device copy time from the log (h2d_copy_ms); lines name no GPU, so with
+    several GPUs each gets a share by held time. None where the log does not time the copy."""
+    values = run.phases.get("h2d_copy_ms")
+    if values is None:
+        return None
+    held_all = sum(x["held_ms"] for x in gpus.values())
+    return float(sum(values)) * (d["held_ms"] / held_all if len(gpus) > 1 and held_all else 1.0)
+
+
+def log_parts(run: Run, gpus: dict[str, dict], d: dict) -> dict[str, float]:
+    """Where one GPU's wall time went, in ms, from the log's phases alone."""
+    first, last = run.timeline_first_ms or 0.0, run.timeline_last_ms or 0.0
+    phases = clip(merged(iv for w in d["workers"] for iv in _pairs(run.intervals.get(str(w).encode(), ()))),
+                  first, last)
+    in_phase = length(phases)
+    outside = minus([(first, last)], phases)
     queued = clip(merged(queued_spans(run)), first, last)
     barrier = float(sum(run.phases.get("barrier_wait_ms", ())))
-    held_all = sum(d["held_ms"] for d in gpus.values()) or 1.0
+    held_all = sum(x["held_ms"] for x in gpus.values()) or 1.0
+    barrier_g = min(in_phase, barrier * d["held_ms"] / held_all)
+    parts = {"synthesis": length(minus(outside, queued)), "queued": overlap_all(outside, queued),
+             "barrier": barrier_g}
+    copy = _copy_ms(run, gpus, d)
+    if copy is None:
+        parts["gpu_phase"] = in_phase - barrier_g
+    else:
+        parts["copy"] = min(copy, in_phase - barrier_g)
+        parts["kernels"] = in_phase - barrier_g - parts["copy"]
+    return parts
+
+
+def partitions(run: Run, d: dict) -> list[tuple[float, float, float]] | None:
+    """Each of one GPU's partitions as (GPU_START, GPU_END, copy ms), in order: the log's h2d_copy_ms
+    lines follow the GPU phases one for one (one GPU). None where they do not pair up."""
+    spans = sorted((e, s) for w in d["workers"] for s, e in _pairs(run.intervals.get(str(w).encode(), ())))
+    copies = run.phases.get("h2d_copy_ms")
+    if copies is None or len(copies) != len(spans):
+        return None
+    return [(s, e, float(c)) for (e, s), c in zip(spans, copies, strict=True)]
+
+
+def kernel_share_in(run: Run, d: dict, lo: float, hi: float) -> float | None:
+    """The log's kernel share over offsets [lo, hi): each partition's GPU phase less its copy, which
+    comes first in the phase (cuzk's ntt_kernels starts with it)."""
+    parts = partitions(run, d)
+    if not parts or hi <= lo:
+        return None
+    kernels = sum(max(0.0, min(e, hi) - max(s + c, lo)) for s, e, c in parts)
+    return kernels / (hi - lo)
+
+
+def gpu_view(run: Run, samples: list[Sample]) -> dict[str, dict]:
+    """Per GPU of the run (the log's GPU ordinal): the three figures, where its wall time went (from the
+    log, fractions adding up to 1), its partition cycle, and what the counters said over the window."""
+    gpus = run.gpus()
+    wall = run.wall_ms
+    if not gpus or run.timeline_first_ms is None or run.timeline_last_ms is None or not wall:
+        return {}
+    bounds = run_window(run)
     out = {}
     for g, d in gpus.items():
-        phases = clip(merged(iv for w in d["workers"] for iv in _pairs(run.intervals.get(str(w).encode(), ()))),
-                      first, last)
-        in_phase = length(phases)
-        outside = minus([(first, last)], phases)
-        parts = {"synthesis": length(minus(outside, queued)), "queued": overlap_all(outside, queued)}
+        parts = log_parts(run, gpus, d)
+        time = {k: v / wall for k, v in sorted(parts.items(), key=lambda kv: -kv[1])}
+        idle = {k: v for k, v in time.items() if k in IDLE}
+        starts = gpu_starts(run, d["workers"])
         view: dict[str, Any] = {
-                "window": [_iso(t) for t in bounds] if bounds else None, "samples": 0, "busy_mean": None,
-                "busy_p50": None, "busy_error": None, "rx_in_phase_mbps": None, "rx_outside_mbps": None,
-                "rx_samples": [0, 0]}
-        mine = [s for s in samples if g.isdigit() and s.gpu == int(g) and s.source == DMON and s.time]
-        if bounds and mine and run.epoch:
-            end = bounds[1] + timedelta(milliseconds=SAMPLE_MS)
-            w = window(mine, bounds[0], end, int(g))
-            inside = [s for s in mine if s.time and bounds[0] <= s.time < end]
-            view.update(samples=w.count, busy_mean=w.sm_mean, busy_p50=w.sm_p50, busy_error=busy_error(inside))
-            rx_in, rx_out, n_in, n_out = _rx(mine, run.epoch, phases, first, last, int(g))
-            view.update(rx_in_phase_mbps=rx_in, rx_outside_mbps=rx_out, rx_samples=[n_in, n_out])
-        barrier_g = min(in_phase, barrier * d["held_ms"] / held_all)
-        if view["busy_mean"] is not None:
-            kernels = min(in_phase - barrier_g, view["busy_mean"] / 100 * wall)
-            rest = in_phase - barrier_g - kernels
-            rx_in, rx_out = view["rx_in_phase_mbps"], view["rx_outside_mbps"]
-            copy = rx_in is not None and rx_in >= COPY_RX_MIN_MBPS and rx_in >= COPY_RX_RATIO * (rx_out or 0)
-            parts.update({"kernels": kernels, "copy_wait" if copy else "phase_no_kernel": rest})
-        else:
-            parts["gpu_phase"] = in_phase - barrier_g
-        parts["barrier"] = barrier_g
-        view["time"] = {k: v / wall for k, v in sorted(parts.items(), key=lambda kv: -kv[1])}
-        idle = {k: v for k, v in view["time"].items() if k != "kernels" and k != "gpu_phase"}
-        view["largest_idle_cause"] = max(idle, key=lambda k: idle[k]) if idle and view["busy_mean"] is not None \
-            else None
+            "window": [_iso(t) for t in bounds] if bounds else None, "time": time,
+            "kernel_share": time.get("kernels"), "copy_share": time.get("copy"), "cycle_ms": cycle_ms(starts),
+            "largest_idle_cause": max(idle, key=lambda k: idle[k]) if idle else None}
+        view.update(counters(samples, int(g) if g.isdigit() else -1, bounds, view["cycle_ms"],
+                             [run.epoch + timedelta(milliseconds=o) for o in starts] if run.epoch else []))
+        view["disagree"] = disagreements(view)
         out[g] = view
     return out
+
+
+def _inside(samples: Iterable[Sample], gpu: int, a: datetime, b: datetime, lag: timedelta,
+            period: timedelta) -> list[Sample]:
+    return [s for s in samples if s.gpu == gpu and s.source == DMON and s.time
+            and s.time - period - lag >= a and s.time - lag <= b]
+
+
+def counters(samples: list[Sample], gpu: int, bounds: tuple[datetime, datetime] | None, cycle: dict | None,
+             starts: list[datetime]) -> dict[str, Any]:
+    """What the GPU's counters said over the window: readings whose whole period lies inside it."""
+    view: dict[str, Any] = {"samples": 0, "busy_mean": None, "busy_is": None, "busy_interval": None,
+                            "busy_span": None, "sm_occupancy": None, "duty_cycle": None, "dropped": 0,
+                            "rx_gpm_mibps": None, "rx_per_partition_mib": None}
+    if not bounds:
+        return view
+    second = timedelta(seconds=DUTY_S)
+    duty = _inside(samples, gpu, bounds[0], bounds[1], timedelta(0), second)
+    gpm = [s for s in _inside(samples, gpu, bounds[0], bounds[1], GPM_LAG, second) if s.sm_act_pct is not None
+           and id(s) not in _gpm_starts(samples, gpu)]
+    view.update(samples=len(duty), duty_cycle=_mean([s.sm_pct for s in duty if s.sm_pct is not None]),
+                dropped=sum(s.dropped for s in _inside(samples, gpu, bounds[0], bounds[1], GPM_LAG, second)))
+    if not gpm:
+        return view
+    act = [s.sm_act_pct for s in gpm if s.sm_act_pct is not None]
+    first, last = gpm[0].time, gpm[-1].time
+    assert first is not None and last is not None  # _inside keeps timed readings only
+    span = (first - second - GPM_LAG, last - GPM_LAG)
+    rx = [s.gpm_rx_mibps for s in gpm if s.gpm_rx_mibps is not None]
+    parts = sum(1 for t in starts if span[0] <= t < span[1])
+    view.update(busy_mean=_mean(act), busy_is="sm_activity", busy_span=[_iso(t) for t in span],
+                busy_interval=block_interval(act, cycle["p50"] / 1000 if cycle else None),
+                sm_occupancy=_mean([s.sm_occ_pct for s in gpm if s.sm_occ_pct is not None]),
+                rx_gpm_mibps=_mean(rx), rx_per_partition_mib=sum(rx) * DUTY_S / parts if rx and parts else None)
+    return view
+
+
+def _gpm_starts(samples: list[Sample], gpu: int) -> set[int]:
+    """The first GPM reading of each dmon run (after its '-' readings, or a gap): it averages over a
+    period that began before dmon's, not over the second before it (on an H200: 76% in a run of 95%)."""
+    firsts, before = set(), None
+    for s in samples:
+        if s.gpu != gpu or s.source != DMON or s.time is None:
+            continue
+        if s.sm_act_pct is not None and (before is None or before.sm_act_pct is None
+                                         or s.time - before.time > timedelta(seconds=2.5)):  # type: ignore[operator]
+            firsts.add(id(s))
+        before = s
+    return firsts
+
+
+def block_length(cycle_s: float) -> int:
+    """Readings (1 s each) in a block of whole cycles: the fewest, at least 2, within 0.15 s of a whole
+    number of cycles (a 1.9 s cycle: 2 readings; 1.33 s: 4 readings, three cycles)."""
+    for k in range(1, 7):
+        n = round(k * cycle_s)
+        if n >= 2 and abs(k * cycle_s - n) <= 0.15:
+            return n
+    return max(2, round(6 * cycle_s))
+
+
+def block_interval(values: Sequence[float], cycle_s: float | None) -> list[float] | None:
+    """The 95% interval of the mean of 1 s true averages by a circular block bootstrap over whole cycles
+    (seeded: the same data gives the same interval), widened by the readings' RESOLUTION. None without a
+    cycle or with too few blocks."""
+    if not cycle_s or cycle_s <= 0:
+        return None
+    n, block = len(values), block_length(cycle_s)
+    if n < MIN_BLOCKS * block:
+        return None
+    rng = random.Random(0)
+    means = []
+    for _ in range(BOOTSTRAP):
+        total = 0.0
+        for _ in range(n // block):
+            at = rng.randrange(n)
+            total += sum(values[(at + i) % n] for i in range(block))
+        means.append(total / (n // block * block))
+    means.sort()
+    return [means[int(0.025 * BOOTSTRAP)] - RESOLUTION, means[int(0.975 * BOOTSTRAP) - 1] + RESOLUTION]
+
+
+def disagreements(view: dict) -> list[str]:
+    """One line for each pair of the three figures further apart than DISAGREE points, saying why."""
+    busy, duty = view.get("busy_mean"), view.get("duty_cycle")
+    kernel = view["kernel_share"] * 100 if view.get("kernel_share") is not None else None
+    lines = []
+    if busy is not None and duty is not None and abs(duty - busy) > DISAGREE:
+        lines.append(f"duty cycle {duty:.1f}% against SM activity {busy:.1f}%: a duty cycle counts a period as busy "
+                     f"when any kernel ran; SM activity counts the SMs that were busy")
+    if busy is not None and kernel is not None and abs(kernel - busy) > DISAGREE:
+        lines.append(f"the log's kernel share {kernel:.1f}% against SM activity {busy:.1f}%: the kernels leave SMs "
+                     f"idle, or the GPU phase holds time that is neither copy nor kernel")
+    if busy is None and duty is not None and kernel is not None and abs(duty - kernel) > DISAGREE:
+        lines.append(f"duty cycle {duty:.1f}% against the log's kernel share {kernel:.1f}%: a duty cycle is a "
+                     f"snapshot of whether any kernel ran, not how long kernels ran")
+    return lines
 
 
 def overlap_all(a: Sequence[tuple[float, float]], b: Sequence[tuple[float, float]]) -> float:
     return sum(overlap(b, s, e) for s, e in a)
 
 
-def _rx(samples: list[Sample], epoch: datetime, phases: list[tuple[float, float]], first: float,
-        last: float, gpu: int) -> tuple[float | None, float | None, int, int]:
-    """Mean RX MB/s of the readings at least PURE inside the GPU phases, and of those at least PURE
-    outside them, over the log's timeline; with how many of each."""
-    at = [(epoch + timedelta(milliseconds=lo), epoch + timedelta(milliseconds=hi)) for lo, hi in phases]
-    half = timedelta(milliseconds=SAMPLE_MS / 2)  # a dmon reading stands for its second +-0.5 s: all inside
-    split = phase_split(samples, at, epoch + timedelta(milliseconds=first) + half,
-                        epoch + timedelta(milliseconds=last) - half, gpu, DMON, pure=PURE)
-    return split.inside_rx_mbps, split.outside_rx_mbps, int(split.inside_n), int(split.outside_n)
-
-
-def _mean(values: list[float]) -> float | None:
+def _mean(values: Sequence[float]) -> float | None:
     return sum(values) / len(values) if values else None
-
-
-def busy_error(samples: list[Sample]) -> float | None:
-    """The 95% interval's half-width of mean sm% (normal approximation): readings swing between 0 and
-    99 within a second, so a mean over a few dozen of them is uncertain by several points."""
-    sm = [s.sm_pct for s in samples if s.sm_pct is not None]
-    if len(sm) < 2:
-        return None
-    m = sum(sm) / len(sm)
-    sd = (sum((v - m) ** 2 for v in sm) / (len(sm) - 1)) ** 0.5
-    return 1.96 * sd / len(sm) ** 0.5
 
 
 def _iso(t: datetime) -> str:
     return t.isoformat().replace("+00:00", "Z")
 
 
+WEIGHED = ("busy_mean", "duty_cycle", "kernel_share", "copy_share", "sm_occupancy", "rx_gpm_mibps",
+           "rx_per_partition_mib")
+
+
 def combine(views: list[dict[str, dict]], walls: list[float]) -> dict[str, dict]:
-    """Several runs' views, each GPU's figures weighted by the runs' wall times."""
+    """Several runs' views, each GPU's figures weighted by the runs' wall times (a figure over the runs
+    that have it); an interval, a span and a cycle only for one run, where they mean what they say."""
     out: dict[str, dict] = {}
     for view, wall in zip(views, walls, strict=False):
         for g, v in view.items():
-            acc = out.setdefault(g, {"wall": 0.0, "busy_w": 0.0, "busy_wall": 0.0, "time": {}, "samples": 0})
+            acc = out.setdefault(g, {"wall": 0.0, "time": {}, "samples": 0, "dropped": 0, "n": 0,
+                                     **{k: [0.0, 0.0] for k in WEIGHED}})
             acc["wall"] += wall
+            acc["n"] += 1
             acc["samples"] += v["samples"]
-            if v["busy_mean"] is not None:
-                acc["busy_w"] += v["busy_mean"] * wall
-                acc["busy_wall"] += wall
+            acc["dropped"] += v["dropped"]
+            for k in WEIGHED:
+                if v.get(k) is not None:
+                    acc[k][0] += v[k] * wall
+                    acc[k][1] += wall
             for k, f in v["time"].items():
                 acc["time"][k] = acc["time"].get(k, 0.0) + f * wall
     result = {}
     for g, acc in out.items():
         time = {k: v / acc["wall"] for k, v in sorted(acc["time"].items(), key=lambda kv: -kv[1])}
-        idle = {k: v for k, v in time.items() if k not in ("kernels", "gpu_phase")}
-        busy = acc["busy_w"] / acc["busy_wall"] if acc["busy_wall"] else None
-        result[g] = {"samples": acc["samples"], "busy_mean": busy, "time": time,
-                     "largest_idle_cause": max(idle, key=lambda k: idle[k]) if idle and busy is not None else None}
+        idle = {k: v for k, v in time.items() if k in IDLE}
+        one = next(v[g] for v in views if g in v) if acc["n"] == 1 else {}
+        row = {"samples": acc["samples"], "dropped": acc["dropped"], "time": time, "runs": acc["n"],
+               "largest_idle_cause": max(idle, key=lambda k: idle[k]) if idle else None,
+               **{k: acc[k][0] / acc[k][1] if acc[k][1] else None for k in WEIGHED},
+               **{k: one.get(k) for k in ("busy_interval", "busy_span", "cycle_ms", "window")}}
+        row["busy_is"] = "sm_activity" if row["busy_mean"] is not None else None
+        row["disagree"] = disagreements(row)
+        result[g] = row
     return result
 
 
 def report(log, which: str | int = "all", samples: list[Sample] | None = None) -> dict:
-    """The log's report (timings.Log.report) with, where there are GPU samples, what the GPU said:
-    `gpu_busy` per GPU (the GPU's own sm%, over each run's window) and `where_time_goes` per GPU."""
+    """The log's report (timings.Log.report) with the three figures per GPU and run (`gpu` in each run's
+    row, in full; `gpu_busy`, `duty_cycle`, `kernel_share` by GPU) and over the runs chosen (`gpu_busy`:
+    per GPU, every figure; None without GPU samples), and `where_time_goes` from the log's phases."""
     result = log.report(which)
     samples = samples or []
     runs = log.select(which)
     views = [gpu_view(r, samples) for r in runs]
     for row, view in zip(result["runs"], views, strict=False):
-        row["gpu_busy"] = {g: v["busy_mean"] for g, v in view.items()}
+        row["gpu"] = view
+        for key in ("busy_mean", "duty_cycle", "kernel_share"):
+            row["gpu_busy" if key == "busy_mean" else key] = {g: v[key] for g, v in view.items()}
         row["where_time_goes"] = {g: v["time"] for g, v in view.items()}
     combined = combine(views, [r.wall_ms or 0.0 for r in runs])
-    rx: dict[str, list[float]] = {}
-    for view, r in zip(views, runs, strict=False):
-        for g, v in view.items():
-            acc = rx.setdefault(g, [0.0, 0.0, 0.0, 0.0])
-            for i, key in ((0, "rx_in_phase_mbps"), (2, "rx_outside_mbps")):
-                if v[key] is not None:
-                    acc[i] += v[key] * (r.wall_ms or 0)
-                    acc[i + 1] += r.wall_ms or 0
-    result["gpu_busy"] = None if not samples else {
-        g: {"busy_mean": c["busy_mean"], "samples": c["samples"],
-            "busy_p50": views[-1].get(g, {}).get("busy_p50") if len(views) == 1 else None,
-            "busy_error": views[-1].get(g, {}).get("busy_error") if len(views) == 1 else None,
-            "rx_in_phase_mbps": rx[g][0] / rx[g][1] if rx[g][1] else None,
-            "rx_outside_mbps": rx[g][2] / rx[g][3] if rx[g][3] else None}
-        for g, c in combined.items()}
-    result["gpu_busy_is"] = "nvidia-smi dmon sm%: the share of each second in which a kernel ran, per GPU"
+    result["gpu_busy"] = None if not samples else combined
+    result["gpu_figures"] = combined
+    result["gpu_figures_are"] = FIGURES
+    result["gpu_busy_is"] = FIGURES["gpu_busy"]
     result["where_time_goes"] = {g: {"parts": c["time"], "largest_idle_cause": c["largest_idle_cause"]}
                                  for g, c in combined.items()}
     result["where_time_goes_parts"] = PARTS

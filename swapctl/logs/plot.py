@@ -118,19 +118,24 @@ def _gpu(ax, view: dict, bars) -> None:
     for g in sorted({s.gpu for s in samples}):
         mine = [s for s in samples if s.gpu == g and s.time]
         t = [(s.time - epoch).total_seconds() for s in mine]
-        ax.step(t, [s.sm_pct for s in mine], where="pre", color="#55a868", label=f"GPU {g} sm%")
-        rx = [(ti, s.rx_mbps) for ti, s in zip(t, mine, strict=False) if s.rx_mbps is not None]
+        act = [(ti, s.sm_act_pct) for ti, s in zip(t, mine, strict=False) if s.sm_act_pct is not None]
+        if act:  # GPU busy: the share of SMs busy over each second (GPM)
+            ax.step(*zip(*act, strict=False), where="pre", color="#2a7a3b", label=f"GPU {g} SM activity (GPM)")
+        ax.step(t, [s.sm_pct for s in mine], where="pre", color="#55a868", alpha=0.5, linestyle=":",
+                label=f"GPU {g} duty cycle (sm%: any kernel)")
+        rx = [(ti, s.gpm_rx_mibps if s.gpm_rx_mibps is not None else s.rx_mbps) for ti, s in zip(t, mine, strict=False)
+              if s.gpm_rx_mibps is not None or s.rx_mbps is not None]
         if rx:
             rx_ax.step(*zip(*rx, strict=False), where="pre", color="#dd8452", alpha=0.7, label=f"GPU {g} PCIe RX")
     ax.set_ylim(0, 105)  # a GPU at 100% draws its line inside the axes, not on the frame
-    ax.set_ylabel("sm %")
-    rx_ax.set_ylabel("RX MB/s")
+    ax.set_ylabel("%")
+    rx_ax.set_ylabel("RX MiB/s (GPM) or MB/s")
     ax.legend(loc="upper left", fontsize="small")
     rx_ax.legend(loc="upper right", fontsize="small")
-    ax.set_title("the GPU's own counters (nvidia-smi dmon, 1 s samples)", fontsize="small")
+    ax.set_title("the GPU's own counters (nvidia-smi dmon, 1 s readings)", fontsize="small")
 
 
-WHERE_COLOURS = {"kernels": "#55a868", "gpu_phase": "#55a868", "copy_wait": "#dd8452", "phase_no_kernel": "#ccb974",
+WHERE_COLOURS = {"kernels": "#55a868", "gpu_phase": "#55a868", "copy": "#dd8452",
                  "barrier": "#8172b2", "queued": "#64b5cd", "synthesis": "#c44e52"}
 
 
@@ -159,7 +164,7 @@ def where_bars(rows: list[tuple[str, dict[str, float]]], path) -> None:
                 labels.append(k)
                 handles.append(plt.Rectangle((0, 0), 1, 1, color=WHERE_COLOURS.get(k, "#999999")))
     ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.35), ncol=4, fontsize="small")
-    ax.set_title("where the GPU's time went")
+    ax.set_title("where the GPU's time went (from the log's phases)")
     fig.tight_layout()
     fig.savefig(path, dpi=110, format="png")
     plt.close(fig)

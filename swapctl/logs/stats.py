@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import random
+from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -36,10 +37,16 @@ class Change:
     low: float | None  # the 95% interval of delta
     high: float | None
     p: float | None  # Mann-Whitney U, two-sided
+    alpha: float = ALPHA  # the level the U test's p is held to (ALPHA / looks in a sequential window)
 
     @property
     def significant(self) -> bool:
-        return (self.p is not None and self.p < ALPHA and self.low is not None and self.high is not None
+        return self.significant_at(self.alpha)
+
+    def significant_at(self, alpha: float) -> bool:
+        """The rule at another level for the U test's p (a look of a sequential window takes ALPHA / looks);
+        the interval stays the 95% one."""
+        return (self.p is not None and self.p < alpha and self.low is not None and self.high is not None
                 and (self.low > 0 or self.high < 0) and abs(self.median_after - self.median_before) > RESOLUTION)
 
     def line(self, name: str, unit: str = "ms") -> str:
@@ -66,19 +73,16 @@ def median(values: Sequence[float]) -> float:
 def mann_whitney_p(a: Sequence[float], b: Sequence[float]) -> float:
     """Two-sided p of the Mann-Whitney U test, normal approximation with tie correction."""
     n1, n2 = len(a), len(b)
-    pooled = sorted([(v, 0) for v in a] + [(v, 1) for v in b])
-    ranks_a, ties, i = 0.0, 0.0, 0
-    while i < len(pooled):
-        j = i
-        while j < len(pooled) and pooled[j][0] == pooled[i][0]:
-            j += 1
-        rank = (i + j + 1) / 2  # the mean of ranks i+1 .. j
-        ranks_a += rank * sum(1 for k in range(i, j) if pooled[k][1] == 0)
-        t = j - i
-        ties += t ** 3 - t
-        i = j
-    u = ranks_a - n1 * (n1 + 1) / 2
     n = n1 + n2
+    pooled = sorted([*a, *b])
+    rank: dict[float, float] = {}  # a value's mean rank among the pooled values
+    ties, i = 0.0, 0
+    while i < n:
+        j = bisect_right(pooled, pooled[i], i)
+        rank[pooled[i]] = (i + j + 1) / 2  # the mean of ranks i+1 .. j
+        ties += (j - i) ** 3 - (j - i)
+        i = j
+    u = sum(map(rank.__getitem__, a)) - n1 * (n1 + 1) / 2
     sigma2 = n1 * n2 / 12 * ((n + 1) - ties / (n * (n - 1)))
     if sigma2 <= 0:
         return 1.0  # every value the same
@@ -87,8 +91,11 @@ def mann_whitney_p(a: Sequence[float], b: Sequence[float]) -> float:
 
 
 def _bootstrap(values: Sequence[float], rng: random.Random, resamples: int) -> list[float]:
-    n = len(values)
-    return [median(rng.choices(values, k=n)) for _ in range(resamples)]
+    """Medians of `resamples` resamples of `values`, drawn in O(1) each from the order statistics' law
+    (power.boot_medians: the same distribution as resampling, without building n values a draw)."""
+    from .power import boot_medians
+
+    return list(boot_medians(sorted(values), resamples, rng))
 
 
 def _interval(draws: list[float]) -> tuple[float, float]:
@@ -96,13 +103,14 @@ def _interval(draws: list[float]) -> tuple[float, float]:
     return s[int(0.025 * (len(s) - 1))], s[int(0.975 * (len(s) - 1))]
 
 
-def compare(before: Sequence[float], after: Sequence[float], seed: int = 1, resamples: int = RESAMPLES) -> Change:
-    """The change of the medians from `before` to `after`, with its interval and significance."""
+def compare(before: Sequence[float], after: Sequence[float], seed: int = 1, resamples: int = RESAMPLES,
+            alpha: float = ALPHA) -> Change:
+    """The change of the medians from `before` to `after`, with its interval and significance at `alpha`."""
     rng = random.Random(seed)
     mb = median(before) if before else math.nan
     ma = median(after) if after else math.nan
     if len(before) < MIN_N or len(after) < MIN_N:
-        return Change(len(before), len(after), mb, ma, 0.0, 0.0, None, None, None, None)
+        return Change(len(before), len(after), mb, ma, 0.0, 0.0, None, None, None, None, alpha)
     boot_b, boot_a = _bootstrap(before, rng, resamples), _bootstrap(after, rng, resamples)
     spread = [(hi - lo) / 2 / abs(m) if m else 0.0 for (lo, hi), m in
               ((_interval(boot_b), mb), (_interval(boot_a), ma))]
@@ -113,4 +121,4 @@ def compare(before: Sequence[float], after: Sequence[float], seed: int = 1, resa
         if ratios:
             low, high = _interval(ratios)
     return Change(len(before), len(after), mb, ma, spread[0], spread[1], delta, low, high,
-                  mann_whitney_p(before, after))
+                  mann_whitney_p(before, after), alpha)

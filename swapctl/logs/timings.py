@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import IO, Protocol
 
+from ..swap.journal_entry import JournalEntry, starts
+
 ANSI = re.compile(rb"\x1b\[[0-9;]*m")
 CUZK = re.compile(rb"CUZK_TIMING: ([^\n]*)")
 NTT = re.compile(rb"CUZK_NTT_H: ([^\n]*)")
@@ -592,6 +594,7 @@ def _report(runs: list[Run]) -> dict:
         run_rows.append({
             "run": i + 1, "started": r.started, "first_ts": _iso(r.first_ts), "last_ts": _iso(r.last_ts),
             "epoch": _iso(r.epoch), "wall_ms": r.wall_ms, "jobs": r.jobs, "partitions": r.pinned + r.pageable,
+            "pageable_share": r.pageable / (r.pinned + r.pageable) if r.pinned + r.pageable else None,
             "gpus": row_gpus, "gpu_phase_share": _mean_share(row_gpus, "gpu_phase_share"),
             "timeline_share": _mean_share(row_gpus, "timeline_share"),
         })
@@ -797,22 +800,21 @@ class _Range:
         return data
 
 
-def release_segments(journal: list[dict], size: int) -> list[tuple[str, int, int]]:
+def release_segments(journal: Iterable[JournalEntry], size: int) -> list[tuple[str, int, int]]:
     """(release, first byte, end byte) of the daemon log that each release wrote, from the journal's log
     offsets (each start recorded there); what came before the first is labelled by the release it replaced."""
-    marks = [(int(e["log_offset"]), e["current"], e.get("from")) for e in journal
-             if e.get("log_offset") is not None and e.get("current")]
+    marks = starts(journal)
     segments = []
-    if marks and marks[0][0] > 0:
-        segments.append((f"{(marks[0][2] or 'before')[:12]}", 0, marks[0][0]))
-    for i, (start, release, _) in enumerate(marks):
-        end = marks[i + 1][0] if i + 1 < len(marks) else size
-        if start < end <= size:  # a log truncated since leaves offsets that no longer fit: skipped
-            segments.append((release, start, end))
+    if marks and marks[0].offset > 0:
+        segments.append(((marks[0].before or "before")[:12], 0, marks[0].offset))
+    for i, mark in enumerate(marks):
+        end = marks[i + 1].offset if i + 1 < len(marks) else size
+        if mark.offset < end <= size:  # a log truncated since leaves offsets that no longer fit: skipped
+            segments.append((mark.release, mark.offset, end))
     return segments
 
 
-def by_release(path: str, journal: list[dict]) -> list[dict]:
+def by_release(path: str, journal: Iterable[JournalEntry]) -> list[dict]:
     """One report per release, each from the part of the log it wrote."""
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size

@@ -12,7 +12,7 @@ from typing import Any
 import tomlkit
 from tomlkit.exceptions import ParseError
 
-from ..errors import PlaybookError
+from ..errors import BadInput, PlaybookError
 from .inventory import load_inventory
 
 DEFAULT_PLAYBOOK = "swapctl.toml"
@@ -23,6 +23,9 @@ JOURNAL = "journal"  # daemon.log's value for a daemon whose unit logs to the jo
 # How swapctl becomes root on a host whose login is not root (Ansible's word): "sudo" runs every remote
 # command through `sudo -n`; "none" runs them as the login user (root, on most GPU boxes).
 BECOME = ("sudo", "none")
+STOP_MODES = ("term", "drain")
+DRAIN_TIMEOUT = ("stop", "refuse")
+READY_MODES = ("log", "status", "proof")
 
 
 @dataclass(frozen=True)
@@ -49,12 +52,20 @@ class DaemonSpec:
     ready_timeout_s: float = 600
     ready_stable_s: float = 0  # once ready, it must stay up this long, or the deploy rolls back
     stop_grace_s: float = 30
+    # The daemon's own view: cuzk's `GET /status` (status_listen), read on the host; None: none
+    status_url: str | None = None
+    stop: str = "term"  # term: SIGTERM now; drain: wait until no proof is in flight first (docs/daemon.md)
+    drain_timeout_s: float = 300
+    drain_timeout: str = "stop"  # what a drain does when proofs are still in flight then: stop | refuse
+    ready: str = "log"  # log: ready_log (or ready_port); status: /status answers; proof: a proof completed
     cwd: str | None = None
     env: tuple[tuple[str, str], ...] = ()
     secret_env: tuple[str, ...] = ()
     unit: str | None = None  # the systemd service it runs under; None: the one its process is found in
     user: str | None = None  # who the daemon runs as (a name or uid); None: root, or the binary's owner
     keep_loader_env: tuple[str, ...] = ()  # loader variables (LD_PRELOAD...) a running daemon's env may pass on
+    lock_silence_s: float = 30  # the host's deploy lock ends when its deploy's heartbeat is silent this long
+    gone_before_stop: str = "refuse"  # a daemon that exits by itself before the stop: refuse | deploy
 
     @property
     def match_regex(self) -> re.Pattern[str] | None:
@@ -124,6 +135,7 @@ class Playbook:
     rollout: RolloutSpec = RolloutSpec()
     gpu: GpuSpec = GpuSpec()
     become: str = "none"  # the top-level `become`: for every SSH host that does not say its own
+    found: bool = True  # False: no ./swapctl.toml and no $SWAPCTL_PLAYBOOK, so an empty playbook
 
     def require_daemon(self) -> RequiredDaemon:
         """The daemon section, complete enough to change a host."""
@@ -156,12 +168,19 @@ _SCHEMA: dict[str, dict[str, tuple[str, bool]]] = {
         "ready_timeout_s": ("num", False),
         "ready_stable_s": ("num", False),
         "stop_grace_s": ("num", False),
+        "status_url": ("str", False),
+        "stop": ("str", False),
+        "drain_timeout_s": ("num", False),
+        "drain_timeout": ("str", False),
+        "ready": ("str", False),
         "cwd": ("str", False),
         "env": ("strtable", False),
         "secret_env": ("strlist", False),
         "unit": ("str", False),
         "user": ("str", False),
         "keep_loader_env": ("strlist", False),
+        "lock_silence_s": ("num", False),
+        "gone_before_stop": ("str", False),
     },
     "memory": {
         "min_available_gib": ("num", False),
@@ -186,6 +205,7 @@ _SCHEMA: dict[str, dict[str, tuple[str, bool]]] = {
         "platform": ("str", False),
     },
 }
+GONE_BEFORE_STOP = ("refuse", "deploy")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _TOP = ("hosts", "groups", "daemon", "memory", "gpu", "rollout", "logs", "releases", "build")
 _KIND_NAMES = {
@@ -273,7 +293,7 @@ def load(path: str | os.PathLike[str] | None = None, *, required: bool = True) -
         text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
         if not explicit and not required:
-            return parse("", path, inventory=inventory)
+            return replace(parse("", path, inventory=inventory), found=False)
         raise PlaybookError(path, "no such playbook; run `swapctl init` to write one, or pass -p FILE") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise PlaybookError(path, f"cannot read: {exc}") from None
@@ -317,6 +337,36 @@ def _hosts_and_groups(ld: _Loader, doc: dict, inventory: str | None
     return hosts, groups
 
 
+def _check_daemon(ld: _Loader, d: dict) -> None:
+    """[daemon]'s match, gone_before_stop and lock_silence_s."""
+    if "match" in d:
+        try:
+            re.compile(d["match"])
+        except re.error as exc:
+            raise ld.fail(f"not a valid regular expression ({exc})", "daemon", "match") from None
+    if d.get("gone_before_stop", "refuse") not in GONE_BEFORE_STOP:
+        raise ld.fail(f"must be one of {', '.join(GONE_BEFORE_STOP)}, not {d['gone_before_stop']!r}", "daemon",
+                      "gone_before_stop")
+    if not 5 <= d.get("lock_silence_s", 30) <= 3600:
+        raise ld.fail(f"must be between 5 and 3600 seconds, not {d['lock_silence_s']!r}", "daemon", "lock_silence_s")
+def _check_stop_and_ready(ld: _Loader, d: dict[str, Any]) -> None:
+    """stop, drain_timeout and ready take one of their words; drain and ready beyond the log need status_url."""
+    for key, words in (("stop", STOP_MODES), ("drain_timeout", DRAIN_TIMEOUT), ("ready", READY_MODES)):
+        if key in d and d[key] not in words:
+            raise ld.fail(f"must be one of {', '.join(words)}, not {d[key]!r}", "daemon", key)
+    url = d.get("status_url")
+    if url is not None and not re.fullmatch(r"http://[A-Za-z0-9.\-\[\]:]+(:\d+)?/\S*", url):
+        raise ld.fail(f'{url!r} is not an http:// URL (e.g. "http://127.0.0.1:9821/status", the daemon\'s '
+                      f'status_listen)', "daemon", "status_url")
+    if d.get("drain_timeout_s", 1) <= 0:
+        raise ld.fail("must be more than 0 s (the longest proof the daemon runs, e.g. 300)", "daemon",
+                      "drain_timeout_s")
+    for key, needs in (("stop", "drain"), ("ready", "status")):  # "proof" without it: the Phase 7 line
+        if d.get(key) == needs and not url:
+            raise ld.fail(f'"{needs}" reads the daemon\'s own status: add `status_url = '
+                          f'"http://127.0.0.1:9821/status"` under [daemon] (cuzk\'s status_listen)', "daemon", key)
+
+
 def parse(text: str, path: str = DEFAULT_PLAYBOOK, inventory: str | None = None) -> Playbook:
     """Validates playbook text; every error names the file, line, key and fix. `inventory` (else the
     playbook's own `inventory` key, relative to its file) adds an Ansible inventory's hosts and groups;
@@ -341,11 +391,7 @@ def parse(text: str, path: str = DEFAULT_PLAYBOOK, inventory: str | None = None)
 
     hosts, groups = _hosts_and_groups(ld, doc, inventory)
     d = ld.section(ld.table(doc, "daemon"), "daemon", "daemon")
-    if "match" in d:
-        try:
-            re.compile(d["match"])
-        except re.error as exc:
-            raise ld.fail(f"not a valid regular expression ({exc})", "daemon", "match") from None
+    _check_daemon(ld, d)
     if d.get("log") == JOURNAL and "unit" not in d:
         raise ld.fail('"journal" needs the unit whose journal it is: add `unit = "cuzk.service"` under [daemon]',
                       "daemon", "log")
@@ -356,8 +402,8 @@ def parse(text: str, path: str = DEFAULT_PLAYBOOK, inventory: str | None = None)
         d["unit"] = d["unit"] if d["unit"].endswith(".service") else f"{d['unit']}.service"  # as systemctl does
         if not re.fullmatch(r"[A-Za-z0-9:_.@\\-]+\.service", d["unit"]):
             raise ld.fail(f"{d['unit']!r} is not a systemd service name (e.g. \"cuzk.service\")", "daemon", "unit")
-    if "args" in d:
-        d["args"] = tuple(d["args"])
+    _check_stop_and_ready(ld, d)
+    d["args"] = tuple(d["args"]) if "args" in d else None
     for key in ("env", "secret_env", "keep_loader_env"):  # names the daemon's environment gets: checked here
         for name in d.get(key, ()):
             if not ENV_NAME.fullmatch(name):
@@ -441,6 +487,9 @@ def resolve_host(playbook: Playbook, target: str, ssh_aliases: set[str] | None =
         raise PlaybookError(playbook.path, f"host {target!r} is not user@address:port", key="HOST")
     if target in (ssh_config_aliases() if ssh_aliases is None else ssh_aliases):
         return HostSpec(name=target, address=target, become=playbook.become)
+    if not playbook.found and not playbook.hosts:
+        raise BadInput(f"no ./{DEFAULT_PLAYBOOK} (or $SWAPCTL_PLAYBOOK); see `swapctl init` (and {target!r} is "
+                       f"not user@address:port or a `Host` in ~/.ssh/config)")
     known = ", ".join(playbook.hosts) or "none"
     close = difflib.get_close_matches(target, playbook.hosts, n=1)
     hint = f"did you mean {close[0]!r}?" if close else f"hosts in the playbook: {known}"

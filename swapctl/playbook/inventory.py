@@ -30,13 +30,15 @@ class _Inventory:
         self.members: dict[str, list[str]] = {"all": [], "ungrouped": []}
         self.children: dict[str, list[str]] = {"all": []}
         self.group_vars: dict[str, dict[str, Any]] = {}
+        self.lines: dict[str, int | None] = {}  # where each host is first named
 
     def group(self, name: str) -> None:
         self.members.setdefault(name, [])
         self.children.setdefault(name, [])
 
-    def add_host(self, name: str, group: str, variables: dict[str, Any]) -> None:
+    def add_host(self, name: str, group: str, variables: dict[str, Any], line: int | None = None) -> None:
         self.group(group)
+        self.lines.setdefault(name, line)
         self.host_vars.setdefault(name, {}).update(variables)
         if name not in self.members[group]:
             self.members[group].append(name)
@@ -78,6 +80,10 @@ class _Inventory:
             for var, key in VARS.items():
                 if var in merged:
                     values[key] = merged[var]
+            if not ADDRESS.fullmatch(str(values["address"])):
+                raise PlaybookError(self.path, f"host {name!r}: {values['address']!r} is no hostname or IP address "
+                                               f"(ansible_host is data, never ssh options); fix it",
+                                    line=self.lines.get(name))
             if "ansible_become" in merged:
                 values["become"] = become_of(self.path, name, merged)
             if "port" in values:
@@ -90,6 +96,10 @@ class _Inventory:
                                                  for k, v in values.items()})
         return hosts, {g: members for g, members in groups.items() if members and g != "ungrouped"}
 
+
+# a hostname (letters, digits, `-`, `_`, dots), an IPv4 or an IPv6 address (in brackets or not): a value an
+# ssh_config line or a ProxyCommand's %h could read as more than a host (spaces, `-o`, `$`, `*`) is none
+ADDRESS = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_.-]{0,252}[A-Za-z0-9_])?|\[?[0-9A-Fa-f:.]+(?:%\w+)?\]?")
 
 _TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
 
@@ -151,7 +161,7 @@ def parse_ini(text: str, path: str) -> tuple[dict, dict]:
             inv.group_vars.setdefault(section, {}).update(pairs)
         else:
             for host in expand(words[0]):
-                inv.add_host(host, section, pairs)
+                inv.add_host(host, section, pairs, number)
     return inv.resolve()
 
 

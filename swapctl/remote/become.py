@@ -20,8 +20,7 @@ from ..errors import Refused
 from .cmd import Cmd
 
 SUDO = ("sudo", "-n", "--")
-PROBE = Cmd("sudo", "-n", "true", label="sudo-check")
-PROBE_TIMEOUT_S = 30
+PROBE = Cmd("sudo", "-n", "true", label="sudo-check")  # within twice the connect timeout
 
 
 def as_root(cmd: Cmd) -> str:

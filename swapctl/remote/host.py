@@ -111,9 +111,16 @@ class Host(ABC):
 class Held:
     first_line: str
     closer: Callable[[], None]
+    writer: Callable[[bytes], None] | None = None  # writes to the held command's stdin (a heartbeat)
 
     def close(self) -> None:
         self.closer()
+
+    def write(self, data: bytes) -> None:
+        """Sends `data` to the held command's stdin; raises OSError (or the transport's error) once it is gone."""
+        if self.writer is None:
+            raise OSError("this held command takes no input")
+        self.writer(data)
 
 
 class Prepared:
@@ -287,9 +294,11 @@ class LocalHost(Host):
 
         def close() -> None:
             try:
-                proc.stdin.close()  # type: ignore[union-attr]
+                if proc.stdin:
+                    proc.stdin.close()
             except BrokenPipeError:
                 pass
+            proc.stdin = None  # closed: communicate() would flush it and fail
 
         return Prepared(cmd, send, close)
 
@@ -317,7 +326,12 @@ class LocalHost(Host):
                 proc.kill()
                 proc.wait()
 
+        def writer(data: bytes) -> None:
+            assert proc.stdin
+            proc.stdin.write(data)
+            proc.stdin.flush()
+
         if proc.poll() is not None:
             closer()
-        return Held(first, closer)
+        return Held(first, closer, writer)
 

@@ -12,6 +12,7 @@ import functools
 import getpass
 import hashlib
 import importlib.util
+import logging
 import os
 import re
 import select
@@ -54,7 +55,7 @@ _paramiko_without_invoke()
 
 import paramiko  # noqa: E402 (after its invoke is held back)
 
-from ..errors import HostKeyError, Refused, RemoteTimeout, Unreachable  # noqa: E402
+from ..errors import BadInput, HostKeyError, Refused, RemoteTimeout, Unreachable  # noqa: E402
 from ..playbook import SSH_CONFIGS, HostSpec  # noqa: E402
 from . import become  # noqa: E402
 from .cmd import Cmd  # noqa: E402
@@ -63,7 +64,9 @@ from .host import MAX_LINE, MAX_OUTPUT, Held, Host, Prepared, Progress, Result, 
 if TYPE_CHECKING:
     import fabric
 
-CONNECT_TIMEOUT_S = 15
+CONNECT_TIMEOUT_S = 15  # the TCP connect and sshd's banner; `swapctl --connect-timeout S` sets another
+# paramiko's transport thread logs a failed handshake with its traceback; swapctl says it in one line
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
 WINDOW_SIZE = 64 << 20  # paramiko's 2 MiB default window starves bulk transfers
 # sshd's MaxStartups (10:30:100 by default) drops new connections while 10 are unauthenticated: a fleet
 # command opens at most this many at once, across all hosts (a bastion sees them all).
@@ -83,11 +86,23 @@ _WRITE = ('umask 077; have=$(stat -c %s -- "$1" 2>/dev/null || echo 0); if [ "$2
           '[ "$have" = "$2" ] || { echo "$1 holds $have bytes, not $2" >&2; exit 1; }; exec cat >> "$1"')
 
 
+def connect_timeout() -> float:
+    """How long a connection may take to reach sshd's banner: $SWAPCTL_CONNECT_TIMEOUT (`--connect-timeout`)."""
+    value = os.environ.get("SWAPCTL_CONNECT_TIMEOUT")
+    try:
+        seconds = float(value) if value else CONNECT_TIMEOUT_S
+    except ValueError:
+        seconds = 0
+    if not seconds > 0:
+        raise BadInput(f"--connect-timeout (SWAPCTL_CONNECT_TIMEOUT) {value!r}: give seconds, more than 0")
+    return seconds
+
+
 def _tcp(host: str, port: int) -> socket.socket:
     """A TCP connection with Nagle's algorithm off, as OpenSSH's ssh sets it. paramiko leaves it on: then
     each small request (open a channel, EOF) waits for the host's delayed ACK, 40 ms, so a trivial command
     took 48 ms on a zero-latency link instead of 5 ms, and the handshake 80 ms instead of 37."""
-    sock = socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S)
+    sock = socket.create_connection((host, port), timeout=connect_timeout())
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     return sock
 
@@ -155,10 +170,18 @@ class _Direct:
         return bool(transport and transport.is_active())
 
     def open(self) -> None:
-        self.client.connect(hostname=self.host, port=self.port, username=self.user, timeout=CONNECT_TIMEOUT_S,
-                            **self.connect_kwargs)
+        limit = connect_timeout()
+        self.client.connect(hostname=self.host, port=self.port, username=self.user, timeout=limit,
+                            banner_timeout=limit, **self.connect_kwargs)
 
     def close(self) -> None:
+        transport = self.client.get_transport()
+        if transport is not None:
+            # a Ctrl-C (KeyboardInterrupt) that lands inside paramiko's open_channel, between registering the
+            # channel and linking it to the transport, leaves one whose close raises AttributeError: link it
+            for chan in list(transport._channels.values()):  # type: ignore[attr-defined]
+                if chan.transport is None:
+                    chan._set_transport(transport)
         self.client.close()
 
 
@@ -170,7 +193,7 @@ def _open_with(spec: HostSpec) -> _Direct | fabric.Connection:
         return _Direct(spec.address, spec.user, spec.port, keys, config)
     import fabric  # a gateway: fabric walks the ProxyJump chain (and imports invoke)
 
-    return fabric.Connection(spec.address, user=spec.user, port=spec.port, connect_timeout=CONNECT_TIMEOUT_S,
+    return fabric.Connection(spec.address, user=spec.user, port=spec.port, connect_timeout=connect_timeout(),
                              connect_kwargs={"key_filename": keys} if keys else {})
 
 
@@ -251,19 +274,32 @@ class SshHost(Host):
 
     def _check_sudo(self, conn: _Direct | fabric.Connection, transport: paramiko.Transport) -> None:
         """`sudo -n true` before any other command: a sudo that would ask for a password refuses the host
-        here, exit 3, before anything on it changed."""
+        here, exit 3, before anything on it changed. One deadline for the whole call (twice the connect
+        timeout): a limit per read let a sudo that kept talking hold the connection for ever."""
         what = f"the {become.PROBE.label} step"
-        late = RemoteTimeout(f"`{become.PROBE}` did not finish within {become.PROBE_TIMEOUT_S} s", host=self.name)
+        limit = 2 * connect_timeout()
+        late = RemoteTimeout(f"`{become.PROBE}` did not finish within {limit:g} s (twice --connect-timeout); run it "
+                             f"there as {conn.user} to see what it waits for", host=self.name)
+        deadline = time.monotonic() + limit
+
+        def remaining() -> float:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError
+            return left
+
         err = bytearray()
         try:
-            chan = transport.open_session(timeout=CONNECT_TIMEOUT_S)
-            chan.settimeout(become.PROBE_TIMEOUT_S)
+            chan = transport.open_session(timeout=remaining())
             chan.exec_command(become.PROBE.render())
             chan.shutdown_write()
             # to the channel's EOF, not its exit status: sshd may send that before the last of stderr
-            while data := chan.recv_stderr(1 << 16):
+            while True:
+                chan.settimeout(remaining())
+                if not (data := chan.recv_stderr(1 << 16)):
+                    break
                 keep_tail(err, data)
-            ended = chan.status_event.wait(become.PROBE_TIMEOUT_S)
+            ended = chan.status_event.wait(remaining())
             code = chan.recv_exit_status() if ended else -1
             self._close(chan)
         except TimeoutError:
@@ -506,7 +542,8 @@ class SshHost(Host):
                 self._close(chan)
                 raise RemoteTimeout(f"`{cmd}` said nothing within {timeout:.0f} s", host=self.name)
             select.select([chan], [], [], 0.5)
-        return Held(bytes(buf[:MAX_LINE]).split(b"\n", 1)[0].decode("utf-8", "replace"), lambda: self._close(chan))
+        return Held(bytes(buf[:MAX_LINE]).split(b"\n", 1)[0].decode("utf-8", "replace"), lambda: self._close(chan),
+                    chan.sendall)
 
     def close(self) -> None:
         with self._lock:

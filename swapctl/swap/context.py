@@ -23,6 +23,8 @@ class Context:
     events: EventSink = _ignore
     interrupts: Interrupts = field(default_factory=Interrupts)
     ignore_gpu_hang: bool = False  # swap even though nvidia-smi does not answer (a wedged GPU), when told to
+    beside: bool = False  # start the new build beside a process that matches daemon.match but is not the daemon
+    lock_info: str = ""  # what the deploy lock's holder wrote in lock.info once taken: a swap begins only under it
 
     @property
     def state(self) -> str:

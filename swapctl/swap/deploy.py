@@ -1,4 +1,4 @@
-"""The safe swap, as the README's ten steps: preflight, lock, upload, backup, stop, wait for memory, start,
+"""The safe swap, as docs/deploy.md's ten steps: preflight, lock, upload, backup, stop, wait for memory, start,
 readiness, rollback, journal. Each step lives in its own module; `Swap` holds one host's steps together.
 
 The core never prints: it reports `Event`s to a callback and returns an `Outcome`, or raises a
@@ -7,6 +7,7 @@ SwapctlError whose exit code says what state the host is in.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from dataclasses import replace
@@ -21,6 +22,7 @@ from . import rollback as back
 from .context import Context
 from .describe import describe
 from .events import Event, EventSink, Interrupts, Outcome
+from .journal_entry import Upload
 from .plan import Catalog, Daemon, DeployPlan, Plan, Situation
 from .session import Session
 
@@ -32,9 +34,9 @@ class Swap:
     """One host's swap. Reuse it for the steps of a deploy, a rollback, or both."""
 
     def __init__(self, host: Host, book: Playbook, events: EventSink | None = None,
-                 interrupts: Interrupts | None = None, ignore_gpu_hang: bool = False):
+                 interrupts: Interrupts | None = None, ignore_gpu_hang: bool = False, beside: bool = False):
         self.ctx = Context(host, book, book.require_daemon(), interrupts=interrupts or Interrupts(),
-                           ignore_gpu_hang=ignore_gpu_hang)
+                           ignore_gpu_hang=ignore_gpu_hang, beside=beside)
         if events is not None:
             self.ctx.events = events
         self.host, self.book, self.interrupts = host, book, self.ctx.interrupts
@@ -70,7 +72,7 @@ class Swap:
     def prepare_upload(self, plan: DeployPlan) -> None:
         self.session.prepare(plan)
 
-    def upload(self, plan: DeployPlan) -> upload.Sent:
+    def upload(self, plan: DeployPlan) -> Upload:
         return self.session.send(plan, lambda rel: store.write_manifest(self.ctx, rel))
 
     def discard_upload(self) -> None:
@@ -104,13 +106,14 @@ def deploy(sw: Swap, plan: DeployPlan) -> Outcome:
         cached = threading.Thread(target=upload.Cache().add, args=(plan.binary.path, plan.new.sha256))
         cached.start()  # the old side of the next deploy's patch; off the upload's path
         epilogue = journal.epilogue(sw.ctx)  # its shell starts beside the backup and the swap
-        store.backup(sw.ctx, plan)
+        plan = store.backup(sw.ctx, plan)  # the daemon may have exited by itself since the preflight
         _timed(steps, "backup", t)
         previous = plan.fallback()
         protect = {plan.new.id} | ({previous.id} if previous else set())
         _, prune = store.prune_cmd(sw.ctx, {**plan.known, plan.new.id: plan.new}, protect,
                                    tuple(p.path for p in plan.partials))  # run only once the swap went well
-        outcome = back.swap_in(sw.ctx, plan, plan.new, "deploy", previous, steps, sent.record(),
+        sent_from = sent.sent_from(os.path.abspath(plan.binary.path))  # `history` shows it to its uploader
+        outcome = back.swap_in(sw.ctx, plan, plan.new, "deploy", previous, steps, sent_from,
                                back.After(epilogue, (prune,) if prune else ()))
         if sent.wire_bytes:
             outcome = replace(outcome, upload_mb_s=plan.new.size / 1e6 / max(sent.seconds, 1e-6))
@@ -139,7 +142,8 @@ def sample(sw: Swap, plan: Plan, outcome: Outcome) -> Outcome:
     if not outcome.pid or not samplable(plan.status):
         return outcome
     try:
-        status = start_sampler(sw.host, sw.book.daemon.state_dir, outcome.pid)
+        status = start_sampler(sw.host, sw.book.daemon.state_dir, outcome.pid,
+                               user=sw.book.daemon.user or "")
     except SwapctlError as exc:
         return replace(outcome, message=f"{outcome.message} GPU sampler not started: {exc}".strip())
     if status.ok:
@@ -156,7 +160,7 @@ def rollback(sw: Swap, plan: Plan) -> Outcome:
     try:
         _timed(steps, "lock", t)
         epilogue = journal.epilogue(sw.ctx)
-        store.backup(sw.ctx, plan)
+        plan = store.backup(sw.ctx, plan)
         return sample(sw, plan, back.swap_in(sw.ctx, plan, plan.new, "rollback", back.rollback_fallback(plan), steps,
                                              after=back.After(epilogue)))
     except KeyboardInterrupt:

@@ -45,5 +45,5 @@ def describe(ctx: Context, plan: Plan, session: Session) -> list[str]:
             show(swaprun.swap_cmd(ctx, d, new, swaprun.gpu_limits(ctx, plan.status, [d.pid] if d else []),
                                   fallback, plan.unit)),
             f"# then one line appended to {st}/journal.jsonl (sh/append_line.sh) and the pruning, sent to a "
-            f"`sh -s` started before the swap"]
+            f"shell started before the swap, which runs them only once they have come whole"]
     return out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,10 +27,17 @@ class Interrupts:
     def __init__(self) -> None:
         self.count = 0
         self.critical = False  # set once the old daemon is being stopped: from then on, finish the swap
+        self.second = threading.Event()  # a second press: the swap rolls back at once (swaprun tells the host)
+
+    def tally(self) -> None:
+        """Counts one press; safe from a signal handler (it sets an event, nothing more)."""
+        self.count += 1
+        if self.count >= 2:
+            self.second.set()
 
     def press(self) -> None:
         """Before the stop, Ctrl-C aborts at once (nothing changed); after it, it is counted."""
-        self.count += 1
+        self.tally()
         if not self.critical:
             raise KeyboardInterrupt
 
@@ -43,7 +51,7 @@ class Outcome:
     new_sha: str | None
     steps: dict[str, float] = field(default_factory=dict)  # seconds per step
     upload_mb_s: float | None = None
-    upload: dict[str, Any] | None = None  # how the binary got there (upload.Sent.record())
+    upload: dict[str, Any] | None = None  # how the binary got there (journal_entry.Upload.to_dict())
     log_offset: int | None = None  # where the started daemon's output begins in its log
     pid: int | None = None
     message: str = ""

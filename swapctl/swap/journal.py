@@ -1,4 +1,7 @@
 """Step 10, the journal: one JSON line per swap on the host (journal.jsonl) and in the local history.
+The swap script writes a swap's line itself, on every path (sh/swap.sh's finish): what ends the controller
+cannot skip it. `write` is for the lines only swapctl knows (an experiment's decision). A line is a
+journal_entry.JournalEntry, read back only through journal_entry.read.
 
 After a swap that went well, its journal line and the pruning go to a shell started on the host before
 the swap (`epilogue`): that shell's start-up (the login shell reads ~/.bashrc, where `pyenv init` or
@@ -8,30 +11,31 @@ on a channel already open, not a new command (issue 23: 0.26 s after the ready l
 
 from __future__ import annotations
 
-import json
 import secrets
 from collections.abc import Iterable
-from typing import Any
+from dataclasses import replace
 
 from ..errors import RemoteCommandFailed
 from ..remote.cmd import Cmd
 from ..remote.host import Prepared
 from . import scripts
 from .context import Context
+from .journal_entry import CAP_BYTES, JOURNAL, KEEP, JournalEntry
 from .releases import now_iso, record_local, who_am_i
-
-# The host's journal is rotated past CAP_BYTES to its last KEEP entries (a line is about 1 KB), and a deploy
-# reads only its last 1000 entries (inspect.sh): it grows by a line every swap, for as long as the host lives.
-KEEP, CAP_BYTES = 2000, 4 << 20
 
 # Reads commands from its stdin and runs them as they come, stopping at the first that fails. Nothing it
 # runs reads that stdin (each gets /dev/null): the rest of the commands stay for the shell.
-EPILOGUE = Cmd("sh", "-s", label="journal")
+# The epilogue's shell runs its script only once it has come whole, to its last line: a controller that dies
+# while sending (or a link that goes silent until TCP gives up) must not leave the host running part of a
+# line, such as an `rm -rf` of a release cut short to its parent directory, at the EOF that comes later.
+EPILOGUE_END = "#swapctl-epilogue-end"
+EPILOGUE = Cmd("sh", "-c", 's=$(cat) || exit 3; case $s in *"$1") eval "$s" ;; *) echo "the epilogue arrived cut '
+               'short: nothing of it was run" >&2; exit 3 ;; esac', "sh", EPILOGUE_END, label="journal")
 
 
-def journal_cmd(ctx: Context, entry: dict[str, Any]) -> Cmd:
-    return scripts.command("append_line.sh", path=f"{ctx.state}/journal.jsonl",
-                           text=json.dumps(entry, sort_keys=True), keep=KEEP, cap_bytes=CAP_BYTES, label="journal")
+def journal_cmd(ctx: Context, entry: JournalEntry) -> Cmd:
+    return scripts.command("append_line.sh", path=f"{ctx.state}/{JOURNAL}", text=entry.to_json(), keep=KEEP,
+                           cap_bytes=CAP_BYTES, label="journal")
 
 
 def epilogue(ctx: Context) -> Prepared:
@@ -39,13 +43,10 @@ def epilogue(ctx: Context) -> Prepared:
     return ctx.host.prepare(EPILOGUE)
 
 
-def write(ctx: Context, entry: dict[str, Any], upload: dict[str, Any] | None = None,
-          shell: Prepared | None = None, then: Iterable[Cmd] = ()) -> dict[str, Any]:
-    """Appends `entry` (with when, by whom, the host, how the binary got there) on the host and locally,
-    then runs `then` on the host; through `shell` (from `epilogue`) when one is given and still unused."""
-    line = {"time": now_iso(), "by": who_am_i(), "host": ctx.name, **entry}
-    if upload is not None:
-        line["upload"] = upload
+def write(ctx: Context, entry: JournalEntry, shell: Prepared | None = None, then: Iterable[Cmd] = ()) -> JournalEntry:
+    """Appends `entry` (with when, by whom and the host) on the host and locally, then runs `then` on the
+    host; through `shell` (from `epilogue`) when one is given and still unused."""
+    line = replace(entry, time=now_iso(), by=who_am_i(), host=ctx.name)
     cmds = [journal_cmd(ctx, line), *then]
     try:
         if shell is None or shell.used:
@@ -58,8 +59,21 @@ def write(ctx: Context, entry: dict[str, Any], upload: dict[str, Any] | None = N
     return line
 
 
+def then(ctx: Context, shell: Prepared | None, cmds: Iterable[Cmd]) -> None:
+    """Runs `cmds` on the host after a swap the host journaled itself; through `shell` (from `epilogue`)
+    when one is given and still unused."""
+    cmds = list(cmds)
+    if not cmds:
+        return
+    if shell is None or shell.used:
+        for cmd in cmds:
+            ctx.run(cmd)
+    else:
+        _through(ctx, shell, cmds)
+
+
 def _through(ctx: Context, shell: Prepared, cmds: list[Cmd]) -> None:
-    text = "set -e\n" + "".join(_line(cmd) for cmd in cmds)
+    text = "set -e\n" + "".join(_line(cmd) for cmd in cmds) + EPILOGUE_END + "\n"
     result = shell.send([text.encode()])
     if not result.ok:
         raise RemoteCommandFailed(ctx.name, "; ".join(map(str, cmds)), result.exit_code,

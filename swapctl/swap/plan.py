@@ -6,16 +6,16 @@ Everything here is data and pure functions over the inspect script's output: tes
 from __future__ import annotations
 
 import base64
-import json
 import re
 from dataclasses import dataclass, fields, replace
 from pathlib import PurePosixPath
 from typing import Any
 
 from ..facts.status import HostStatus
-from . import elf
+from . import elf, journal_entry
 from .environ import carried
-from .releases import RELEASE_ID, Release, now_iso, parse_releases, previous_good, who_am_i
+from .journal_entry import JOURNAL, JournalEntry, Start
+from .releases import RELEASE_ID, Release, now_iso, parse_releases, previous_good, rollback_target, who_am_i
 
 CONFIG_FLAGS = ("-c", "--config")
 
@@ -63,17 +63,31 @@ class Partial:
 
 @dataclass(frozen=True)
 class Catalog:
-    """What the host keeps: its releases, the one the binary path points at, its journal (oldest first)."""
+    """What the host keeps: its releases, the one the binary path points at, its journal (oldest first, and
+    how many of its lines were no entry: skipped)."""
 
     releases: dict[str, Release]
     current: str | None
-    journal: tuple[dict[str, Any], ...]
+    journal: tuple[JournalEntry, ...]
+    skipped: int = 0
+    where: str = JOURNAL  # HOST:PATH of the journal, for what is said about it
+
+    def rollback_target(self) -> Release | None:
+        """Where `rollback` goes from the current release (releases.rollback_target)."""
+        return rollback_target(self.releases, self.current, self.journal, list(self.deployed))
 
     @property
     def deployed(self) -> tuple[str, ...]:
         """Release ids that deploys put in place, oldest first."""
-        return tuple(e["current"] for e in self.journal
-                     if e.get("action") == "deploy" and e.get("outcome") == "deployed" and e.get("current"))
+        return journal_entry.deployed(self.journal)
+
+    def started(self) -> Start | None:
+        """Where the current release last started in the daemon's log (None: the journal has no such start)."""
+        return journal_entry.started(self.journal, self.current)
+
+    def notes(self) -> tuple[str, ...]:
+        """What to tell the user about the journal: the lines it skipped."""
+        return (journal_entry.skipped_note(self.where, self.skipped),) if self.skipped else ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -88,6 +102,7 @@ class Situation:
     to_save: tuple[Backup, ...]  # backups made before the stop
     warnings: tuple[str, ...]
     history: tuple[str, ...] = ()  # release ids deploys put in place, oldest first
+    journal: tuple[JournalEntry, ...] = ()  # the host's journal (its last entries), oldest first
     free_kib: int = 0
     host_zstd: bool = False  # the host can unpack zstd streams and patches
     partials: tuple[Partial, ...] = ()
@@ -159,18 +174,14 @@ def config_paths(argv: tuple[str, ...]) -> list[str]:
     return paths
 
 
-def read_catalog(facts: dict[str, str]) -> Catalog:
-    """The host's releases, current release and journal, from the inspect script's sections."""
+def read_catalog(facts: dict[str, str], where: str = JOURNAL) -> Catalog:
+    """The host's releases, current release and journal (at `where`, HOST:PATH), from the inspect script's
+    sections."""
     kind, _, target = facts.get("binary", "missing").partition(" ")
-    journal = []
-    for line in facts.get("journal", "").splitlines():
-        try:
-            journal.append(json.loads(line))
-        except ValueError:
-            continue  # a line cut short by a full disk or a killed swapctl
+    journal, skipped = journal_entry.read(facts.get("journal", ""))  # a line cut short, or none of swapctl's
     current = PurePosixPath(target).parent.name if kind == "link" else None
     return Catalog(parse_releases(facts.get("releases", "")),
-                   current if current and RELEASE_ID.fullmatch(current) else None, tuple(journal))
+                   current if current and RELEASE_ID.fullmatch(current) else None, journal, skipped, where)
 
 
 def read_daemon(status: HostStatus, facts: dict[str, str], keep: tuple[str, ...] = ()) -> Daemon | None:
@@ -189,7 +200,8 @@ def read_daemon(status: HostStatus, facts: dict[str, str], keep: tuple[str, ...]
     return Daemon(
         pid=p.pid, sha256=facts.get("exe_sha", "").strip(), size=int(facts.get("exe_size", "0").strip() or 0),
         argv=tuple(nul_split(facts.get("cmdline", ""))),
-        cwd=facts.get("cwd", "").strip() or "/", env=tuple(env), unit=cgroup_unit(facts.get("cgroup", "")),
+        cwd=facts.get("cwd", "").strip("\n").replace("\0", "\n") or "/", env=tuple(env),
+        unit=cgroup_unit(facts.get("cgroup", "")),
         group_leader=facts.get("pgid", "").strip() == str(p.pid), rss_kib=p.rss_kib, elapsed_s=p.elapsed_s,
         uid=p.uid, gid=p.gid, dropped=dropped,
     )
@@ -250,12 +262,13 @@ def unit_for(status: HostStatus, daemon: Daemon | None, named: str | None, binar
 
 
 def read_situation(host: str, binary_path: str, status: HostStatus, facts: dict[str, str],
-                   configs: tuple[str, ...], keep: tuple[str, ...] = (), named_unit: str | None = None) -> Situation:
+                   configs: tuple[str, ...], keep: tuple[str, ...] = (), named_unit: str | None = None,
+                   journal_at: str = JOURNAL) -> Situation:
     """The situation from the status facts and the inspect script's sections (`configs`: the files it checked;
-    `keep`: the loader variables the playbook lets through). A daemon under a unit is recorded with the
-    unit's Environment and WorkingDirectory (systemctl show): what the unit gives it, not what systemd adds
-    (INVOCATION_ID...)."""
-    catalog = read_catalog(facts)
+    `keep`: the loader variables the playbook lets through; `journal_at`: the journal's path, named in the
+    warning about the lines it skipped). A daemon under a unit is recorded with the unit's Environment and
+    WorkingDirectory (systemctl show): what the unit gives it, not what systemd adds (INVOCATION_ID...)."""
+    catalog = read_catalog(facts, f"{host}:{journal_at}")
     daemon = read_daemon(status, facts, keep)
     unit = unit_for(status, daemon, named_unit, binary_path)
     if daemon:
@@ -267,7 +280,8 @@ def read_situation(host: str, binary_path: str, status: HostStatus, facts: dict[
                      (line.partition(" ") for line in facts.get("partial", "").splitlines()) if size.isdigit())
     return Situation(host=host, status=status, daemon=daemon, releases=catalog.releases, current=catalog.current,
                      to_save=backups(binary_path, facts, daemon, catalog.releases),
-                     warnings=warnings(status, daemon), history=catalog.deployed,
+                     warnings=(*warnings(status, daemon), *catalog.notes()),
+                     history=catalog.deployed, journal=catalog.journal,
                      free_kib=int(free[3] if len(free) > 3 and free[3].isdigit() else 0),
                      host_zstd=bool(facts.get("tools", "").strip()), partials=partials, configs_checked=configs,
                      configs_missing=tuple(facts.get("missing", "").splitlines()),

@@ -4,47 +4,108 @@ Raises BadInput (a binary or playbook that cannot work there) or Refused (not no
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import replace
 from pathlib import PurePosixPath
 
 from ..errors import BadInput, LockHeld, Refused
-from ..facts.status import gather, split_sections
+from ..facts.status import HostStatus, gather, split_sections
+from ..facts.system import Process
 from . import elf, scripts
 from .context import Context
 from .environ import carried
+from .journal_entry import JOURNAL
 from .plan import Catalog, Daemon, DeployPlan, Plan, Situation, config_paths, read_catalog, read_situation
-from .releases import Release, now_iso, previous_good, releases_newest_first, who_am_i
+from .releases import Release, now_iso, releases_newest_first, rollback_target, who_am_i
+from .store import gone as store_gone
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
-def swapping(ctx: Context) -> LockHeld:
-    return LockHeld(f"a swap started by an earlier deploy still runs on the host (that deploy lost its "
-                    f"connection); wait for it to end, then check `swapctl status {ctx.name}`", host=ctx.name)
+def swapping(ctx: Context, info: str = "") -> LockHeld:
+    """The refusal while a swap script runs on the host (it holds swap.lock); `info` is its swap.info (JSON:
+    by, since, pid), which says who started it and when; whether that deploy still listens, the host cannot tell."""
+    try:
+        who = json.loads(info)
+        since = f" since {who['since']}, started by {who['by']} (swap script pid {who['pid']})"
+    except (ValueError, KeyError, TypeError):
+        since = ""
+    return LockHeld(f"a swap is running on the host{since}; it finishes by itself, its rollback included: wait "
+                    f"for it to end, then check `swapctl status {ctx.name}`", host=ctx.name)
 
 
 def unsafe(ctx: Context, line: str) -> Refused:
     """The refusal for a state directory others may write to: `line` is `DIR OWNER MODE`."""
+    return Refused(why_unsafe(line, ctx.state), host=ctx.name)
+
+
+def why_unsafe(line: str, state: str) -> str:
+    """`DIR OWNER MODE` from lib.sh's unsafe_dirs or unsafe_path, as one line saying what to do: the state
+    tree (`state`, its parent `.swapctl`, releases/) or the binary's directory and those above it."""
     where, owner, mode = ([*line.rsplit(" ", 2), "?", "?"])[:3]
     what = "is no directory" if owner == "not-a-directory" else f"is owned by uid {owner} with mode {mode}"
-    return Refused(f"state directory {where} {what}: whoever can write "
-                   f"there could replace a release or its manifest, which swapctl then runs as root; make it "
-                   f"root's and not group- or world-writable (`chown root: DIR; chmod 700 DIR`), or remove it "
-                   f"if nobody you trust made it, then deploy again", host=ctx.name)
+    if not where.startswith(str(PurePosixPath(state).parent)):
+        return (f"directory {where}, the binary's or one above it, {what}: whoever can write there could "
+                f"rename the state directory away and put their own in its place, which swapctl then runs as "
+                f"root; make it root's and not group- or world-writable (`chown root: {where}; chmod go-w "
+                f"{where}`), or name its owner in daemon.user if the daemon's user must own it, then try again")
+    return (f"state directory {where} {what}: whoever can write "
+            f"there could replace a release or its manifest, which swapctl then runs as root; make it "
+            f"root's and not group- or world-writable (`chown root: DIR; chmod 700 DIR`), or remove it "
+            f"if nobody you trust made it, then deploy again")
+
+
+def provers(ctx: Context, status: HostStatus) -> list[Process]:
+    """Of the processes that match daemon.match but are not the daemon, those that run a program the match
+    names (it matches the file name of their /proc/PID/exe, or a tail of that path up to its end), or a
+    release swapctl keeps beside daemon.binary: another prover, which a new build started beside would
+    compete with for the GPU. A `tail -f` of the log, an editor of the config, a process that only calls
+    itself the daemon (argv[0]), a program in a directory whose name holds the match: left alone, since any
+    user of the host can make those and would otherwise block every deploy."""
+    regex, state = ctx.spec.match_regex, f"{PurePosixPath(ctx.spec.binary).parent}/.swapctl/"
+    return [p for p in status.not_daemons if p.exe and "/.." not in p.exe and
+            (names_program(regex, p.exe) or (p.exe.startswith(state) and "/releases/" in p.exe))]
+
+
+def names_program(regex: re.Pattern[str], exe: str) -> bool:
+    """Whether daemon.match names the program `exe`: it matches the file name, or the whole of a tail of the
+    path that begins at a `/` (with it or after it). Matched as given: wrapping the pattern (`(?:P)\\Z`)
+    made one with inline flags, `(?i)cuzk`, an error in every deploy."""
+    if regex.search(PurePosixPath(exe).name):
+        return True
+    return any(regex.fullmatch(exe, i) or regex.fullmatch(exe, i + 1) for i, c in enumerate(exe) if c == "/")
+
+
+def second_prover(ctx: Context, p: Process) -> Refused:
+    """The refusal for a prover that is not the daemon: who it is, and the playbook key that makes it one."""
+    spec, exe = ctx.spec, p.exe or "?"
+    binary = PurePosixPath(spec.binary)
+    own = (str(PurePosixPath(exe).parent) == str(binary.parent)
+           or exe.startswith(f"{binary.parent}/.swapctl/{binary.name}/releases/"))
+    if own:  # it runs the binary or one of its releases: as a user the daemon does not run as
+        fix = (f"daemon.user ({spec.user!r} in the playbook)" if spec.user else
+               "daemon.user (unset: the daemon runs as root or the binary's owner)")
+    else:
+        fix = f"daemon.binary (it is {spec.binary}; this process runs {exe})"
+    return Refused(f"pid {p.pid} (user {p.user}, runs {exe}: {p.args[:500]}) matches daemon.match but is not the "
+                   f"daemon, and a deploy would start the new build beside it: if it is the daemon, fix {fix}; if "
+                   f"it is not, make daemon.match exclude it; or pass --beside to start the new build anyway",
+                   host=ctx.name)
 
 
 def catalog(ctx: Context) -> Catalog:
     """The host's releases, current release and journal (the inspect script, without a daemon)."""
-    cmd = scripts.command("inspect.sh", pid="", bin=ctx.spec.binary, state=ctx.state)
-    return read_catalog(split_sections(ctx.run(cmd).stdout))
+    cmd = scripts.command("inspect.sh", pid="", bin=ctx.spec.binary, state=ctx.state, user=ctx.spec.user or "")
+    return read_catalog(split_sections(ctx.run(cmd).stdout), f"{ctx.name}:{ctx.state}/{JOURNAL}")
 
 
-def situation(ctx: Context) -> Situation:
+def situation(ctx: Context, again: bool = False) -> Situation:
     """The status facts and the inspect script: what runs, what the host has, what to save first."""
     ctx.emit("preflight", "checking the host")
     status = gather(ctx.host, ctx.spec, ctx.book.gpu)
     if status.swapping:  # mid-swap, what runs (or lingers) is not what a plan can be made from
-        raise swapping(ctx)
+        raise swapping(ctx, status.swap_info)
     if len(status.daemons) > 1:
         pids = ", ".join(str(p.pid) for p in status.daemons)
         raise Refused(f"several processes match daemon.match {ctx.spec.match_regex.pattern!r} (pids {pids}); "
@@ -62,14 +123,28 @@ def situation(ctx: Context) -> Situation:
     pid = str(status.daemons[0].pid) if status.daemons else ""
     # with args in the playbook the config files are known now: checked here, not in a command of their own
     configs = tuple(config_paths(ctx.spec.args)) if ctx.spec.args is not None else ()
-    out = ctx.run(scripts.command("inspect.sh", *configs, pid=pid, bin=ctx.spec.binary, state=ctx.state)).stdout
+    out = ctx.run(scripts.command("inspect.sh", *configs, pid=pid, bin=ctx.spec.binary, state=ctx.state,
+                                 user=ctx.spec.user or "")).stdout
     facts = split_sections(out)
+    if facts.get("gone", "").strip():  # the daemon exited by itself since the status saw it
+        if ctx.spec.gone_before_stop != "deploy" or again:
+            raise store_gone(ctx, int(pid))
+        return situation(ctx, again=True)
     if bad := facts.get("unsafe", "").strip():
         raise unsafe(ctx, bad.splitlines()[0])
     if ctx.spec.user and status.daemon_user is None:
         raise BadInput(f"daemon.user {ctx.spec.user!r} is no user on the host (`id {ctx.spec.user}` fails there); "
                        f"fix daemon.user in the playbook", host=ctx.name)
-    return read_situation(ctx.name, ctx.spec.binary, status, facts, configs, keep_loader(ctx), ctx.spec.unit)
+    others = provers(ctx, status)
+    if others and not ctx.beside:
+        raise second_prover(ctx, others[0])
+    sit = read_situation(ctx.name, ctx.spec.binary, status, facts, configs, keep_loader(ctx), ctx.spec.unit,
+                         journal_at=f"{ctx.state}/{JOURNAL}")
+    if others:  # --beside: the plan says what it does
+        sit = replace(sit, warnings=(*sit.warnings, *(
+            f"--beside: the new build starts beside pid {p.pid} ({p.exe}), which matches daemon.match but is not "
+            f"the daemon and is left running" for p in others)))
+    return sit
 
 
 def keep_loader(ctx: Context) -> tuple[str, ...]:
@@ -185,11 +260,11 @@ def find_release(ctx: Context, known: dict[str, Release], to: str) -> Release:
 
 
 def plan_rollback(ctx: Context, sit: Situation, to: str | None = None) -> Plan:
-    """A plan whose new release is an earlier one: `to`, or the last known-good one before what runs now."""
+    """A plan whose new release is an earlier one: `to`, or what ran before what runs now (rollback_target)."""
     if to:
         target = find_release(ctx, sit.known, to)
     else:
-        found = previous_good(sit.known, sit.running, list(sit.history))
+        found = rollback_target(sit.known, sit.running, sit.journal, list(sit.history))
         if found is None:
             raise Refused("no earlier known-good release to roll back to (see `swapctl history`)", host=ctx.name)
         target = found

@@ -11,11 +11,16 @@ import json
 import os
 import re
 import socket
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..remote.cmd import NAME
+
+if TYPE_CHECKING:  # journal_entry reads release ids as this module says they are
+    from .journal_entry import JournalEntry
 
 RELEASE_ID = re.compile(r"[0-9a-f]{12}")
 SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -98,16 +103,18 @@ def trusted_release(d: object, dir_name: str) -> Release | None:
 
 
 def parse_releases(lines: str) -> dict[str, Release]:
-    """The inspect script's `releases` section: one `DIR<TAB>MANIFEST` line per release directory."""
+    """The inspect script's `releases` section: one `DIR<TAB>MANIFEST` line per release directory, with
+    `<TAB>bad` after it when the swap script marked the release bad (sh/swap.sh's mark_bad)."""
     out: dict[str, Release] = {}
     for line in lines.splitlines():
         dir_name, sep, text = line.partition("\t")
+        text, _, flag = text.partition("\t")
         try:
             r = trusted_release(json.loads(text), dir_name) if sep else None
         except ValueError:
             continue  # a manifest half-written by a killed swapctl is not a release
         if r is not None:
-            out[r.id] = r
+            out[r.id] = r.marked("bad") if flag == "bad" else r
     return out
 
 
@@ -131,6 +138,50 @@ def previous_good(releases: dict[str, Release], current: str | None, deployed: l
     for rid in reversed(before):
         if releases[rid].status == "ok" and rid != current:
             return releases[rid]
+    return None
+
+
+LANDED = ("deployed", "rolled-back")
+
+
+def came_from(journal: Iterable[JournalEntry]) -> dict[str, str]:
+    """Release id -> the sha256 of what ran before the journal line that last made it current.
+
+    A deploy and a rollback are landings alike. The way back after a failed start (an auto-rollback, or a
+    rollback whose target did not come up) is none: it puts back what ran, and what ran before that stays."""
+    before: dict[str, str] = {}
+    for e in journal:
+        if e.action not in ("deploy", "rollback") or e.outcome not in LANDED:
+            continue
+        if e.current is None or e.way_back:
+            continue  # not a landing, or the way back from a failed start
+        if e.from_sha is not None:
+            if e.from_sha[:12] != e.current:  # a --restart of what ran lands nothing new
+                before[e.current] = e.from_sha
+        else:
+            before.pop(e.current, None)  # it landed where nothing ran
+    return before
+
+
+def rollback_target(releases: dict[str, Release], current: str | None, journal: Iterable[JournalEntry],
+                    deployed: list[str]) -> Release | None:
+    """What `rollback` goes back to: what ran before `current`, the `from` of the journal line that made it
+    current; a bad (or gone) one is skipped for what ran before it, by the same rule. So rollback, deploy,
+    rollback returns to the baseline, and two rollbacks toggle. A current release the journal never saw
+    land (the journal lost, a daemon adopted) falls back to the deploy order (previous_good)."""
+    before = came_from(journal)
+    if current not in before:
+        return previous_good(releases, current, deployed)
+    seen, rid = {current}, current
+    while rid in before:
+        sha = before[rid]
+        rid = sha[:12]
+        if rid in seen:
+            return None
+        seen.add(rid)
+        r = releases.get(rid)
+        if r is not None and r.sha256 == sha and r.status == "ok":
+            return r
     return None
 
 
@@ -161,7 +212,7 @@ def state_home() -> Path:
     return path
 
 
-def record_local(entry: dict) -> None:
+def record_local(entry: JournalEntry) -> None:
     """Appends a journal entry to the local history (XDG state), one JSON line."""
     with open(state_home() / "history.jsonl", "a", encoding="utf-8") as f:
-        f.write(json.dumps(entry, sort_keys=True) + "\n")
+        f.write(entry.to_json() + "\n")

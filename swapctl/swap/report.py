@@ -7,6 +7,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
+from ..facts.daemon_view import Proof, summary
+
 
 class Word(StrEnum):
     """Every word a script starts a report line with."""
@@ -38,7 +40,19 @@ class Word(StrEnum):
     EXITED = "EXITED"  # the new daemon exited while it was awaited
     WATCH = "WATCH"  # ms: ready, and watched that long more (ready_stable_s)
     ALIVE = "ALIVE"  # 0 or 1: whether it runs at the end
-    NOTREADY = "NOTREADY"  # not ready, and swapctl listens: the host leaves the rollback to it
+    NOTREADY = "NOTREADY"  # (swap scripts before the host's own rollback) not ready, left to swapctl
+    SWAP = "SWAP"  # pid: the swap script's, for a second Ctrl-C (interrupt.sh)
+    ROLLBACK = "ROLLBACK"  # why: the start failed; the lines after it are the host's own rollback
+    TAIL = "TAIL"  # line: the failed start's log, its last lines, sent before the rollback
+    RETRY = "RETRY"  # n: the fallback died before it was ready and stable; its n-th start
+    MARKED = "MARKED"  # id: the failed release is marked bad
+    OUTCOME = "OUTCOME"  # word pid: deployed | rolled-back | no-daemon | rollback-failed, and what runs (or -)
+    JOURNAL = "JOURNAL"  # ok|lost line: the journal line the host wrote itself (lost: the disk refused it)
+    # drain.sh (in swap.sh, before the stop, when the daemon has a status_url)
+    INFLIGHT = "INFLIGHT"  # ms queue q n [job:done/total:age_s ...]: the proofs in flight, as the daemon says
+    NOSTATUS = "NOSTATUS"  # why: its status did not answer; the stop goes on as a plain one
+    DRAINED = "DRAINED"  # ms: nothing in flight, SIGINT sent: the stop loses no work
+    UNDRAINED = "UNDRAINED"  # ms n: still n in flight at the drain's limit
 
     @classmethod
     def of(cls, line: str) -> tuple[Word | None, str]:
@@ -116,6 +130,33 @@ class Reading:
 
 
 @dataclass(frozen=True)
+class InFlight:
+    """One INFLIGHT line: the proofs in flight and how many wait to start (queued: stopped, they lose no work)."""
+
+    ms: int
+    queued: int
+    proofs: tuple[Proof, ...] = ()
+
+    @classmethod
+    def parse(cls, rest: str) -> InFlight:
+        parts = rest.split()  # ms queue q n job:done/total:age ...
+        proofs = []
+        for p in parts[4:]:
+            job, _, tail = p.rpartition(":")
+            job, _, frac = job.rpartition(":")
+            done, _, total = frac.partition("/")
+            proofs.append(Proof(job, int(done), int(total), int(tail)))
+        return cls(int(parts[0]), int(parts[2]), tuple(proofs))
+
+    def summary(self) -> str:
+        """"2 proofs in flight (job a1b2: 7/10 partitions, 41 s in; ...)", and how many wait."""
+        return summary(self.proofs, self.queued)
+
+    def record(self) -> list[dict]:
+        return [p.record() for p in self.proofs]
+
+
+@dataclass(frozen=True)
 class SwapReport:
     """What swap.sh (or stop.sh) reported, with the seconds each step took as its lines arrived."""
 
@@ -135,6 +176,26 @@ class SwapReport:
     host_decides: bool = False  # NOTREADY: not ready, the host left the rollback to swapctl
     failure: str = ""  # FAILED why
     steps: dict[str, float] = field(default_factory=dict)  # stop, memory, start, ready: seconds
+    script_pid: int | None = None  # SWAP: the swap script's pid
+    back_why: str = ""  # ROLLBACK why: the host rolled back by itself, for this reason
+    back: SwapReport | None = None  # the rollback's own stop, memory wait, start and readiness
+    retries: int = 0  # RETRY: the fallback's starts after its first
+    marked: str = ""  # MARKED id: the release marked bad
+    tail: tuple[str, ...] = ()  # TAIL: the failed start's last lines of log
+    outcome: str = ""  # OUTCOME: how the host says the swap ended
+    outcome_pid: int | None = None  # OUTCOME's pid: what runs now (None: nothing)
+    journal: str = ""  # JOURNAL: the host's own journal line (JSON text)
+    journal_ok: bool = False  # JOURNAL ok: written; False with a line: the disk refused it
+    in_flight: InFlight | None = None  # the last reading before the stop (None: no status_url, or no answer)
+    first_in_flight: InFlight | None = None  # the first: what a drain found in flight when it began
+    status_note: str = ""  # NOSTATUS: why the daemon's status could not be read
+    drained_ms: int | None = None  # DRAINED: the drain's wait
+    undrained_ms: int | None = None  # UNDRAINED: proofs were still in flight at the drain's limit, after ms
+
+    @property
+    def drain_refused(self) -> bool:
+        """The drain timed out with drain_timeout "refuse": nothing was stopped."""
+        return self.failure.startswith("drain:")
 
     @property
     def ready(self) -> bool:
@@ -156,21 +217,35 @@ class SwapReport:
         return f"not ready after {timeout:g} s"
 
 
+# the words about the whole swap: after ROLLBACK they are not the rollback's own
+WHOLE = (Word.TAIL, Word.RETRY, Word.MARKED, Word.OUTCOME, Word.JOURNAL, Word.SWAP)
+
+
 class SwapParser:
-    """Reads swap.sh's lines as they arrive (`feed`), timing the steps by when their lines came."""
+    """Reads swap.sh's lines as they arrive (`feed`), timing the steps by when their lines came. The lines
+    after ROLLBACK go to a parser of their own (`back`): the host's rollback, a swap in the swap."""
 
     def __init__(self, begin: float):
         self.begin = begin
         self.marks: dict[str, float] = {}
         self.report = SwapReport()
+        self.back: SwapParser | None = None
 
     def feed(self, line: str, at: float) -> tuple[Word | None, str]:
         """Takes one line that arrived at `at` (seconds on the caller's monotonic clock); returns its word."""
         word, rest = Word.of(line)
+        if self.back is not None and word not in WHOLE:
+            return self.back.feed(line, at)
+        if word is Word.ROLLBACK:
+            self.back = SwapParser(at)
         if word is not None:
             self.report = _step(self.report, word, rest)
             self._time(word, at)
         return word, rest
+
+    @property
+    def rolling_back(self) -> bool:
+        return self.back is not None
 
     def _time(self, word: Word, at: float) -> None:
         """stop: from the script's start; memory: from the stop; start: from memory back; ready: from the start."""
@@ -195,6 +270,8 @@ class SwapParser:
         """The report once the script ended at `at`: a start never seen ready is timed to its end."""
         if "started" in self.marks:
             self._took("ready", at - self.marks["started"])
+        if self.back is not None:
+            self.report = replace(self.report, back=self.back.finish(at))
         return self.report
 
 
@@ -225,6 +302,43 @@ def _step(r: SwapReport, word: Word, rest: str) -> SwapReport:
         return replace(r, host_decides=True)
     if word is Word.FAILED:
         return replace(r, failure=rest.strip())
+    return _host_step(r, word, rest)
+
+
+def _host_step(r: SwapReport, word: Word, rest: str) -> SwapReport:
+    """The report after a line about the whole swap, as the host ended it."""
+    if word is Word.SWAP and rest.strip().isdigit():
+        return replace(r, script_pid=int(rest))
+    if word is Word.ROLLBACK:
+        return replace(r, back_why=rest.strip())
+    if word is Word.RETRY:
+        return replace(r, retries=r.retries + 1)
+    if word is Word.TAIL:
+        return replace(r, tail=(*r.tail, rest))
+    if word is Word.MARKED:
+        return replace(r, marked=rest.strip())
+    if word is Word.OUTCOME:
+        what, _, pid = rest.strip().partition(" ")
+        return replace(r, outcome=what, outcome_pid=int(pid) if pid.isdigit() else None)
+    if word is Word.JOURNAL:
+        state, _, line = rest.partition(" ")
+        return replace(r, journal=line, journal_ok=state == "ok")
+    return _drain_step(r, word, rest)
+
+
+def _drain_step(r: SwapReport, word: Word, rest: str) -> SwapReport:
+    """The drain's lines (drain.sh): only those before the stop say what the stop lost."""
+    if r.stopped:
+        return r
+    if word is Word.INFLIGHT:
+        seen = InFlight.parse(rest)
+        return replace(r, in_flight=seen, first_in_flight=r.first_in_flight or seen)
+    if word is Word.NOSTATUS:
+        return replace(r, status_note=rest.strip())
+    if word is Word.DRAINED:
+        return replace(r, drained_ms=int(rest))
+    if word is Word.UNDRAINED:
+        return replace(r, undrained_ms=int(rest.split()[0]))
     return r
 
 

@@ -1,128 +1,129 @@
-"""Steps 5 to 9 with their way back, in one place: swap a release in, and when it fails, go back to the
-fallback (or stop it when there is none), mark it bad and journal what happened."""
+"""Steps 5 to 9 with their way back, in one place: swap a release in and, when its start fails, the host
+goes back to the fallback by itself (sh/swap.sh), marks the failed release bad and journals what it did.
+This side reads what the host says and turns it into an outcome or an error."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
-from ..errors import RemoteTimeout, RolledBack, UnknownState, Unreachable
+from ..errors import RemoteTimeout, RolledBack, SwapctlError, UnknownState, Unreachable
 from ..remote.cmd import Cmd
 from ..remote.host import Prepared
-from . import journal, store, swaprun
+from . import journal, swaprun
 from .context import Context
 from .events import Outcome
-from .plan import Daemon, Plan
-from .releases import Release
+from .journal_entry import JournalEntry, Upload, parse
+from .plan import Plan
+from .releases import Release, record_local
 from .report import SwapReport
 
-
-@dataclass(frozen=True)
-class Attempt:
-    """A start that failed: why, what was started, and that swap's own step times."""
-
-    why: str
-    run: SwapReport
-    steps: dict[str, float]
+INTERRUPTED = "a second Ctrl-C"  # the host's reason for a rollback asked for (sh/swap.sh's why_failed)
 
 
 @dataclass(frozen=True)
 class After:
-    """What follows a swap that went well: its journal line then `then` (pruning), through `shell`, a shell
-    started on the host before the swap (journal.epilogue), so that none of it starts a command anew."""
+    """What follows a swap that went well: `then` (pruning), through `shell`, a shell started on the host
+    before the swap (journal.epilogue), so that none of it starts a command anew. The host wrote the
+    journal line itself already."""
 
     shell: Prepared | None = None
     then: tuple[Cmd, ...] = ()
 
 
 def swap_in(ctx: Context, plan: Plan, target: Release, action: str, fallback: Release | None,
-            steps: dict[str, float], upload: dict[str, Any] | None = None, after: After = After()) -> Outcome:
-    """Stops what runs, waits for memory, starts `target`; rolls back to `fallback` if it fails.
+            steps: dict[str, float], upload: Upload | None = None, after: After = After()) -> Outcome:
+    """Stops what runs, waits for memory, starts `target`; the host rolls back to `fallback` if it fails.
 
     Used by deploy and rollback alike; `steps` are the times of the steps before; `after` runs only when
-    the swap went well. Raises RolledBack (4) or UnknownState (5) on failure."""
+    the swap went well. Raises RolledBack (4) or UnknownState (5) on failure, and UnknownState when the
+    connection is lost in any part of it: the host finishes alone, its rollback included."""
     old_sha = plan.daemon.sha256 if plan.daemon else (fallback.sha256 if fallback else None)
     if ctx.interrupts.count:
         raise KeyboardInterrupt
     ctx.interrupts.critical = True
     pids = [plan.daemon.pid] if plan.daemon else []
+    record = swaprun.Record(action, old_sha, steps, upload)
     try:
-        run = swaprun.swap(ctx, plan.daemon, target, swaprun.gpu_limits(ctx, plan.status, pids), fallback,
+        run = swaprun.swap(ctx, plan.daemon, target, swaprun.gpu_limits(ctx, plan.status, pids), fallback, record,
                            unit=plan.unit)
     except (Unreachable, RemoteTimeout) as exc:
         raise UnknownState(f"{exc.message} while swapping: the host finishes the swap by itself (stop, memory "
-                           f"wait, start); check with `swapctl status {ctx.name}` before deploying again",
-                           host=ctx.name) from None
+                           f"wait, start, and the rollback if the start fails) and journals how it ended; check "
+                           f"with `swapctl status {ctx.name}` and `swapctl history {ctx.name}` before deploying "
+                           f"again", host=ctx.name) from None
     if run.release_changed:  # checked before the stop: nothing changed
         ctx.interrupts.critical = False
         raise swaprun.changed(ctx, run)
-    steps = {**steps, **run.steps}  # this attempt's own: a rollback swap after it is timed apart
-    if not run.memory_ok:
-        journal.write(ctx, {"action": action, "from": old_sha, "to": target.sha256, "outcome": "no-daemon",
-                            "steps": steps, "reason": "memory not back"}, upload)
+    if run.drain_refused:  # proofs still in flight at the drain's limit: nothing was stopped
+        ctx.interrupts.critical = False
+        raise swaprun.drain_refused(ctx, run)
+    line = _recorded(run)
+    if not run.outcome:
+        raise UnknownState(f"the swap script on the host ended without saying how the swap ended "
+                           f"({run.failure or 'no outcome'}); check `swapctl status {ctx.name}`", host=ctx.name)
+    if run.back_why:
+        raise failed(ctx, target, fallback, run, action, line, swaprun.unit_of(plan.daemon, plan.unit))
+    if run.outcome == "no-daemon":  # before any start: the memory wait timed out
         raise swaprun.memory_error(ctx, run)
-    if ctx.interrupts.count >= 2 and fallback:
-        return roll_back(ctx, target, fallback, Attempt("a second Ctrl-C", run, steps), action, upload, plan.unit)
-    if not run.ready:
-        why = run.why_not(ctx.spec.ready_timeout_s)
-        return roll_back(ctx, target, fallback, Attempt(why, run, steps), action, upload, plan.unit)
-    outcome = Outcome(host=ctx.name, action=action, outcome="deployed" if action == "deploy" else "rolled-back",
-                      old_sha=old_sha, new_sha=target.sha256, steps=steps, upload=upload, log_offset=run.offset,
-                      pid=run.pid)
-    journal.write(ctx, {"action": action, "from": old_sha, "to": target.sha256, "current": target.id,
-                        "outcome": outcome.outcome, "pid": run.pid, "log_offset": run.offset, "steps": steps},
-                  upload, after.shell, after.then)
+    outcome = Outcome(host=ctx.name, action=action, outcome=run.outcome, old_sha=old_sha, new_sha=target.sha256,
+                      steps={**steps, **run.steps}, upload=upload.to_dict() if upload else None,
+                      log_offset=run.offset, pid=run.outcome_pid, message=_unjournaled(ctx, run))
+    journal.then(ctx, after.shell, after.then)
     return outcome
 
 
-def roll_back(ctx: Context, failed: Release, fallback: Release | None, attempt: Attempt, action: str,
-              upload: dict[str, Any] | None, unit: str = "") -> Outcome:
-    """`failed` did not come up: stop it, start `fallback` as it was recorded, mark `failed` bad. Always raises.
-    Under `unit` all of it goes through the unit, which is then reset-failed: a daemon started beside it
-    would run next to the one its Restart= starts."""
-    started = attempt.run.pid
-    tail = swaprun.log_tail(ctx, attempt.run.offset, invocation=attempt.run.invocation) if started or unit else ""
-    ctx.emit("rollback", f"{failed.id} failed: {attempt.why}; rolling back")
-    store.mark(ctx, failed, "bad")
-    log = f"journalctl -u {unit}" if ctx.spec.journal else f"{ctx.spec.log} from byte {attempt.run.offset}"
-    entry = {"action": "auto-rollback" if action == "deploy" else "rollback", "from": failed.sha256,
-             "steps": attempt.steps, "failed_log": log, "reason": attempt.why}
+def _recorded(run: SwapReport) -> JournalEntry | None:
+    """The host's journal line, kept in the local history too; None when the host sent none (or no entry)."""
+    line = parse(run.journal) if run.journal else None
+    if line is not None:
+        record_local(line)
+    return line
+
+
+def _unjournaled(ctx: Context, run: SwapReport) -> str:
+    return "" if run.journal_ok else (f"the host could not write its journal line ({ctx.state}/journal.jsonl: is "
+                                      f"the disk full?); `swapctl history` will not show this swap.")
+
+
+def failed(ctx: Context, target: Release, fallback: Release | None, run: SwapReport, action: str,
+           line: JournalEntry | None, unit: str = "") -> SwapctlError:
+    """The error for a start that failed (or a second Ctrl-C), once the host has gone back by itself: 4 when
+    the fallback runs again after a deploy, else 5. An interrupted build was not marked bad, and the error is
+    the last thing printed (no log tail after it)."""
+    why, pid = run.back_why, run.outcome_pid
+    log = f"journalctl -u {unit}" if ctx.spec.journal else f"{ctx.spec.log} from byte {run.offset}"
+    interrupted = why == INTERRUPTED
+    tail = "" if interrupted or not (run.pid or unit) else \
+        ("\n".join(run.tail) + "\n" if run.tail else _tail(ctx, run.offset, run.invocation))
+    reason = (line.reason if line else None) or why
+    note = f" {_unjournaled(ctx, run)}" if not run.journal_ok else ""
+    back = fallback.id if fallback else "-"
+    tries = f" (after {run.retries + 1} starts)" if run.retries else ""
+    if run.outcome == "rolled-back":
+        if interrupted:
+            return RolledBack(f"interrupted (a second Ctrl-C): {target.id} was stopped (not marked bad); {back} "
+                              f"runs again as pid {pid}{tries}.{note}", host=ctx.name)
+        if action == "rollback":  # the host runs what it ran, but not what was asked for
+            return UnknownState(f"the rollback to {target.id} failed ({why}); {back}, which ran before, runs again "
+                                f"as pid {pid}{tries}. Failed log: {log}{note}", host=ctx.name, detail=tail)
+        return RolledBack(f"{target.id} failed ({why}); rolled back: {back} runs again as pid {pid}{tries}. Failed "
+                          f"log: {log}{note}", host=ctx.name, detail=tail)
     if fallback is None:
-        stopped = swaprun.stop_only(ctx, started or 0, unit).stopped if started or unit else True
-        journal.write(ctx, {**entry, "to": None, "outcome": "no-daemon" if stopped else "unknown"}, upload)
-        if not stopped:
-            raise UnknownState(f"{failed.id} failed ({attempt.why}), there is no earlier release to go back to, and "
-                               f"stopping it did not finish: check `swapctl status {ctx.name}`; its log: {log}",
-                               host=ctx.name, detail=tail)
-        raise UnknownState(f"{failed.id} failed ({attempt.why}) and there is no earlier release to go back to: "
-                           f"no daemon runs now; its log: {log}", host=ctx.name, detail=tail)
-    run = swaprun.swap(ctx, Daemon.started(started, unit) if started else None, fallback, "", unit=unit,
-                       reset=bool(unit))
-    if run.release_changed:  # what to go back to is not what it was: stop the failed start, as with none
-        stopped = swaprun.stop_only(ctx, started or 0, unit).stopped if started or unit else True
-        journal.write(ctx, {**entry, "to": None, "outcome": "no-daemon" if stopped else "unknown"}, upload)
-        raise UnknownState(f"{failed.id} failed ({attempt.why}), and the release to go back to is not the binary it "
-                           f"was ({run.failure}): {'no daemon runs now' if stopped else 'stopping it did not finish'}; "
-                           f"its log: {log}", host=ctx.name, detail=tail)
-    entry["rollback_steps"] = run.steps
-    if not run.memory_ok:
-        journal.write(ctx, {**entry, "to": fallback.sha256, "outcome": "no-daemon"}, upload)
-        raise swaprun.memory_error(ctx, run)
-    if not run.ready:
-        why = run.why_not(ctx.spec.ready_timeout_s)
-        store.mark(ctx, fallback, "bad")
-        journal.write(ctx, {**entry, "to": fallback.sha256, "current": fallback.id, "outcome": "rollback-failed"},
-                      upload)
-        raise UnknownState(f"{failed.id} failed ({attempt.why}), and the rollback to {fallback.id} failed too "
-                           f"({why}); no daemon runs now; logs: {log}", host=ctx.name,
-                           detail=swaprun.log_tail(ctx, run.offset, invocation=run.invocation))
-    journal.write(ctx, {**entry, "to": fallback.sha256, "current": fallback.id, "outcome": "rolled-back",
-                        "pid": run.pid, "log_offset": run.offset}, upload)
-    if action == "rollback":  # the host runs what it ran, but not what was asked for
-        raise UnknownState(f"the rollback to {failed.id} failed ({attempt.why}); {fallback.id}, which ran before, "
-                           f"runs again as pid {run.pid}. Failed log: {log}", host=ctx.name, detail=tail)
-    raise RolledBack(f"{failed.id} failed ({attempt.why}); rolled back: {fallback.id} runs again as pid {run.pid}. "
-                     f"Failed log: {log}", host=ctx.name, detail=tail)
+        return UnknownState(f"{target.id} failed ({why}) and there is no earlier release to go back to: no daemon "
+                            f"runs now; its log: {log}{note}", host=ctx.name, detail=tail)
+    if run.outcome == "rollback-failed" and pid:
+        return UnknownState(f"{target.id} failed ({why}), and the rollback to {back} is not ready ({reason}); it "
+                            f"runs as pid {pid}; logs: {log}{note}", host=ctx.name, detail=tail)
+    return UnknownState(f"{target.id} failed ({why}), and the rollback to {back} failed too ({reason}); no daemon "
+                        f"runs now; logs: {log}{note}", host=ctx.name, detail=tail)
+
+
+def _tail(ctx: Context, offset: int, invocation: str) -> str:
+    """The failed start's log tail, for the error; a connection lost by now costs it, not the exit code."""
+    try:
+        return swaprun.log_tail(ctx, offset, invocation=invocation)
+    except SwapctlError:
+        return ""
 
 
 def rollback_fallback(plan: Plan) -> Release | None:

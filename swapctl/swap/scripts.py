@@ -21,6 +21,10 @@ from ..remote.cmd import Cmd, Piece, Secret
 _INCLUDE = re.compile(r"^\. \./([\w-]+\.sh)$", re.M)
 _INPUT = re.compile(r'"\$\{(\w+)\?\}"')
 
+# The scripts' texts by file name when they travel inside Python rather than beside it: the Ansible
+# collection's build (scripts/build_collection.py) fills this in its copy, as Ansible ships only .py files.
+TEXTS: dict[str, str] = {}
+
 # Runs a program under another argv[0] without adding to its environment (bash's exec -a would).
 PERL_ARGV0 = 'my $exe = shift; exec {$exe} @ARGV or die "swapctl: cannot run $exe: $!\\n";'
 
@@ -36,6 +40,8 @@ class Script:
 
 
 def _text(name: str) -> str:
+    if TEXTS:
+        return TEXTS[name]
     return resources.files(__package__).joinpath("sh", name).read_text(encoding="utf-8")
 
 
@@ -52,6 +58,11 @@ def _inline(text: str, seen: set[str]) -> str:
     return _INCLUDE.sub(include, text)
 
 
+def inline(text: str) -> str:
+    """A script from elsewhere in the package (the GPU sampler's) with its `. ./lib.sh` lines put in place."""
+    return _inline(text, set())
+
+
 @functools.cache
 def load(name: str) -> Script:
     """The script `name` (e.g. "swap.sh"), read from the package's data."""
@@ -64,6 +75,8 @@ def load(name: str) -> Script:
 
 def names() -> list[str]:
     """Every shipped script and library, for the linters and tests."""
+    if TEXTS:
+        return sorted(TEXTS)
     return sorted(p.name for p in resources.files(__package__).joinpath("sh").iterdir() if p.name.endswith(".sh"))
 
 

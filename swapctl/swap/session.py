@@ -10,6 +10,7 @@ from ..remote.cmd import Cmd, Secret
 from ..remote.host import Prepared
 from . import upload
 from .context import Context
+from .journal_entry import Upload
 from .plan import DeployPlan, Situation
 from .releases import Release
 from .report import Word
@@ -96,14 +97,14 @@ class Session:
             self.frames.close()
             self.frames = None
 
-    def send(self, plan: DeployPlan, write_manifest: Callable[[Release], None]) -> upload.Sent:
+    def send(self, plan: DeployPlan, write_manifest: Callable[[Release], None]) -> Upload:
         """Puts the new binary in place as a release, by the cheapest method the host allows."""
         new, ctx = plan.new, self.ctx
         if new.id in plan.releases:
             ctx.emit("upload", f"release {new.id} is already on the host: nothing to send")
             if plan.releases[new.id] != new:  # record the command line it will run with now
                 write_manifest(new)
-            return upload.Sent("present", 0, 0.0)
+            return Upload("present", 0, 0.0)
         sender = self.uploader(plan)
         base = patch_base(ctx, plan)
         made, self.patch = self.patch, None

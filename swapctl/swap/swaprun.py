@@ -4,17 +4,21 @@ connection drops."""
 
 from __future__ import annotations
 
+import json
 import shlex
+import threading
 import time
+from dataclasses import dataclass
 
-from ..errors import LockHeld, Refused, UnknownState
+from ..errors import LockHeld, Refused, SwapctlError, UnknownState
 from ..facts.status import HostStatus
 from ..remote.cmd import NAME, Cmd, Piece, Secret
 from . import scripts
 from .context import Context
+from .journal_entry import CAP_BYTES, KEEP, Upload
 from .plan import Daemon
-from .releases import Release
-from .report import SwapParser, SwapReport, Word, parse_swap
+from .releases import Release, who_am_i
+from .report import WHOLE, SwapParser, SwapReport, Word
 
 
 def command_for(ctx: Context, rel: Release) -> list[str]:
@@ -41,18 +45,32 @@ def env_block(rel: Release) -> Secret:
     return Secret("".join(f"{k}={shlex.quote(v)}\n" for k, v in rel.env or ()))
 
 
-def fallback_inputs(ctx: Context, target: Release, fallback: Release | None) -> dict[str, Piece]:
-    """What the swap script needs to go back to `fallback` by itself if this deploy loses its connection
-    and `target` fails: its path, cwd, environment, command line (rendered once, as the channel would), and
-    what its journal line names (the host writes that line whole)."""
+@dataclass(frozen=True)
+class Record:
+    """What the host's journal line for a swap names that the swap script cannot know: deploy or rollback,
+    the sha256 that ran before, the steps timed before the swap, how the binary got there."""
+
+    action: str  # deploy | rollback
+    old_sha: str | None
+    steps: dict[str, float]
+    upload: Upload | None = None
+
+
+def fallback_inputs(ctx: Context, fallback: Release | None) -> dict[str, Piece]:
+    """What the swap script needs to go back to `fallback` by itself when the start fails: its path, cwd,
+    environment and command line (rendered once, as the channel would)."""
     if fallback is None:
-        return dict.fromkeys(("fb_target", "fb_sha", "fb_cwd", "fb_env", "fb_cmd", "fb_host", "fb_from", "fb_to",
-                              "fb_current"), "")
+        return dict.fromkeys(("fb_target", "fb_sha", "fb_cwd", "fb_env", "fb_cmd"), "")
     command = Cmd(*command_for(ctx, fallback)).render()
     return {"fb_target": fallback.path(ctx.state), "fb_sha": fallback.sha256, "fb_cwd": fallback.cwd or "/",
-            "fb_env": env_block(fallback),
-            "fb_cmd": command, "fb_host": ctx.name, "fb_from": target.sha256, "fb_to": fallback.sha256,
-            "fb_current": fallback.id}
+            "fb_env": env_block(fallback), "fb_cmd": command}
+
+
+def journal_inputs(ctx: Context, record: Record) -> dict[str, Piece | int]:
+    """The journal line's parts the swap script writes in (JSON members, sorted as swapctl writes its own)."""
+    return {"action": record.action, "j_by": who_am_i(), "j_host": ctx.name, "j_from": record.old_sha or "",
+            "j_extra": json.dumps({"upload": record.upload.to_dict()})[1:-1] if record.upload is not None else "",
+            "j_steps": json.dumps(record.steps, sort_keys=True)[1:-1], "keep": KEEP, "cap_bytes": CAP_BYTES}
 
 
 def gpu_limits(ctx: Context, status: HostStatus, pids: list[int]) -> str:
@@ -67,13 +85,44 @@ def gpu_limits(ctx: Context, status: HostStatus, pids: list[int]) -> str:
     return ",".join(f"{g.index}:{int((g.memory_used_mib or 0) - held.get(g.uuid, 0) + slack)}" for g in status.gpus)
 
 
+PHASE7 = "Phase 7: all partitions complete, proof assembled"  # engine.rs:506-512: a proof is done
+
+
+def ready_mode(ctx: Context, going_back: bool) -> str:
+    """daemon.ready; going back to what ran (the rollback after a failed start), "proof" is "status" (or the
+    log): no proof may come for a while, and what ran before needs no proof that it can prove."""
+    ready = ctx.spec.ready
+    if going_back and ready == "proof":
+        return "status" if ctx.spec.status_url else "log"
+    return ready
+
+
+def status_inputs(ctx: Context, old: Daemon | None, going_back: bool = False) -> dict[str, Piece | int]:
+    """The daemon's own view for the swap script (drain.sh): its GET /status, the stop mode, the drain's
+    limit and what it does then, and the readiness probe ("status" or "proof" through the status). A start
+    that failed (Daemon.started, stopped by the rollback) is never drained."""
+    spec = ctx.spec
+    url = spec.status_url or ""
+    drain = url and spec.stop == "drain" and old is not None and old.sha256
+    ready, back = ready_mode(ctx, going_back), ready_mode(ctx, True)
+    return {"status_url": url, "stop_mode": "drain" if drain else "term",
+            "drain_ms": int(spec.drain_timeout_s * 1000), "drain_fail": spec.drain_timeout,
+            "probe": ready if ready != "log" and url else "",
+            "fb_probe": back if back != "log" and url else "", "fb_re": ready_pattern(ctx, True)}
+
+
+def ready_pattern(ctx: Context, going_back: bool = False) -> str:
+    """The log line that means ready: ready_log, or a completed proof (ready "proof" with no status_url)."""
+    return PHASE7 if ready_mode(ctx, going_back) == "proof" and not ctx.spec.status_url else ctx.spec.ready_log
+
+
 def unit_of(old: Daemon | None, unit: str) -> str:
     """The unit a swap goes through: the one given, else the one the old daemon runs under."""
     return unit or (old.unit if old and old.unit else "")
 
 
 def swap_cmd(ctx: Context, old: Daemon | None, target: Release, gpu_max: str, fallback: Release | None,
-             unit: str = "", reset: bool = False) -> Cmd:
+             unit: str = "", reset: bool = False, record: Record | None = None) -> Cmd:
     spec, mem = ctx.spec, ctx.book.memory
     inputs: dict[str, Piece | int] = {
         "pid": str(old.pid) if old else "", "grace_ms": int(spec.stop_grace_s * 1000),
@@ -83,39 +132,73 @@ def swap_cmd(ctx: Context, old: Daemon | None, target: Release, gpu_max: str, fa
         "smi_cs": max(1, round(ctx.book.gpu.nvidia_smi_timeout_s * 100)),
         "gpu_max": gpu_max, "bin": spec.binary, "target": target.path(ctx.state), "sha": target.sha256,
         "run_gid": str(target.gid) if target.uid else "", "cwd": target.cwd or "/",
-        "log": spec.log, "re": spec.ready_log, "ready_s": int(spec.ready_timeout_s),
+        "log": spec.log, "re": ready_pattern(ctx), "ready_s": int(spec.ready_timeout_s),
         "port": str(spec.ready_port or ""), "stable_ms": int(spec.ready_stable_s * 1000),
-        "envq": env_block(target), **fallback_inputs(ctx, target, fallback)}
+        "envq": env_block(target), "lock_info": ctx.lock_info,
+        **fallback_inputs(ctx, fallback), **status_inputs(ctx, old),
+        **journal_inputs(ctx, record or Record("deploy", old.sha256 if old else None, {}))}
     return scripts.command_of("swap.sh", inputs, *command_for(ctx, target),
                               bash=bool(spec.ready_port))  # /dev/tcp is bash's
 
 
-def swap(ctx: Context, old: Daemon | None, target: Release, gpu_max: str,
-         fallback: Release | None = None, unit: str = "", reset: bool = False) -> SwapReport:
-    """Stops `old`, waits for its memory, starts `target` and waits for it to be ready; the report says how.
-    With `unit` all of it goes through that systemd unit (`reset`: reset-failed it once started)."""
+def swap(ctx: Context, old: Daemon | None, target: Release, gpu_max: str, fallback: Release | None,
+         record: Record, unit: str = "") -> SwapReport:
+    """Stops `old`, waits for its memory, starts `target` and waits for it to be ready; when that fails the
+    host goes back to `fallback` itself and journals how it ended (`record`). The report says how. With `unit`
+    all of it goes through that systemd unit (a rollback's start reset-failed)."""
     spec, mem = ctx.spec, ctx.book.memory
     parser = SwapParser(time.monotonic())
 
     def line(text: str) -> None:
         word, rest = parser.feed(text, time.monotonic())
-        if word is not None:
+        if word in WHOLE or word is Word.ROLLBACK:
+            whole(ctx, word, rest, target, fallback)
+        elif word is not None and parser.back is not None and fallback is not None:
+            progress(ctx, word, rest, parser.back.report, fallback)  # the host's rollback: the fallback's start
+        elif word is not None:
             progress(ctx, word, rest, parser.report, target)
 
     unit = unit_of(old, unit)
+    if old and old.sha256 and spec.status_url and spec.stop == "drain":
+        ctx.emit("stop", f"draining {old.pid}: until no proof is in flight (at most {spec.drain_timeout_s:g} s)")
     if unit:
         ctx.emit("stop", f"systemctl stop {unit}")
     elif old:
         ctx.emit("stop", f"SIGTERM to {old.pid}")
     else:
         ctx.emit("memory", "checking memory")
-    deadline = spec.stop_grace_s + mem.release_timeout_s + spec.ready_timeout_s + spec.ready_stable_s + 120
-    ctx.host.stream(swap_cmd(ctx, old, target, gpu_max, fallback, unit, reset), line, timeout=deadline)
+    # the swap, then the host's own rollback: a stop, a memory wait and up to three starts of the fallback
+    deadline = 2 * (spec.stop_grace_s + mem.release_timeout_s) + 4 * (spec.ready_timeout_s + spec.ready_stable_s) + 120
+    done = threading.Event()
+    watcher = threading.Thread(target=_second_ctrl_c, args=(ctx, parser, done), daemon=True)
+    if fallback is not None:  # with nothing to go back to, a second Ctrl-C lets the swap finish
+        watcher.start()
+    try:
+        ctx.host.stream(swap_cmd(ctx, old, target, gpu_max, fallback, unit, False, record),
+                        line, timeout=deadline)
+    finally:
+        done.set()
     run = parser.finish(time.monotonic())
+    if run.failure.startswith("no tool: "):  # found missing before the stop: nothing changed
+        raise Refused(f"{run.failure.removeprefix('no tool: ')} (what root runs is never taken from another "
+                      f"PATH); install it there, then deploy again: nothing was stopped", host=ctx.name)
     if run.failure.startswith("another swap"):  # it waited 30 s for swap.lock and stopped nothing
         raise LockHeld(f"{run.failure}; this one stopped nothing: wait for it to end, then check "
                        f"`swapctl status {ctx.name}`", host=ctx.name)
     return run
+
+
+def _second_ctrl_c(ctx: Context, parser: SwapParser, done: threading.Event) -> None:
+    """Waits beside the swap for a second Ctrl-C, then tells the swap script (interrupt.sh): it rolls back at
+    once, wherever the new build's start is. Sent once, and not once the host rolls back already."""
+    while not done.wait(0.05):
+        pid = parser.report.script_pid
+        if ctx.interrupts.second.is_set() and pid and not parser.rolling_back:
+            try:
+                ctx.run(scripts.command("interrupt.sh", pid=pid), check=False)
+            except SwapctlError:
+                pass  # the connection is gone: the swap finishes by itself, as after any cut
+            return
 
 
 def changed(ctx: Context, run: SwapReport) -> Refused:
@@ -125,10 +208,28 @@ def changed(ctx: Context, run: SwapReport) -> Refused:
                    host=ctx.name)
 
 
+def drain_refused(ctx: Context, run: SwapReport) -> Refused:
+    """The refusal for a drain that timed out with drain_timeout "refuse": the daemon works on."""
+    left = run.in_flight.summary() if run.in_flight else "proofs in flight"
+    return Refused(f"{left} after the drain's {ctx.spec.drain_timeout_s:g} s, and daemon.drain_timeout is "
+                   f"\"refuse\": nothing was stopped and the daemon works on; deploy again at a quieter moment, "
+                   f"raise daemon.drain_timeout_s, or deploy with --now to stop it anyway", host=ctx.name)
+
+
 def progress(ctx: Context, word: Word, rest: str, so_far: SwapReport, target: Release) -> None:
     """The event a line of the swap script is worth, if any."""
     if word is Word.LOG:
         ctx.emit("ready", log_line=rest)
+    elif word is Word.INFLIGHT and so_far.in_flight and not so_far.stopped:
+        ctx.emit("stop", so_far.in_flight.summary())
+    elif word is Word.NOSTATUS:
+        ctx.emit("stop", f"the daemon's status did not answer ({rest.strip()}): in-flight work unknown")
+    elif word is Word.DRAINED:
+        ctx.emit("stop", f"drained in {int(rest) / 1000:.2f} s: nothing in flight")
+    elif word is Word.UNDRAINED:
+        n = rest.split()[1]
+        then = "refusing to stop it" if ctx.spec.drain_timeout == "refuse" else "stopping anyway"
+        ctx.emit("stop", f"{n} still in flight after {ctx.spec.drain_timeout_s:g} s (daemon.drain_timeout): {then}")
     elif word is Word.SIGKILL:
         ctx.emit("stop", f"still running after {ctx.spec.stop_grace_s:g} s: SIGKILL")
     elif word is Word.STOPPED:
@@ -148,6 +249,17 @@ def progress(ctx: Context, word: Word, rest: str, so_far: SwapReport, target: Re
         ctx.emit("ready", f"{target.id} exited before it was ready")
 
 
+def whole(ctx: Context, word: Word | None, rest: str, target: Release, fallback: Release | None) -> None:
+    """The event a line about the whole swap is worth: the host's own rollback and what it did."""
+    if word is Word.ROLLBACK:
+        ctx.emit("rollback", f"{target.id} failed: {rest}; rolling back" if rest != "a second Ctrl-C" else
+                 f"a second Ctrl-C: stopping {target.id}; rolling back")
+    elif word is Word.RETRY and fallback is not None:
+        ctx.emit("rollback", f"{fallback.id} did not stay up: starting it again (start {rest})")
+    elif word is Word.MARKED:
+        ctx.emit("rollback", f"{rest} marked bad: never a rollback target")
+
+
 def memory_error(ctx: Context, run: SwapReport) -> UnknownState:
     mem, r = ctx.book.memory, run.reading
     avail = r.avail_kib / (1 << 20) if r else 0
@@ -157,13 +269,6 @@ def memory_error(ctx: Context, run: SwapReport) -> UnknownState:
         f"memory not back after {mem.release_timeout_s:g} s: MemAvailable {avail:.1f} GiB "
         f"(need {mem.min_available_gib:g}), old processes still alive: {holders}{gpu}; no daemon runs "
         f"now: find what holds the memory, then `swapctl deploy` again", host=ctx.name)
-
-
-def stop_only(ctx: Context, pid: int, unit: str = "") -> SwapReport:
-    """Stops a daemon swapctl started and nothing more (a failed start with nothing to go back to); under
-    `unit`, through it (pid 0: its daemon exited, the stop cancels a restart)."""
-    out = ctx.run(scripts.command("stop.sh", pid=pid, grace_ms=int(ctx.spec.stop_grace_s * 1000), unit=unit))
-    return parse_swap((0.0, line) for line in out.stdout.splitlines())
 
 
 def log_tail(ctx: Context, offset: int, lines: int = 20, invocation: str = "") -> str:

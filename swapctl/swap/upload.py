@@ -26,6 +26,7 @@ import zstandard
 from ..errors import Refused
 from ..remote import Cmd, Host, Piece, Prepared
 from . import scripts
+from .journal_entry import Upload
 from .report import InstallReport, Word, parse_install
 
 CHUNK = 4 << 20  # one zstd frame per chunk: the level can change between frames
@@ -37,26 +38,6 @@ EARLY_FRAMES = 32  # made before the upload begins: at most 128 MiB of the binar
 CACHE_KEEP = 6  # binaries kept locally as the old side of future patches
 
 Progress = Callable[[int, int], None]  # (source bytes done, bytes on the wire)
-
-
-@dataclass(frozen=True)
-class Sent:
-    """How a binary reached the host."""
-
-    method: str  # present | patch | zstd | sftp
-    wire_bytes: int
-    seconds: float
-    resumed_from: int = 0
-    base: str | None = None  # the release a patch was made against
-
-    def record(self) -> dict:
-        """For the journal."""
-        d = {"method": self.method, "wire_bytes": self.wire_bytes, "seconds": round(self.seconds, 3)}
-        if self.resumed_from:
-            d["resumed_from"] = self.resumed_from
-        if self.base:
-            d["base"] = self.base
-        return d
 
 
 @dataclass(frozen=True)
@@ -278,7 +259,7 @@ class Uploader:
         return partial if 0 < partial < self.size else 0
 
     def run(self, partial: int, base: Base | None, made: Patch | None = None, early: Frames | None = None,
-            ready: Prepared | None = None) -> tuple[Sent, InstallReport]:
+            ready: Prepared | None = None) -> tuple[Upload, InstallReport]:
         """Sends the binary (resuming after `partial` bytes when it can) and installs it; returns how it went
         and what the host's install said. A patch (`made`, or made now against `base`) that does not reproduce the
         binary is retried as a full upload. `made` and `early` (frames compressed during the preflight)
@@ -295,9 +276,10 @@ class Uploader:
                 self.ready.close()
 
     def _run(self, partial: int, base: Base | None, made: Patch | None,
-             early: Frames | None) -> tuple[Sent, InstallReport]:
+             early: Frames | None) -> tuple[Upload, InstallReport]:
         started = time.monotonic()
         offset = self.resumable(partial)
+        self.progress(offset, 0)  # the upload has begun: a bar from its first byte, not from its first frame
         if base and self.host_zstd and (made or Patch.possible()):
             patch = made or Patch.of(base, self.path)
             try:
@@ -307,7 +289,7 @@ class Uploader:
                     patch.release()
             if not report.damaged:
                 self.progress(self.size, self.wire)
-                return Sent("patch", self.wire, time.monotonic() - started, base=base.id), report
+                return Upload("patch", self.wire, time.monotonic() - started, base=base.id), report
             offset = 0  # the host's copy of the base is not what this machine has: send it all
         if self.host_zstd:
             done = offset
@@ -323,7 +305,7 @@ class Uploader:
                 report = self._receive(early.send(step), offset, "")
             finally:
                 early.close()
-            return Sent("zstd", self.wire, time.monotonic() - started, resumed_from=offset), report
+            return Upload("zstd", self.wire, time.monotonic() - started, resumed_from=offset), report
 
         def sftp_step(done: int) -> None:
             self.wire = done - offset
@@ -336,9 +318,9 @@ class Uploader:
             except Refused:
                 if (full := self._disk_full()) is None:
                     raise
-                return Sent("sftp", self.wire, time.monotonic() - started, resumed_from=offset), full
+                return Upload("sftp", self.wire, time.monotonic() - started, resumed_from=offset), full
         report = parse_install(self.host.run(self.install_cmd()).stdout.splitlines())
-        return Sent("sftp", self.wire, time.monotonic() - started, resumed_from=offset), report
+        return Upload("sftp", self.wire, time.monotonic() - started, resumed_from=offset), report
 
     def install_cmd(self) -> Cmd:
         """What installs a file sent by SFTP (sh/install.sh)."""

@@ -38,3 +38,62 @@ unsafe_dirs() {
     if [ "$owner" != "$me" ] || [ $(( 0$mode & 022 )) -ne 0 ]; then printf '%s %s %s\n' "$d" "$owner" "$mode"; fi
   done
 }
+
+# append_line PATH TEXT KEEP CAP_BYTES: TEXT as one line at the end of PATH (the journal), whole or not at
+# all: one write (dd from a pipe, one block), and a write the disk cut short is cut back off (truncate needs
+# no free space), so a full disk never leaves half a line. A line torn by a crash mid-write earlier gets a
+# newline after it first: the reader skips it, and this line stays whole. A disk full to its last byte gets
+# back the room PATH.reserve held (64 KiB, made again by a later line once there is room), so that the swap
+# that found it full is journaled still. Past CAP_BYTES only the last KEEP lines are kept (a copy, then a
+# rename). Returns 1 when the line could not be written.
+append_line() {
+  before=$(stat -c %s -- "$1" 2>/dev/null || echo 0)
+  if [ "$before" -gt 0 ] && [ -n "$(tail -c 1 -- "$1" | tr -d '\n')" ]; then set -- "$1" "
+$2" "$3" "$4"; fi
+  want=$(( before + $(printf '%s\n' "$2" | wc -c) ))
+  if ! append_once "$1" "$2" "$before" "$want"; then
+    [ -f "$1.reserve" ] && rm -f -- "$1.reserve" && append_once "$1" "$2" "$before" "$want" || return 1
+  fi
+  [ -f "$1.reserve" ] || { (umask 077; head -c 65536 /dev/zero > "$1.reserve") 2>/dev/null || rm -f -- "$1.reserve"; }
+  if [ "$want" -gt "$4" ]; then
+    { tail -n "$3" -- "$1" > "$1.tmp.$$" && mv -f -- "$1.tmp.$$" "$1"; } 2>/dev/null || rm -f -- "$1.tmp.$$"
+  fi
+  return 0
+}
+
+# append_once PATH TEXT BEFORE WANT: one try of append_line's write; a short one is cut back to BEFORE bytes
+append_once() {
+  printf '%s\n' "$2" | (umask 077; dd of="$1" oflag=append conv=notrunc bs=4M iflag=fullblock status=none) 2>/dev/null
+  [ "$(stat -c %s -- "$1" 2>/dev/null || echo 0)" = "$4" ] && return 0
+  [ -e "$1" ] && truncate -s "$3" -- "$1" 2>/dev/null
+  return 1
+}
+
+# unsafe_path DIR [UID]: prints `D owner mode` for the first of DIR (the binary's directory) and the
+# directories above it, as given and with symlinks resolved, that someone other than this user (or UID, the
+# daemon's user where the playbook names one) may change: not theirs, or writable by group or others
+# without the sticky bit (in a sticky directory only an entry's owner may rename it). Whoever can rename
+# DIR, or a directory above it, can put a state tree of their own in place of swapctl's.
+unsafe_path() {
+  me=$(id -u); also=${2:-$me}
+  for p in "$1" "$(readlink -f -- "$1" 2>/dev/null)"; do
+    while [ -n "$p" ]; do
+      if [ ! -L "$p" ] && info=$(stat -c '%u %a' -- "$p" 2>/dev/null); then
+        owner=${info% *}; mode=${info#* }
+        if { [ "$owner" != "$me" ] && [ "$owner" != "$also" ]; } ||
+           { [ $(( 0$mode & 022 )) -ne 0 ] && [ $(( 0$mode & 01000 )) -eq 0 ]; }; then
+          printf '%s %s %s\n' "$p" "$owner" "$mode"; return 0
+        fi
+      fi
+      [ "$p" = / ] && break
+      p=${p%/*}; p=${p:-/}
+    done
+  done
+}
+
+# tool NAME: NAME's path in the system's own directories. What root runs is never looked up on a PATH
+# someone else had a hand in: the daemon's recorded PATH is its user's, who may put a `setpriv` there.
+tool() {
+  for d in /usr/sbin /usr/bin /sbin /bin; do [ -f "$d/$1" ] && [ -x "$d/$1" ] && { printf '%s\n' "$d/$1"; return 0; }; done
+  return 1
+}

@@ -3,6 +3,7 @@
 # one's start, whatever the host's shell start-up costs (a .bashrc running `conda init` is common). It
 # runs under bash when the readiness check is a port (/dev/tcp is bash's). It streams what happens
 # (the words are swapctl/swap/report.py's Word):
+#   SWAP pid                                  this script's pid, first (a second Ctrl-C: sh/interrupt.sh)
 #   KIDS pids | SIGKILL | STOPPED ms          stop (daemon.sh's stop_daemon)
 #   R ms avail_kib alive gpu_used | DONE ms | TIMEOUT ms
 #                                             wait until they are gone, GPU memory is back, MemAvailable >= min
@@ -10,9 +11,16 @@
 #                                             (or its unit, whose InvocationID is inv)
 #   LOG line | READY | EXITED | ALIVE 0/1     the log after the start until ready, exit or time-out
 #   WATCH ms                                  ready: watched for ms more, as it must stay up that long
-#   NOTREADY                                  not ready; when this line finds nobody listening any more,
-#                                             the host goes back to the fallback release by itself
 #   FAILED why                                it could not go on (another swap runs, the switch or start failed)
+#   TAIL line                                 after ROLLBACK: the failed start's last lines of log
+#   ROLLBACK why                              the start failed (or a second Ctrl-C came): the host goes back to the
+#                                             fallback by itself, whoever listens; the stop, memory wait, start and
+#                                             readiness lines after it are the fallback's
+#   RETRY n                                   the fallback died before it was ready and stable: its n-th start
+#   MARKED id                                 the failed release is marked bad (its directory's `bad` link)
+#   OUTCOME word pid                          how the swap ended: deployed | rolled-back | no-daemon | rollback-failed
+#   JOURNAL ok|lost line                      the journal line the host wrote itself (lost: the disk refused it)
+#   INFLIGHT | NOSTATUS | DRAINED | UNDRAINED the daemon's own view before the stop, and the drain (drain.sh)
 # Inputs:
 #   pid grace_ms group unit       the daemon to stop (an empty pid: none runs), its process group, and the
 #                                 systemd unit it runs under: stopped, started and rolled back through it
@@ -24,26 +32,46 @@
 #   run_gid                       the group a daemon that is not root's runs as (empty: root's)
 #   re ready_s port stable_ms     readiness: the log line (or the port), how long to wait, how long to stay up
 #   envq                          the new daemon's whole environment, as shell assignments one a line
-#   fb_target fb_sha fb_cwd fb_env fb_cmd  the fallback release when nobody listens (an empty fb_target: none), its
-#                                 environment (as envq) and command line rendered once (quoted by swapctl's Cmd)
-#   fb_host fb_from fb_to fb_current   for the journal line the host then writes itself
+#   status_url stop_mode drain_ms drain_fail   the daemon's GET /status (empty: none), "term" or "drain",
+#                                 the drain's limit and what it does then ("stop" or "refuse"): drain.sh
+#   probe fb_probe fb_re          readiness by status_url instead of the log: "status" or "proof" (empty: the log);
+#                                 the fallback's, and its log line, when the host goes back (never "proof")
+#   fb_target fb_sha fb_cwd fb_env fb_cmd  the fallback release when the start fails (an empty fb_target: none),
+#                                 its environment (as envq) and command line rendered once (quoted by swapctl's Cmd)
+#   lock_info                     what the deploy's lock.sh wrote in lock.info: the swap begins only while that
+#                                 lock is held, by that deploy (empty: no deploy lock to check, as under Ansible)
+#   action j_by j_host j_from j_extra j_steps keep cap_bytes
+#                                 the journal line the host writes itself at the end, on every path: deploy or
+#                                 rollback, by whom, the host's name, the sha256 that ran before, more members
+#                                 (`"upload": {...}`), the steps timed before the swap (`"lock": 0.1, ...`); the
+#                                 journal's rotation (append_line)
 # Arguments: the new daemon's command line. Its environment is an input, read from stdin: on a command
 # line (`env -i K=V...`) every user of the host could read it.
 : "${pid?}" "${grace_ms?}" "${group?}" "${unit?}" "${timeout_ms?}" "${min_kib?}" "${gpu_max?}" "${reset?}"
 : "${smi_cs?}"
 : "${bin?}" "${target?}" "${sha?}" "${run_gid?}" "${cwd?}" "${log?}" "${re?}" "${ready_s?}" "${port?}" "${stable_ms?}" "${envq?}"
-: "${fb_target?}" "${fb_sha?}" "${fb_cwd?}" "${fb_env?}" "${fb_cmd?}" "${fb_host?}" "${fb_from?}" "${fb_to?}" "${fb_current?}"
+: "${status_url?}" "${stop_mode?}" "${drain_ms?}" "${drain_fail?}" "${probe?}" "${fb_probe?}" "${fb_re?}"
+: "${fb_target?}" "${fb_sha?}" "${fb_cwd?}" "${fb_env?}" "${fb_cmd?}" "${lock_info?}"
+: "${action?}" "${j_by?}" "${j_host?}" "${j_from?}" "${j_extra?}" "${j_steps?}" "${keep?}" "${cap_bytes?}"
 # shellcheck source=lib.sh
 . ./lib.sh
 # shellcheck source=daemon.sh
 . ./daemon.sh
+# shellcheck source=drain.sh
+. ./drain.sh
 
 # whether the started daemon ($new, output from byte $off of $log) is alive and ready now
 ready_now() {
   alive "$new" || return 1
-  # shellcheck disable=SC3025 # with a port, swapctl runs this script under bash
-  if [ -n "$port" ]; then (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null
+  if [ -n "$port" ] || [ -n "$probe" ]; then ready_probe
   else log_since 2>/dev/null | grep -qE -- "$re"; fi
+}
+
+# ready_probe: the status probe (drain.sh's probe_ready), else whether the port takes a connection
+ready_probe() {
+  [ -n "$probe" ] && { probe_ready "$status_url" "$probe"; return; }
+  # shellcheck disable=SC3025 # with a port, swapctl runs this script under bash
+  (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null
 }
 
 # log_since: the started daemon's output, from byte $off of $log; with log "journal", its unit's journal
@@ -56,15 +84,14 @@ log_since() {
 # wait_ready: streams the new daemon's log until it is ready, exits or ready_s pass; then, with stable_ms,
 # watches it that long; prints ALIVE 1 or ALIVE 0 at the end.
 wait_ready() {
-  me=$$; use_log=1
+  me=$$; use_log=1; watched=""; now; started_ms=$NOW
   # a daemon gone before the log reader starts (a unit's MainPID 0: it exited already) would leave the
   # reader to its time-out: the end is retried until it finds the reader (the watchers are killed after)
   ( while alive "$new"; do sleep 0.01; done; echo EXITED; n=0
     until pkill -TERM -P "$me" -x timeout || [ "$n" -ge 500 ]; do n=$((n + 1)); sleep 0.01; done ) 8>&- &
   watchers=$!
-  if [ -n "$port" ]; then
-    # shellcheck disable=SC3025 # with a port, swapctl runs this script under bash
-    ( until (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; do sleep 0.02; done; echo READY;
+  if [ -n "$port" ] || [ -n "$probe" ]; then
+    ( until ready_probe; do sleep 0.02; done; echo READY;
       pkill -TERM -P "$me" -x timeout ) 8>&- &
     watchers="$watchers $!"
     use_log=0
@@ -81,20 +108,40 @@ wait_ready() {
       use && $0 ~ re { print "READY"; fflush(); system("pkill -TERM -P " me " -x timeout"); exit }'
   # shellcheck disable=SC2086 # only the watchers: the daemon is this shell's child too
   kill $watchers 2>/dev/null
-  if [ "$stable_ms" -gt 0 ] && ready_now; then  # ready is not enough: it must stay up a while
-    now; echo "WATCH $stable_ms"; until_ms=$(( NOW + stable_ms ))
-    while alive "$new" && now && [ "$NOW" -lt "$until_ms" ]; do sleep 0.05; done
-  fi
-  if alive "$new"; then echo "ALIVE 1"; else echo "ALIVE 0"; fi
+  settle
+  if alive "$new"; then say "ALIVE 1"; else say "ALIVE 0"; fi
 }
+
+# settle: the rest of wait_ready's deadline and the watch after ready. The log reader stops at its first write
+# once nobody listens (the connection dropped), maybe before the ready line: the host waits on by itself, to
+# the same deadline, before it calls the start a failure. Sets watched once ready (it must stay up stable_ms).
+settle() {
+  until_ms=$(( started_ms + ready_s * 1000 ))
+  while alive "$new" && ! ready_now && ! stopping && now && [ "$NOW" -lt "$until_ms" ]; do sleep 0.05; done
+  if [ -z "$watched" ] && ready_now && ! stopping; then
+    watched=1
+    if [ "$stable_ms" -gt 0 ]; then  # ready is not enough: it must stay up a while
+      now; say "WATCH $stable_ms"; until_ms=$(( NOW + stable_ms ))
+      while alive "$new" && ! stopping && now && [ "$NOW" -lt "$until_ms" ]; do sleep 0.05; done
+    fi
+  fi
+}
+
+# say LINE: a report line; once nobody reads them (the deploy lost its connection) the host goes on alone
+say() { printf '%s\n' "$*" 2>/dev/null || alone=1; }
+
+# stopping: a second Ctrl-C came (interrupt.sh's SIGUSR1) while the new build starts: roll back at once
+stopping() { [ -n "$interrupted" ] && [ -z "$back" ]; }
 
 # start ENV COMMAND...: COMMAND in a session of its own (setsid), its output appended to $log, with the
 # environment ENV (shell assignments, one a line) and nothing else. ENV goes to a clean shell through a
-# pipe (fd 3), never through a command line, as `env -i K=V...` would put it. Sets new (its pid).
-sid=$(command -v setsid)
+# pipe (fd 3), never through a command line, as `env -i K=V...` would put it. Sets new (its pid). env,
+# setsid and a leading setpriv or perl are the system's own (tool): ENV's PATH is the daemon's.
+sid=$(tool setsid); envp=$(tool env)
 start() {
   ( trap - PIPE HUP; start_env=$1; shift
-    exec env -i -- /bin/sh -c 'unset PWD; set -a; . /dev/fd/3 || exit 127; set +a; exec "$@" 3<&-' \
+    case $1 in setpriv | perl) t=$(tool "$1") && shift && set -- "$t" "$@" ;; esac
+    exec "$envp" -i -- /bin/sh -c 'unset PWD; set -a; . /dev/fd/3 || exit 127; set +a; exec "$@" 3<&-' \
       swapctl-start "$sid" "$@" 3<<EOF
 $start_env
 EOF
@@ -102,76 +149,233 @@ EOF
   new=$!
 }
 
-# switch_to RELEASE: the binary path becomes a symlink to RELEASE, atomically (a rename)
-switch_to() { ln -sfn -- "$1" "$bin.swapctl-new" && mv -Tf -- "$bin.swapctl-new" "$bin"; }
+# switch_to RELEASE: the binary path becomes a symlink to RELEASE, atomically (a rename). The link is made
+# under a name of its own in the state directory (root's): a fixed name beside the binary, in a directory
+# others may write to, could be taken first (a directory of that name made the switch fail).
+switch_to() {
+  sw=$(mktemp -d -- "$state/.switch.XXXXXX") || return 1
+  ln -s -- "$1" "$sw/link" && mv -Tf -- "$sw/link" "$bin"; sw_rc=$?
+  rm -rf -- "$sw"; return "$sw_rc"
+}
 
-# A dropped connection must not cut the swap between the stop and the start: writes to the closed
-# channel fail, and the script goes on. The daemon gets the default dispositions back.
+# killed_by: the signal that ended the started daemon when it was one of those a person or a tool sends
+# (HUP INT KILL TERM: someone killed it, it did not fail by itself); nothing otherwise. Only once it ended.
+killed_by() {
+  if [ -n "$unit" ]; then
+    [ "$(systemctl show -p ExecMainCode --value -- "$unit" 2>/dev/null)" = 2 ] || return 0
+    code=$(systemctl show -p ExecMainStatus --value -- "$unit" 2>/dev/null)
+  else
+    wait "$new" 2>/dev/null; code=$?
+    [ "$code" -gt 128 ] || return 0
+    code=$(( code - 128 ))
+  fi
+  case $code in 1|2|9|15) echo "$code" ;; esac
+}
+
+# why_failed: why the new build is not running ready (sets why), and whether that is its own fault (bad=1)
+why_failed() {
+  bad=1
+  if stopping; then why="a second Ctrl-C"; bad=""
+  elif [ -n "$failed" ]; then why="it could not be started ($failed)"
+  elif ! alive "$new"; then
+    sig=$(killed_by)
+    if [ -n "$sig" ]; then why="it was killed by signal $sig${watched:+ after its ready line}"; bad=""
+    elif [ -n "$watched" ]; then why="it printed its ready line, then exited"
+    else why="it exited before it was ready"; fi
+  else why="not ready after $ready_s s"; fi
+}
+
+# took STEP: STEP's seconds (since the last step ended) among the steps of this part of the swap
+took() { now; steps="$steps, \"$1\": $(( (NOW - mark) / 1000 )).$(printf %03d $(( (NOW - mark) % 1000 )))"; mark=$NOW; }
+
+# jv TEXT: TEXT as a JSON string, or null when it is empty
+jv() { if [ -n "$1" ]; then json_str "$1"; else printf null; fi; }
+
+# finish OUTCOME PID REASON: the host's own journal line for this swap, whoever listens, written whole (or
+# not at all, on a full disk); then OUTCOME and JOURNAL for swapctl. `by` says so when nobody listened.
+finish() {
+  now; say "OUTCOME $1 ${2:--}"
+  by=$j_by; [ -n "$alone" ] && by="$j_host itself (swapctl lost its connection; $j_by started it)"
+  to=$sha; current=${target%/*}; current=${current##*/}; from=$j_from; act=$action; more=""
+  if [ -n "$back" ]; then  # the new build failed: the line says so, and what runs instead
+    to=$fb_sha; current=${fb_target%/*}; current=${current##*/}; from=$sha
+    [ "$action" = deploy ] && act=auto-rollback
+    [ -z "$2" ] && [ "$1" != rollback-failed ] && current=""
+    flog="$log from byte $first_off"; [ "$log" = journal ] && flog="journalctl -u $unit"
+    more=", \"failed_log\": $(json_str "$flog"), \"marked_bad\": ${marked:-false}, \"rollback_steps\": {${steps#, }}"
+    steps=$first_steps
+  fi
+  [ -n "$3" ] && more="$more, \"reason\": $(json_str "$3")"
+  [ "$1" = no-daemon ] && [ -z "$back" ] && current=""
+  lo=null; [ -n "$2" ] && lo=$off
+  line="{\"action\": \"$act\", \"by\": $(json_str "$by"), \"current\": $(jv "$current"), \"from\": $(jv "$from"), \
+\"host\": $(json_str "$j_host"), \"log_offset\": $lo, \"outcome\": \"$1\", \"pid\": ${2:-null}$more$(stop_json), \
+\"steps\": {${j_steps}${j_steps:+${steps:+, }}${steps#, }}, \"time\": \"$(date -u +%Y-%m-%dT%H:%M:%S.%6NZ)\", \
+\"to\": $(jv "$to")${j_extra:+, $j_extra}}"
+  [ -n "$way_back" ] && rm -f -- "$way_back"
+  if append_line "$state/journal.jsonl" "$line" "$keep" "$cap_bytes"; then say "JOURNAL ok $line"
+  else say "JOURNAL lost $line"; fi
+  exit 0
+}
+
+# mark_good: a release marked bad that has now come up and stayed up (deployed again on purpose) is good
+# again: its `bad` link goes, and its manifest says ok, else it would never be a fallback or a rollback target
+mark_good() {
+  dir=${target%/*}
+  [ -L "$dir/bad" ] && rm -f -- "$dir/bad"
+  grep -q '"status":"bad"' -- "$dir/manifest.json" 2>/dev/null || return 0
+  { sed 's/"status":"bad"/"status":"ok"/' -- "$dir/manifest.json" > "$dir/manifest.json.tmp.$$" &&
+    mv -f -- "$dir/manifest.json.tmp.$$" "$dir/manifest.json"; } 2>/dev/null || rm -f -- "$dir/manifest.json.tmp.$$"
+}
+
+# mark_bad: the failed release is never a rollback target again, when it failed by itself. A symlink (no data
+# block: it is made on a disk full to its last byte) that inspect.sh reads; the manifest says so too when the
+# disk lets it (a copy, then a rename)
+mark_bad() {
+  [ -n "$bad" ] || return 0
+  dir=${target%/*}
+  ln -s failed-start "$dir/bad" 2>/dev/null || [ -L "$dir/bad" ] || return 0
+  marked=true; say "MARKED ${dir##*/}"
+  { sed 's/"status":"ok"/"status":"bad"/' -- "$dir/manifest.json" > "$dir/manifest.json.tmp.$$" &&
+    mv -f -- "$dir/manifest.json.tmp.$$" "$dir/manifest.json"; } 2>/dev/null || rm -f -- "$dir/manifest.json.tmp.$$"
+}
+
+# start_target: the binary path becomes the release, and it starts (through its unit, or here); sets failed
+start_target() {
+  switch_to "$target" || { failed="FAILED switch"; say "$failed"; return 1; }
+  off=$(stat -c %s -- "$log" 2>/dev/null || echo 0)
+  if [ -n "$unit" ]; then
+    start_unit "$unit" "$reset" || { failed="systemctl start $unit refused"; return 1; }
+  else
+    cd -- "$cwd" || { failed="FAILED cd $cwd"; say "$failed"; return 1; }
+    start "$envq" "$@"
+  fi
+  say "STARTED $new $off${inv:+ $inv}"
+}
+
+# keep_way_back: the binary path's link to the fallback, made before anything stops (a fresh name: ln -s never
+# replaces a file), so that going back is a rename, which a disk full to its last byte still allows (a
+# symlink to a long path takes a data block)
+keep_way_back() {
+  [ -n "$fb_target" ] || return 0
+  way_back=$(mktemp -u -- "$bin.swapctl-back.XXXXXXXX") && ln -s -- "$fb_target" "$way_back" 2>/dev/null || way_back=""
+}
+
+# switch_back: the binary path becomes the fallback release again (the link kept_way_back made, else a new one)
+switch_back() {
+  [ "$(readlink -- "$bin")" = "$fb_target" ] && return 0
+  if [ -n "$way_back" ] && mv -Tf -- "$way_back" "$bin" 2>/dev/null; then way_back=""; return 0; fi
+  switch_to "$fb_target"
+}
+
+# start_fallback: as start_target, for the fallback release, started as it was recorded
+start_fallback() {
+  switch_back || return 1
+  off=$(stat -c %s -- "$log" 2>/dev/null || echo 0)
+  if [ -n "$unit" ]; then  # back through the unit: a daemon started beside it, systemd would start again
+    start_unit "$unit" 1 >/dev/null || return 1
+  else
+    cd -- "$fb_cwd" || return 1
+    eval "start \"\$fb_env\" $fb_cmd"
+  fi
+  say "STARTED $new $off${inv:+ $inv}"
+}
+
+# failed_tail: the failed start's last 20 lines of log, before anything else runs (a unit between restarts has
+# no InvocationID: then its own last lines, still the failed start's)
+failed_tail() {
+  [ -n "$new" ] || [ -n "$unit" ] || return 0
+  if [ "$log" = journal ] && [ -z "$inv" ]; then journalctl -q -o cat -n 20 -u "$unit"
+  else log_since | tail -n 20; fi
+}
+
+# go_back: the new build failed (why, bad): stop it, wait for memory, start the fallback, readiness; up to 3
+# starts when it dies before it is ready and stable. All of it here, whatever happens to the deploy: no
+# other process holds a part of the rollback. Ends the script with the journal line.
+go_back() {
+  say "ROLLBACK $why"
+  failed_tail 2>/dev/null | sed 's/^/TAIL /'
+  back=1; first_steps=$steps; first_off=${off:-0}; steps=""; now; mark=$NOW
+  if [ -n "$new" ] || [ -n "$unit" ]; then stop_daemon "${new:-0}" "$grace_ms" 1 "$unit"; fi
+  took stop
+  if [ -z "$fb_target" ]; then mark_bad; finish no-daemon "" "$why; there is no earlier release to go back to"; fi
+  new=""; wait_memory "$timeout_ms" "$min_kib" "" || {
+    mark_bad; finish no-daemon "" "$why; memory not back after the stop, the fallback was not started"; }
+  took memory
+  # a fallback changed on the host since it was checked is never started: no daemon runs, and the journal
+  # says why (status shows none; history this line)
+  if [ "$(sha256 < "$fb_target")" != "$fb_sha" ]; then
+    mark_bad; finish no-daemon "" "$why; the fallback release changed on the host: nothing started"
+  fi
+  probe=$fb_probe; re=$fb_re; tries=0  # what ran before needs no proof that it can prove
+  while [ "$tries" -lt 3 ]; do
+    tries=$((tries + 1)); [ "$tries" -gt 1 ] && say "RETRY $tries"
+    start_fallback || { mark_bad; finish rollback-failed "" "$why; the fallback could not be started"; }
+    [ "$tries" = 1 ] && took start
+    wait_ready
+    if ready_now; then took ready; mark_bad; finish rolled-back "$new" "$why"; fi
+    alive "$new" && break  # not ready in time, but it runs: left as it is
+    [ -n "$unit" ] && hold_unit "$unit" >/dev/null
+    WATCH="$new"; wait_memory "$timeout_ms" "$min_kib" "" >/dev/null
+  done
+  took ready; mark_bad
+  if alive "$new"; then finish rollback-failed "$new" "$why; the fallback is not ready after $ready_s s (it runs)"; fi
+  finish rollback-failed "" "$why; the fallback exited $tries times before it was ready: no daemon runs"
+}
+
+# A dropped connection must not cut the swap anywhere, the rollback included: writes to the closed channel
+# fail, and the script goes on. The daemon gets the default dispositions back. A second Ctrl-C is SIGUSR1.
 trap '' PIPE HUP
+trap 'interrupted=1' USR1
 state=${target%/releases/*}
+alone=""; interrupted=""; back=""; failed=""; bad=""; marked=""; new=""; steps=""
 # The swap holds its own lock until it ends, even when the deploy that started it has lost its connection
 # (and with it the deploy lock); lock.sh refuses a new deploy meanwhile. Nothing started here keeps fd 8.
 exec 8>>"$state/swap.lock"
 flock -w 30 8 || { echo "FAILED another swap still runs on this host"; exit 0; }
+# begun only under its deploy's lock: a shell that reads its command late (a slow .bashrc, its session killed
+# by an sshd restart) after its deploy ended, or after another deploy took the lock, changes nothing
+if [ -n "$lock_info" ] && { flock -n "$state/lock" true || [ "$(cat -- "$state/lock.info" 2>/dev/null)" != "$lock_info" ]; }; then
+  echo "FAILED the deploy that started this swap no longer holds the host's deploy lock: nothing was stopped"; exit 0
+fi
+# who runs it, since when: a deploy refused meanwhile says so (lock.sh)
+printf '{"by": %s, "since": "%s", "pid": %s}\n' "$(json_str "$j_by")" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$$" \
+  > "$state/swap.info" 2>/dev/null
+say "SWAP $$"
 # the release is what was uploaded and checked, still: a file changed since is never switched to
 got=$(sha256 < "$target")
 if [ "$got" != "$sha" ]; then
   echo "FAILED release changed: $target has sha256 ${got:-unreadable}, not $sha"; exit 0
 fi
-WATCH=""; inv=""
+# what root runs to start a daemon, found before anything stops: a host without one says so
+for t in setsid env setpriv perl; do
+  case "$t $* $fb_cmd" in setsid* | env* | *" $t "* | *"'$t'"*) ;; *) continue ;; esac
+  tool "$t" >/dev/null || { echo "FAILED no tool: the host has no $t in /usr/sbin, /usr/bin, /sbin or /bin"; exit 0; }
+done
+WATCH=""; inv=""; way_back=""; keep_way_back; now; mark=$NOW
+# drain.sh: the proofs in flight, and the drain; a drain refused at its limit stops nothing
+if [ -n "$pid" ] && [ -n "$status_url" ]; then
+  before_stop "$pid" "$status_url" "$stop_mode" "$drain_ms" "$drain_fail" || { [ -n "$way_back" ] && rm -f -- "$way_back"; exit 0; }
+fi
 [ -n "$pid" ] && stop_daemon "$pid" "$grace_ms" "$group" "$unit"
 # no daemon, but its unit may be about to restart one (Restart=, after a crash): the stop cancels that
 [ -z "$pid" ] && [ -n "$unit" ] && systemctl stop -- "$unit" >/dev/null 2>&1
-wait_memory "$timeout_ms" "$min_kib" "$gpu_max" || exit 0
+took stop
+wait_memory "$timeout_ms" "$min_kib" "$gpu_max" || finish no-daemon "" "memory not back"
+took memory
 # a daemon that runs as another user (its gid set) must reach its release: the state directories become
 # that group's, searchable by it and by nobody else (710)
 if [ -n "$run_gid" ]; then
   for d in "${state%/*}" "$state" "$state/releases" "${target%/*}"; do chgrp -- "$run_gid" "$d" && chmod 710 "$d"; done
 fi
-switch_to "$target" || { echo "FAILED switch"; exit 0; }
-off=$(stat -c %s -- "$log" 2>/dev/null || echo 0)
-if [ -n "$unit" ]; then
-  start_unit "$unit" "$reset" || exit 0
-else
-  cd -- "$cwd" || { echo "FAILED cd $cwd"; exit 0; }
-  start "$envq" "$@"
-fi
-echo "STARTED $new $off${inv:+ $inv}"
-now; started_ms=$NOW
+if stopping; then why_failed; go_back; fi  # the second Ctrl-C came before the start: the new build never starts
+start_target "$@" || { why_failed; go_back; }
+took start
 wait_ready
 [ -n "$unit" ] && ! alive "$new" && hold_unit "$unit"
-
-# When the deploy lost its connection, nobody will roll back a new daemon that failed: do it here.
-{ [ -n "$fb_target" ] && ! ready_now; } || exit 0
-printf 'NOTREADY\n' 2>/dev/null && exit 0  # someone still listens: the deploy decides
-# Nobody listens: the log reader above stopped at its first write, maybe before the ready line, so
-# wait for it here, to the same deadline, before calling the start a failure.
-until_ms=$(( started_ms + ready_s * 1000 ))
-while alive "$new" && ! ready_now && now && [ "$NOW" -lt "$until_ms" ]; do sleep 0.05; done
-ready_now && exit 0
-stop_daemon "$new" "$grace_ms" 1 "$unit" >/dev/null 2>&1
-wait_memory "$timeout_ms" "$min_kib" "" >/dev/null 2>&1 || exit 0
-off=$(stat -c %s -- "$log" 2>/dev/null || echo 0)
-# the journal line is made whole here (keys sorted, as swapctl writes its own), all but the pid and the
-# outcome before the start, so that it is written in one go right after it
-entry=$(printf '{"action": "auto-rollback", "by": %s, "current": %s, "from": %s, "host": %s, "log_offset": %s, ' \
-  "$(json_str "$fb_host itself (swapctl lost its connection)")" "$(json_str "$fb_current")" \
-  "$(json_str "$fb_from")" "$(json_str "$fb_host")" "$off")
-rest() { printf '"reason": "%s", "time": "%s", "to": %s}' "$1" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$(json_str "$fb_to")"; }
-# a fallback changed on the host since it was checked is never started: no daemon runs, and the journal
-# says why (status shows none; history this line)
-if [ "$(sha256 < "$fb_target")" != "$fb_sha" ]; then
-  printf '%s"outcome": "failed", "pid": null, %s\n' "$entry" \
-    "$(rest "not ready, no swapctl listening, and the fallback release changed on the host: nothing started")" \
-    >> "$state/journal.jsonl"
-  exit 0
+if ready_now && ! stopping; then
+  took ready
+  mark_good
+  if [ "$action" = deploy ]; then finish deployed "$new"; else finish rolled-back "$new"; fi
 fi
-switch_to "$fb_target" || exit 0
-cd -- "$fb_cwd" || exit 0
-if [ -n "$unit" ]; then  # back through the unit: a daemon started beside it, systemd would start again
-  start_unit "$unit" 1 >/dev/null || exit 0
-else
-  eval "start \"\$fb_env\" $fb_cmd"
-fi
-printf '%s"outcome": "rolled-back", "pid": %s, %s\n' "$entry" "$new" "$(rest "not ready, and no swapctl listening")" \
-  >> "$state/journal.jsonl"
+took ready; why_failed; go_back

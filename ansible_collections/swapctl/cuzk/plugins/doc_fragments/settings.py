@@ -1,0 +1,110 @@
+# The options every swapctl.cuzk module takes: the swapctl playbook's [daemon], [memory], [gpu] and
+# [releases] tables, by the same names (plugins/module_utils/args.py).
+from __future__ import annotations
+
+
+class ModuleDocFragment:
+    DOCUMENTATION = r"""
+options:
+  daemon:
+    description:
+      - The daemon, as the swapctl playbook's C([daemon]) table names it.
+      - C(swapctl export-ansible) writes it as the group variable C(swapctl_daemon).
+    type: dict
+    required: true
+    suboptions:
+      binary:
+        description: The path the daemon runs from; it becomes a symlink to the release that runs.
+        type: str
+        required: true
+      log:
+        description: The file the daemon's output is appended to (C(journal) with I(unit)).
+        type: str
+        required: true
+      args:
+        description: Its arguments; left out, the arguments the running daemon has.
+        type: list
+        elements: str
+      match:
+        description: A regular expression on the command line that finds the daemon; left out, the binary's name.
+        type: str
+      ready_log:
+        description: The log line that says it is ready.
+        type: str
+        default: cuzk-daemon ready
+      ready_port:
+        description: A TCP port on 127.0.0.1 that answers once it is ready, instead of I(ready_log).
+        type: int
+      ready_timeout_s:
+        description: How long a new start may take to be ready before it is rolled back.
+        type: float
+        default: 600
+      ready_stable_s:
+        description: Once ready, how long it must stay up, or it is rolled back.
+        type: float
+        default: 0
+      stop_grace_s:
+        description: Seconds between SIGTERM and SIGKILL.
+        type: float
+        default: 30
+      cwd:
+        description: Where it runs; left out, where the running daemon runs.
+        type: str
+      env:
+        description: Environment it gets on top of what the running daemon has.
+        type: dict
+        default: {}
+      secret_env:
+        description:
+          - Environment values that are secrets (name to value), added to I(env); never in Ansible's output,
+            the host's command lines or its log of module arguments (C(no_log)).
+          - The playbook's C(secret_env) lists names of C(env); here the secret values travel apart.
+        type: dict
+        default: {}
+      unit:
+        description: The systemd service it runs under; stopped, started and rolled back through it.
+        type: str
+      keep_loader_env:
+        description: Loader variables (C(LD_PRELOAD)...) the running daemon's environment may pass on.
+        type: list
+        elements: str
+        default: []
+  memory:
+    description: The memory wait between the stop and the start (the playbook's C([memory])).
+    type: dict
+    default: {}
+    suboptions:
+      min_available_gib:
+        description: MemAvailable the host must have back before the start.
+        type: float
+        default: 0
+      release_timeout_s:
+        description: How long the old daemon's memory may take to come back.
+        type: float
+        default: 900
+      gpu_slack_mib:
+        description: GPU memory used may stay this far above the daemon-less level.
+        type: float
+        default: 1024
+  gpu:
+    description: How the GPUs are asked (the playbook's C([gpu])).
+    type: dict
+    default: {}
+    suboptions:
+      nvidia_smi_timeout_s:
+        description: Each nvidia-smi call's time limit.
+        type: float
+        default: 10
+  releases:
+    description: The playbook's C([releases]).
+    type: dict
+    default: {}
+    suboptions:
+      keep:
+        description: Releases kept on the host (the current one and the rollback target always).
+        type: int
+        default: 5
+  host:
+    description: The host's name in the journal; the role passes C(inventory_hostname). Default, its hostname.
+    type: str
+"""

@@ -1,0 +1,841 @@
+# The swap on the host itself, for the collection's modules: the steps `swapctl deploy` runs, in its order
+# (lock, inspect, release, adopt, swap, prune), through swapctl's own host scripts and parsers, which
+# scripts/build_collection.py ships beside this file (module_utils/swapctl/). The host's swap.sh rolls a
+# failed start back and writes the journal line itself; this side reads its OUTCOME and JOURNAL. What
+# swapctl's controller side does in Python that cannot travel (it imports the playbook loader, paramiko) is
+# restated here, once: the swap script's inputs in swap_inputs, the new release in new_release.
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import pwd
+import re
+import select
+import shlex
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.masking import MASK, looks_secret
+from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.remote.cmd import NAME, Cmd, Secret
+from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.swap import (
+    environ,
+    journal_entry,
+    report,
+    scripts,
+    sh_texts,
+)
+from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.swap.journal_entry import (
+    CAP_BYTES,
+    JOURNAL,
+    KEEP,
+    JournalEntry,
+)
+from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.swap.releases import (
+    RELEASE_ID,
+    Release,
+    now_iso,
+    parse_releases,
+    previous_good,
+    releases_newest_first,
+    rollback_target,
+    to_prune,
+)
+
+scripts.TEXTS.update(sh_texts.TEXTS)
+
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"  # as swap.preflight
+PROOF_LOG = "proof assembled"  # cuzk's line for a finished proof (Phase 7: all partitions complete)
+
+
+class HostError(Exception):
+    """A step that did not go: the message says what state the host is in; `result` the module's fields."""
+
+    def __init__(self, message: str, **result: Any):
+        super().__init__(message)
+        self.message, self.result = message, result
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The playbook's [daemon], [memory], [gpu] and [releases] as the modules take them (same names)."""
+
+    binary: str
+    log: str
+    args: tuple[str, ...] | None = None
+    match: str | None = None
+    ready_log: str = "cuzk-daemon ready"
+    ready_port: int | None = None
+    ready_timeout_s: float = 600
+    ready_stable_s: float = 0
+    stop_grace_s: float = 30
+    cwd: str | None = None
+    env: tuple[tuple[str, str], ...] = ()
+    secret_env: tuple[tuple[str, str], ...] = ()  # name -> value, never logged (the module's no_log option)
+    unit: str = ""
+    keep_loader_env: tuple[str, ...] = ()
+    min_available_gib: float = 0
+    release_timeout_s: float = 900
+    gpu_slack_mib: float = 1024
+    nvidia_smi_timeout_s: float = 10
+    keep_releases: int = 5
+    status_url: str = ""  # the daemon's GET /status (none here: the module takes no such option yet)
+    stop: str = "term"
+    drain_timeout_s: float = 300
+    drain_timeout: str = "stop"
+    ready: str = "log"
+    lock_silence_s: float = 30
+    user: str = ""
+    host: str = ""  # the name the journal gives the host (the inventory's)
+
+    @classmethod
+    def of(cls, params: dict[str, Any]) -> Settings:
+        d = {k: v for k, v in (params.get("daemon") or {}).items() if v is not None}
+        for table in ("memory", "gpu"):
+            d.update({k: v for k, v in (params.get(table) or {}).items() if v is not None})
+        keep = (params.get("releases") or {}).get("keep")
+        if keep is not None:
+            d["keep_releases"] = keep
+        for key in ("env", "secret_env"):
+            d[key] = tuple((str(k), str(v)) for k, v in (d.get(key) or {}).items())
+        for key in ("args", "keep_loader_env"):
+            if key in d:
+                d[key] = tuple(str(a) for a in d[key])
+        if d.get("unit") and not d["unit"].endswith(".service"):
+            d["unit"] += ".service"
+        return cls(host=params.get("host") or socket.gethostname(), **d)
+
+    @property
+    def state(self) -> str:
+        """Where releases, the journal and the lock live, as DaemonSpec.state_dir."""
+        head, name = self.binary.rsplit("/", 1) if "/" in self.binary else ("", self.binary)
+        return f"{head}/.swapctl/{name}"
+
+    @property
+    def environment(self) -> tuple[tuple[str, str], ...]:
+        """daemon.env, then the secret ones."""
+        return tuple({**dict(self.env), **dict(self.secret_env)}.items())
+
+    def secret(self, name: str, value: str) -> bool:
+        return name in dict(self.secret_env) or looks_secret(name, value)
+
+
+# -- running the host scripts ---------------------------------------------------------------------------
+
+def argv(cmd: Cmd) -> list[str]:
+    """`cmd` as the host's shell would exec it after parsing cmd.render(): the same argv, unquoted."""
+    return [p.value if isinstance(p, Secret) else p for p in cmd.argv]
+
+
+def run(cmd: Cmd, timeout: float = 300, check: bool = True) -> str:
+    """Runs `cmd` with its named inputs on stdin; its stdout."""
+    r = subprocess.run(argv(cmd), input=cmd.feed(), capture_output=True, timeout=timeout, check=False)
+    if check and r.returncode != 0:
+        raise HostError(f"{cmd} exited {r.returncode}: {r.stderr.decode(errors='replace').strip()[-600:]}")
+    return r.stdout.decode("utf-8", "replace")
+
+
+def stream(cmd: Cmd, line: Callable[[str], None], timeout: float) -> None:
+    """Runs `cmd`, handing each line of its stdout to `line` as it comes, until it ends or `timeout` passes."""
+    proc = subprocess.Popen(argv(cmd), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    if proc.stdin is None or proc.stdout is None:
+        raise HostError(f"{cmd.label}: no pipes to it")
+    proc.stdin.write(cmd.feed())
+    proc.stdin.close()
+    deadline, buf, fd = time.monotonic() + timeout, b"", proc.stdout.fileno()
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            proc.kill()
+            raise HostError(f"{cmd.label} did not end within {timeout:g} s; the host may be mid-swap: look at its "
+                            f"journal and the daemon before running again")
+        ready = select.select([fd], [], [], left)[0]
+        chunk = os.read(fd, 65536) if ready else b""
+        if ready and not chunk:
+            break
+        buf += chunk
+        *done, buf = buf.split(b"\n")
+        for raw in done:
+            line(raw.decode("utf-8", "replace"))
+    if buf:
+        line(buf.decode("utf-8", "replace"))
+    proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+
+
+class Lock:
+    """The host's deploy lock (lock.sh), held while this process keeps the script's stdin open."""
+
+    def __init__(self, s: Settings):
+        info = json.dumps({"by": f"ansible {who()}", "pid": os.getpid(), "since": now_iso()})
+        cmd = scripts.command("lock.sh", dir=s.state, info=info, silence=int(s.lock_silence_s), user=s.user)
+        self.proc = subprocess.Popen(argv(cmd), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL)
+        if self.proc.stdin is None or self.proc.stdout is None:
+            raise HostError("lock.sh: no pipes to it")
+        self.proc.stdin.write(cmd.feed())
+        self.proc.stdin.flush()
+        got = report.parse_lock(self.proc.stdout.readline().decode("utf-8", "replace").rstrip("\n"))
+        if got.word is not report.Word.LOCKED:
+            self.close()
+            why = {report.Word.HELD: f"another deploy holds the host's lock ({got.detail})",
+                   report.Word.SWAPPING: "a swap started by an earlier deploy still runs on the host",
+                   report.Word.UNSAFE: f"state directory {got.detail} may be written by others: make it root's, "
+                                       f"mode 700"}.get(got.word, f"the lock could not be taken ({got.detail})")
+            raise HostError(f"{why}; nothing changed on the host")
+        # lock.sh drops the lock after `silence` seconds without a byte (lock.Heartbeat): one every few
+        self.done = threading.Event()
+        self.beat = threading.Thread(target=self._beat, args=(min(2.0, s.lock_silence_s / 5),), daemon=True)
+        self.beat.start()
+
+    def _beat(self, every: float) -> None:
+        while not self.done.wait(every):
+            try:
+                if self.proc.stdin is None:
+                    return
+                self.proc.stdin.write(b".")
+                self.proc.stdin.flush()
+            except (OSError, ValueError):  # the lock script ended, or close() closed its stdin
+                return
+
+    def close(self) -> None:
+        done = getattr(self, "done", None)
+        if done is not None:
+            done.set()
+            self.beat.join()
+        if self.proc.stdin and not self.proc.stdin.closed:
+            self.proc.stdin.close()
+        self.proc.wait(timeout=30)
+
+
+def who() -> str:
+    try:
+        user = pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        user = str(os.getuid())
+    return f"{user}@{socket.gethostname()}"
+
+
+# -- what runs and what the host has ----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Daemon:
+    """The daemon running now, as it must be started again (swap.plan.Daemon's fields this side uses)."""
+
+    pid: int
+    sha256: str = ""
+    size: int = 0
+    argv: tuple[str, ...] = ()
+    cwd: str = "/"
+    env: tuple[tuple[str, str], ...] = ()
+    group_leader: bool = True
+    uid: int | None = None
+    gid: int | None = None
+
+
+@dataclass(frozen=True)
+class Situation:
+    daemon: Daemon | None
+    releases: dict[str, Release]
+    current: str | None  # the release the binary path points at
+    journal: tuple[JournalEntry, ...]
+    to_save: tuple[tuple[str, Release], ...]  # (source, release) to back up before the stop
+    free_kib: int = 0
+    configs_missing: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()  # what to tell the user about the journal: the lines it skipped
+
+    @property
+    def saved(self) -> list[Release]:
+        """The releases the backups make."""
+        return [rel for _source, rel in self.to_save]
+
+    @property
+    def known(self) -> dict[str, Release]:
+        return {**self.releases, **{r.id: r for r in self.saved}}
+
+    @property
+    def running(self) -> str | None:
+        return self.daemon.sha256[:12] if self.daemon else self.current
+
+    @property
+    def history(self) -> list[str]:
+        """Release ids deploys put in place, oldest first (swap.plan.Catalog.deployed)."""
+        return list(journal_entry.deployed(self.journal))
+
+
+def _procs() -> dict[int, tuple[int, str, str]]:
+    """pid -> (ppid, state, command line) of every process."""
+    out = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", encoding="utf-8", errors="replace") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                cmdline = f.read().rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", "replace")
+        except (OSError, IndexError):
+            continue
+        out[int(name)] = (int(fields[1]), fields[0], cmdline)
+    return out
+
+
+def find_daemon(s: Settings) -> int | None:
+    """The daemon's pid: a process matching daemon.match (else the binary's name) that runs the binary or
+    one of its releases, topmost of its kind, not this module or its callers (as facts.status does)."""
+    procs = _procs()
+    mine, p = set(), os.getpid()
+    while p in procs and p not in mine:
+        mine.add(p)
+        p = procs[p][0]
+    regex = re.compile(s.match or s.binary.rsplit("/", 1)[-1])
+    dirs = {os.path.dirname(s.binary), os.path.realpath(os.path.dirname(s.binary)), f"{s.state}/releases"}
+
+    def runs_it(pid: int) -> bool:
+        try:
+            exe = os.readlink(f"/proc/{pid}/exe").removesuffix(" (deleted)")
+        except OSError:
+            return False
+        return exe == s.binary or any(exe.startswith(d + "/") for d in dirs)
+
+    found = {pid for pid, (_parent, state, cmd) in procs.items()
+             if pid not in mine and not state.startswith("Z") and regex.search(cmd) and runs_it(pid)}
+    top = sorted(pid for pid in found if procs[pid][0] not in found)
+    if len(top) > 1:
+        raise HostError(f"several processes match daemon.match {regex.pattern!r} (pids "
+                        f"{', '.join(map(str, top))}); make `match` precise enough to find one daemon")
+    return top[0] if top else None
+
+
+def split_sections(text: str) -> dict[str, str]:
+    """The `==> name` sections of inspect.sh's output (as facts.status.split_sections)."""
+    sections: dict[str, list[str]] = {}
+    current = None
+    for line in text.splitlines():
+        if line.startswith("==> "):
+            current = line[4:].strip()
+            sections[current] = []
+        elif current is not None:
+            sections[current].append(line)
+    return {k: "\n".join(v).strip("\n") for k, v in sections.items()}
+
+
+def _ids(pid: int) -> tuple[int | None, int | None]:
+    """Whom `pid` runs as (None, None: root)."""
+    ids: dict[str, int] = {}
+    with open(f"/proc/{pid}/status", encoding="utf-8") as f:
+        for line in f:
+            if line.startswith(("Uid:", "Gid:")):
+                ids[line[:3]] = int(line.split()[1])
+    return (ids.get("Uid"), ids.get("Gid")) if ids.get("Uid") else (None, None)
+
+
+def _daemon(s: Settings, pid: int, facts: dict[str, str]) -> Daemon:
+    def nul_split(b64: str) -> list[str]:
+        raw = base64.b64decode(b64.strip() or b"")
+        return [x.decode("utf-8", "surrogateescape") for x in raw.split(b"\0") if x]
+
+    pairs = ((k, v) for k, sep, v in (i.partition("=") for i in nul_split(facts.get("environ", ""))) if sep)
+    env = environ.carried(pairs, (*s.keep_loader_env, *dict(s.environment)))[0]
+    uid, gid = _ids(pid)
+    return Daemon(pid=pid, sha256=facts.get("exe_sha", "").strip(),
+                  size=int(facts.get("exe_size", "0").strip() or 0), argv=tuple(nul_split(facts.get("cmdline", ""))),
+                  cwd=facts.get("cwd", "").strip() or "/", env=tuple(env),
+                  group_leader=facts.get("pgid", "").strip() == str(pid), uid=uid, gid=gid)
+
+
+def situation(s: Settings, configs: tuple[str, ...] = ()) -> Situation:
+    """What runs and what the host has: the daemon found, then inspect.sh (read only)."""
+    pid = find_daemon(s)
+    facts = split_sections(run(scripts.command("inspect.sh", *configs, pid=str(pid or ""), bin=s.binary,
+                                               state=s.state, user=s.user)))
+    if bad := facts.get("unsafe", "").strip():
+        raise HostError(f"state directory {bad.splitlines()[0]} (dir owner mode) may be written by others: make it "
+                        f"root's and not group- or world-writable; nothing changed on the host")
+    journal, skipped = journal_entry.read(facts.get("journal", ""))
+    kind, target = (facts.get("binary", "missing") + " ").split(" ", 1)
+    target = target.strip()
+    current = target.rsplit("/", 2)[-2] if kind == "link" and target.count("/") >= 2 else None
+    releases = parse_releases(facts.get("releases", ""))
+    daemon = _daemon(s, pid, facts) if pid else None
+    name = s.binary.rsplit("/", 1)[-1]
+
+    def saved(sha: str) -> bool:
+        return sha[:12] in releases and releases[sha[:12]].sha256 == sha
+
+    to_save = []
+    if daemon and daemon.sha256 and not saved(daemon.sha256):
+        to_save.append((f"/proc/{daemon.pid}/exe", Release(
+            sha256=daemon.sha256, size=daemon.size, name=name, created=now_iso(), by=f"ansible {who()}",
+            argv=daemon.argv, cwd=daemon.cwd, env=daemon.env, source="adopted", uid=daemon.uid, gid=daemon.gid)))
+    if kind == "file" and not saved(target) and (not daemon or target != daemon.sha256):
+        to_save.append((s.binary, Release(sha256=target, size=0, name=name, created=now_iso(), by=f"ansible {who()}",
+                                          source="disk")))
+    free = facts.get("free", "").split()
+    return Situation(daemon=daemon, releases=releases,
+                     current=current if current and RELEASE_ID.fullmatch(current) else None,
+                     journal=journal, to_save=tuple(to_save),
+                     free_kib=int(free[3]) if len(free) > 3 and free[3].isdigit() else 0,
+                     configs_missing=tuple(facts.get("missing", "").splitlines()),
+                     notes=(journal_entry.skipped_note(f"{s.host}:{s.state}/{JOURNAL}", skipped),) if skipped else ())
+
+
+def config_paths(args: tuple[str, ...]) -> tuple[str, ...]:
+    """The config files a command line names (swap.plan.config_paths)."""
+    out = []
+    for i, a in enumerate(args):
+        if a in ("-c", "--config") and i + 1 < len(args):
+            out.append(args[i + 1])
+        elif a.startswith("--config="):
+            out.append(a.split("=", 1)[1])
+    return tuple(out)
+
+
+# -- the plan -----------------------------------------------------------------------------------------------
+
+def new_release(s: Settings, sit: Situation, sha: str, size: int) -> Release:
+    """The release a swap of the file with `sha` runs (preflight.new_release and env_for): the playbook's
+    command line, else the running daemon's; its environment, carried over, then daemon.env."""
+    base: Daemon | Release | None = sit.daemon or sit.releases.get(sit.current or "")
+    args = s.args if s.args is not None else (tuple(base.argv[1:]) if base and base.argv else ())
+    cwd = s.cwd or (base.cwd if base and base.cwd else os.path.dirname(s.binary))
+    keep = (*s.keep_loader_env, *dict(s.environment))
+    default = (("PATH", DEFAULT_PATH), ("HOME", "/root"))
+    env = dict(environ.carried(base.env, keep)[0] if base and base.env else default)
+    env.update(s.environment)
+    uid, gid = (base.uid, base.gid) if base and base.uid else (None, None)
+    new = Release(sha256=sha, size=size, name=s.binary.rsplit("/", 1)[-1], created=now_iso(), by=f"ansible {who()}",
+                  argv=(s.binary, *args), cwd=cwd, env=tuple(env.items()), uid=uid, gid=gid)
+    old = sit.releases.get(new.id)
+    if old and old.sha256 == sha:  # deployed before: keep its record
+        new = replace(old, argv=new.argv, cwd=new.cwd, env=new.env, status="ok", uid=uid, gid=gid)
+    return new
+
+
+def fallback(sit: Situation, new: Release) -> Release | None:
+    """What a failed start goes back to (swap.plan.Plan.fallback)."""
+    known = sit.known
+    candidate = known.get(sit.running or "")
+    if candidate is None or candidate.id == new.id or candidate.status != "ok":
+        candidate = previous_good(known, new.id, sit.history)
+    return candidate
+
+
+def command_for(s: Settings, rel: Release) -> list[str]:
+    """The command line a release runs with (swaprun.command_for)."""
+    cmd = list(rel.argv or (s.binary,))
+    if not (cmd[0] == s.binary and "=" not in cmd[0]):
+        cmd = ["perl", "-e", scripts.PERL_ARGV0, rel.path(s.state), *cmd]
+    if rel.uid:
+        cmd = ["setpriv", f"--reuid={rel.uid}", f"--regid={rel.gid or 0}", "--init-groups", *cmd]
+    return cmd
+
+
+def env_block(rel: Release) -> Secret:
+    """A release's environment as `K='v'` lines (swaprun.env_block): on stdin only."""
+    for k in dict(rel.env or ()):
+        if not NAME.fullmatch(k):
+            raise HostError(f"{k!r} is not an environment variable name")
+    return Secret("".join(f"{k}={shlex.quote(v)}\n" for k, v in rel.env or ()))
+
+
+def swap_inputs(s: Settings, old: Daemon | None, target: Release, gpu_max: str, fb: Release | None,
+                action: str = "deploy", steps: dict[str, float] | None = None) -> dict[str, Any]:
+    """swap.sh's named inputs: the one place this side restates swaprun.swap_cmd (with its fallback_inputs,
+    status_inputs and journal_inputs; tests/test_ansible.py holds the two to the same inputs). The host rolls
+    back to `fb` itself and writes the journal line; its `by` is "ansible user@host"."""
+    url = s.status_url
+    back = "status" if s.ready == "proof" and url else s.ready  # going back needs no proof (swaprun.ready_mode)
+    ready_re = "Phase 7: all partitions complete, proof assembled" if s.ready == "proof" and not url else s.ready_log
+    inputs: dict[str, Any] = {
+        "pid": str(old.pid) if old else "", "grace_ms": int(s.stop_grace_s * 1000),
+        "group": "1" if old and old.group_leader else "0", "unit": s.unit, "reset": "",
+        "timeout_ms": int(s.release_timeout_s * 1000), "min_kib": int(s.min_available_gib * (1 << 20)),
+        "smi_cs": max(1, round(s.nvidia_smi_timeout_s * 100)), "gpu_max": gpu_max, "bin": s.binary,
+        "target": target.path(s.state), "sha": target.sha256, "run_gid": str(target.gid) if target.uid else "",
+        "cwd": target.cwd or "/", "log": s.log, "re": ready_re, "ready_s": int(s.ready_timeout_s),
+        "port": str(s.ready_port or ""), "stable_ms": int(s.ready_stable_s * 1000), "envq": env_block(target),
+        "lock_info": ""}  # no swapctl deploy lock here: Ansible's own serial/throttle orders the hosts
+    if fb is None:
+        inputs.update(dict.fromkeys(("fb_target", "fb_sha", "fb_cwd", "fb_env", "fb_cmd"), ""))
+    else:
+        inputs.update({"fb_target": fb.path(s.state), "fb_sha": fb.sha256, "fb_cwd": fb.cwd or "/",
+                       "fb_env": env_block(fb), "fb_cmd": Cmd(*command_for(s, fb)).render()})
+    drain = url and s.stop == "drain" and old is not None and old.sha256
+    inputs.update({"status_url": url, "stop_mode": "drain" if drain else "term",
+                   "drain_ms": int(s.drain_timeout_s * 1000), "drain_fail": s.drain_timeout,
+                   "probe": s.ready if s.ready != "log" and url else "",
+                   "fb_probe": back if back != "log" and url else "",
+                   "fb_re": s.ready_log})
+    inputs.update({"action": action, "j_by": f"ansible {who()}", "j_host": s.host,
+                   "j_from": old.sha256 if old and old.sha256 else "", "j_extra": "",
+                   "j_steps": json.dumps(steps or {}, sort_keys=True)[1:-1], "keep": KEEP, "cap_bytes": CAP_BYTES})
+    return inputs
+
+
+def gpu_limits(s: Settings, pids: list[int]) -> str:
+    """Per GPU, the most memory it may still use once the daemon's own is released (swaprun.gpu_limits)."""
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return ""
+
+    def query(what: str, fields: str) -> list[list[str]]:
+        try:
+            r = subprocess.run([smi, f"--query-{what}={fields}", "--format=csv,noheader,nounits"],
+                               capture_output=True,
+                               text=True, check=False, timeout=s.nvidia_smi_timeout_s)
+        except subprocess.TimeoutExpired:
+            return []
+        return [[x.strip() for x in line.split(",")] for line in r.stdout.splitlines() if line.strip()]
+
+    held: dict[str, float] = {}
+    for pid, uuid, used in query("compute-apps", "pid,gpu_uuid,used_memory"):
+        if pid.isdigit() and int(pid) in pids and used.replace(".", "").isdigit():
+            held[uuid] = held.get(uuid, 0) + float(used)
+    return ",".join(f"{i}:{int(float(used) - held.get(uuid, 0) + s.gpu_slack_mib)}"
+                    for i, uuid, used in query("gpu", "index,uuid,memory.used") if used.replace(".", "").isdigit())
+
+
+def shown_command(s: Settings, rel: Release | Daemon | None) -> str:
+    """A command line and environment as --diff shows them: secrets as ***."""
+    if rel is None:
+        return "(no daemon)\n"
+    env = "".join(f"  {k}={MASK if s.secret(k, v) else v}\n" for k, v in rel.env or ())
+    return f"command: {' '.join(rel.argv or ())}\ncwd: {rel.cwd}\nenvironment:\n{env}"
+
+
+# -- the steps ------------------------------------------------------------------------------------------------
+
+def manifest(rel: Release) -> Secret:
+    """A release's manifest as a script input: it carries the environment, secrets included (session.manifest)."""
+    return Secret(rel.to_json())
+
+
+def write_manifest(s: Settings, rel: Release) -> None:
+    run(scripts.command("write_file.sh", path=f"{rel.dir(s.state)}/manifest.json", text=manifest(rel),
+                        label="manifest"))
+
+
+def sha256_of(path: str) -> tuple[str, int]:
+    h, size = hashlib.sha256(), 0
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+            size += len(chunk)
+    return h.hexdigest(), size
+
+
+def install(s: Settings, src: str, rel: Release) -> None:
+    """The file at `src` becomes release `rel` (install.sh: its sha256 checked again, renamed into place)."""
+    tmp = f"{s.state}/releases/.ansible-{rel.id}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as out, open(src, "rb") as f:
+        shutil.copyfileobj(f, out, 1 << 20)
+    inputs = {"tmp": tmp, "dir": rel.dir(s.state), "name": rel.name, "sha": rel.sha256, "manifest": manifest(rel)}
+    got = report.parse_install(run(scripts.command_of("install.sh", inputs)).splitlines())
+    if not got.installed:
+        raise HostError(f"{src} could not become release {rel.id} ({got.summary()}); nothing was stopped")
+    if got.missing:
+        raise HostError(f"release {rel.id} needs shared libraries the host lacks ({', '.join(got.missing)}); "
+                        f"nothing was stopped: install them, or build against the host's")
+
+
+def swap_once(s: Settings, old: Daemon | None, target: Release, gpu_max: str, fb: Release | None,
+              action: str, old_sha: str | None, steps: dict[str, float]) -> report.SwapReport:
+    """swap.sh: stop `old`, wait for memory, start `target`, wait for it to be ready, and when that fails go
+    back to `fb`; the host journals how it ended. What it reported."""
+    parser = report.SwapParser(time.monotonic())
+    inputs = swap_inputs(s, old, target, gpu_max, fb, action, steps)
+    inputs["j_from"] = old_sha or ""
+    cmd = scripts.command_of("swap.sh", inputs, *command_for(s, target), bash=bool(s.ready_port))
+    # the swap, then the host's own rollback: a stop, a memory wait and up to three starts (swaprun.swap)
+    deadline = 2 * (s.stop_grace_s + s.release_timeout_s) + 4 * (s.ready_timeout_s + s.ready_stable_s) + 120
+
+    def line(text: str) -> None:
+        parser.feed(text, time.monotonic())
+
+    stream(cmd, line, deadline)
+    got = parser.finish(time.monotonic())
+    if got.failure.startswith("no tool: "):
+        raise HostError(f"{got.failure.removeprefix('no tool: ')}; install it, then run again: nothing was stopped")
+    if got.failure.startswith("another swap"):
+        raise HostError(f"{got.failure}; this one stopped nothing")
+    if got.release_changed:
+        raise HostError(f"{got.failure.removeprefix('release changed: ')}; it is not the binary it was, so nothing "
+                        f"was stopped and the daemon runs on")
+    if got.drain_refused:
+        raise HostError(f"{got.in_flight.summary() if got.in_flight else 'proofs in flight'} after the drain's "
+                        f"{s.drain_timeout_s:g} s, and drain_timeout is \"refuse\": nothing was stopped")
+    return got
+
+
+def memory_error(s: Settings, got: report.SwapReport, **result: Any) -> HostError:
+    r = got.reading
+    avail = r.avail_kib / (1 << 20) if r else 0
+    holders = ",".join(map(str, r.alive)) if r and r.alive else "none"
+    return HostError(f"memory not back after {s.release_timeout_s:g} s: MemAvailable {avail:.1f} GiB (need "
+                     f"{s.min_available_gib:g}), old processes still alive: {holders}; no daemon runs now", **result)
+
+
+def swap_in(s: Settings, sit: Situation, target: Release, action: str, fb: Release | None,
+            steps: dict[str, float]) -> dict[str, Any]:
+    """Stops what runs, waits for memory, starts `target`; the host goes back to `fb` by itself when that
+    fails and writes the journal line (rollback.swap_in): this side reads how it ended."""
+    old_sha = sit.daemon.sha256 if sit.daemon else (fb.sha256 if fb else None)
+    got = swap_once(s, sit.daemon, target, gpu_limits(s, [sit.daemon.pid] if sit.daemon else []), fb, action,
+                    old_sha, steps)
+    steps = {**steps, **got.steps}
+    line = journal_entry.parse(got.journal) if got.journal else None  # the host's own line (JOURNAL)
+    if not got.outcome:
+        raise HostError(f"the swap script on the host ended without saying how the swap ended "
+                        f"({got.failure or 'no outcome'}); look at the host's journal and the daemon before running "
+                        f"again", steps=steps)
+    if got.back_why:
+        raise failed(s, target, fb, got, action, line, steps)
+    if got.outcome == "no-daemon":  # before any start: the memory wait timed out
+        raise memory_error(s, got, journal=shown(line), steps=steps)
+    result = {"outcome": got.outcome, "pid": got.outcome_pid, "journal": shown(line), "steps": steps,
+              "release": {"from": old_sha[:12] if old_sha else None, "to": target.id}}
+    return {**result, "warnings": [unjournaled(s)]} if not got.journal_ok else result
+
+
+def shown(line: JournalEntry | None) -> dict[str, Any] | None:
+    """A journal line as the module's result holds it."""
+    return line.to_dict() if line else None
+
+
+def noted(sit: Situation, result: dict[str, Any]) -> dict[str, Any]:
+    """`result` with what to tell the user about the host's journal among its warnings."""
+    warnings = [*result.get("warnings", []), *sit.notes]
+    return {**result, "warnings": warnings} if warnings else result
+
+
+def unjournaled(s: Settings) -> str:
+    return (f"the host could not write its journal line ({s.state}/journal.jsonl: is the disk full?); swapctl "
+            f"history will not show this swap")
+
+
+def failed(s: Settings, target: Release, fb: Release | None, got: report.SwapReport, action: str,
+           line: JournalEntry | None, steps: dict[str, float]) -> HostError:
+    """A start that failed, once the host has gone back by itself (rollback.failed): rolled_back when the
+    fallback runs again after a deploy; otherwise the state the host is in."""
+    why, pid = got.back_why, got.outcome_pid
+    log = f"journalctl -u {s.unit}" if s.log == "journal" else f"{s.log} from byte {got.offset}"
+    tail = run(scripts.command("tail.sh", path=s.log, offset=got.offset, lines=20, unit=s.unit, inv=got.invocation),
+               check=False) if got.pid or s.unit else ""
+    reason = (line.reason if line else None) or why
+    note = "" if got.journal_ok else f" {unjournaled(s)}."
+    back = fb.id if fb else "-"
+    tries = f" (after {got.retries + 1} starts)" if got.retries else ""
+    common = {"journal": shown(line), "steps": steps, "log_tail": tail, "pid": pid,
+              "release": {"from": target.id, "to": fb.id if fb else None}}
+    if got.outcome == "rolled-back":
+        if action == "rollback":  # the host runs what it ran, but not what was asked for
+            return HostError(f"the rollback to {target.id} failed ({why}); {back}, which ran before, runs again as "
+                             f"pid {pid}{tries}. Failed log: {log}{note}", rolled_back=False, **common)
+        return HostError(f"{target.id} failed ({why}); rolled back: {back} runs again as pid {pid}{tries}. Failed "
+                         f"log: {log}{note}", rolled_back=True, **common)
+    if fb is None:
+        return HostError(f"{target.id} failed ({why}) and there is no earlier release to go back to: no daemon runs "
+                         f"now; its log: {log}{note}", rolled_back=False, **common)
+    if got.outcome == "rollback-failed" and pid:
+        return HostError(f"{target.id} failed ({why}), and the rollback to {back} is not ready ({reason}); it runs "
+                         f"as pid {pid}; logs: {log}{note}", rolled_back=False, **common)
+    return HostError(f"{target.id} failed ({why}), and the rollback to {back} failed too ({reason}); no daemon runs "
+                     f"now; logs: {log}{note}", rolled_back=False, **common)
+
+
+def _timed(steps: dict[str, float], step: str, since: float) -> float:
+    now = time.monotonic()
+    steps[step] = round(now - since, 3)
+    return now
+
+
+def changing(s: Settings, sit: Situation, new: Release, action: str, fb: Release | None,
+             src: str | None = None) -> dict[str, Any]:
+    """Under the host's lock: the release (from `src`), the adoption of what runs, the swap, the journal."""
+    steps: dict[str, float] = {}
+    t = time.monotonic()
+    lock = Lock(s)
+    try:
+        t = _timed(steps, "lock", t)
+        if src and new.id not in sit.releases:
+            install(s, src, new)
+        elif action == "deploy":
+            write_manifest(s, new)  # deployed before: its command line and environment as this deploy runs it
+        t = _timed(steps, "release", t)
+        for source, rel in sit.to_save:
+            run(scripts.command_of("backup.sh", {"src": source, "dir": rel.dir(s.state), "name": rel.name,
+                                                 "manifest": manifest(rel)}))
+        _timed(steps, "adopt", t)
+        result = swap_in(s, sit, new, action, fb, steps)
+        protect = {new.id} | ({fb.id} if fb else set())
+        gone = to_prune({**sit.known, new.id: new}, s.keep_releases, protect)
+        if gone:
+            run(scripts.command("remove.sh", *[r.dir(s.state) for r in gone], state=s.state, label="prune"))
+        return {**result, "pruned": [r.id for r in gone]}
+    finally:
+        lock.close()
+
+
+def check_configs(sit: Situation, argv: tuple[str, ...], checked: tuple[str, ...]) -> None:
+    paths = config_paths(argv[1:])
+    missing = list(sit.configs_missing) if paths == checked else \
+        run(scripts.command("check_files.sh", *paths, label="configs")).splitlines() if paths else []
+    if missing:
+        raise HostError(f"config file {missing[0]} named in the daemon's arguments is missing on the host (create "
+                        f"it, or fix daemon.args); nothing changed")
+
+
+def find_release(known: dict[str, Release], to: str) -> Release:
+    """`to`: a sha256 prefix, or an index of `swapctl history` (1 = newest), as preflight.find_release."""
+    ordered = releases_newest_first(known)
+    if to.isdigit() and len(to) <= 3 and 1 <= int(to) <= len(ordered):
+        return ordered[int(to) - 1]
+    found = [r for r in ordered if r.sha256.startswith(to.lower())]
+    if len(found) != 1:
+        raise HostError(f"release {to} {'matches several releases' if found else 'matches no release'} on the "
+                        f"host; give a longer sha256 prefix")
+    return found[0]
+
+
+def deploy(s: Settings, src: str | None, sha256: str | None, release: str | None, restart: bool,
+           check: bool) -> dict[str, Any]:
+    """The swap module: the file at `src` (or release `release`) swapped in; in check mode, what it would do."""
+    checked = config_paths(s.args) if s.args is not None else ()
+    sit = situation(s, checked)
+    if src:
+        if check and not os.path.exists(src) and sha256:  # the copy before it did not run either (check mode)
+            sha, size = sha256.lower(), 0
+        else:
+            sha, size = sha256_of(src)
+        if sha256 and sha256.lower() != sha:
+            raise HostError(f"{src} has sha256 {sha}, not {sha256}: not the build meant; nothing changed")
+        new = new_release(s, sit, sha, size)
+    else:
+        rel = find_release(sit.known, release or "")
+        new = replace(rel, env=environ.carried(rel.env or (), s.keep_loader_env)[0]) if rel.env is not None else rel
+        size = 0
+    check_configs(sit, new.argv or (), checked)
+    unchanged = bool(sit.daemon and sit.daemon.sha256 == new.sha256 and not restart)
+    result: dict[str, Any] = {"changed": not unchanged, "release": {"from": sit.running, "to": new.id},
+                              "diff": {"before": shown_command(s, sit.daemon), "after": shown_command(s, new)},
+                              "adopt": [r.id for r in sit.saved], "rolled_back": False}
+    if unchanged:
+        return noted(sit, {**result, "outcome": "unchanged", "msg": f"the daemon already runs {new.id}"})
+    if check:
+        return noted(sit, {**result, "outcome": "dry-run", "command": command_for(s, new)})
+    needed = size * (1 if new.id in sit.releases else 2) // 1024 + 1024
+    if src and sit.free_kib < needed:
+        raise HostError(f"only {sit.free_kib // 1024} MiB free beside {s.binary}; the release and its backup need "
+                        f"{needed // 1024} MiB; nothing changed")
+    return noted(sit, {**result, **changing(s, sit, new, "deploy", fallback(sit, new), src)})
+
+
+def rollback(s: Settings, to: str | None, check: bool) -> dict[str, Any]:
+    """The rollback module: back to what ran before the current release (or `to`), started as recorded."""
+    sit = situation(s)
+    target = find_release(sit.known, to) if to else rollback_target(sit.known, sit.running, sit.journal,
+                                                                    sit.history)
+    if target is None:
+        raise HostError("no earlier known-good release to roll back to (see the host's journal); nothing changed")
+    if target.id == sit.running and sit.daemon:
+        raise HostError(f"release {target.id} is the one running now; nothing changed")
+    if target.env is not None:
+        target = replace(target, env=environ.carried(target.env, (*s.keep_loader_env, *dict(s.env)))[0])
+    check_configs(sit, target.argv or (), ())
+    running = sit.known.get(sit.running or "")
+    fb = running if running and running.status == "ok" and running.id != target.id else None
+    result: dict[str, Any] = {"changed": True, "release": {"from": sit.running, "to": target.id}, "rolled_back": False,
+                              "diff": {"before": shown_command(s, sit.daemon), "after": shown_command(s, target)}}
+    if check:
+        return noted(sit, {**result, "outcome": "dry-run", "command": command_for(s, target)})
+    return noted(sit, {**result, **changing(s, sit, target, "rollback", fb)})
+
+
+# -- status ---------------------------------------------------------------------------------------------------
+
+def _meminfo() -> dict[str, int]:
+    out = {}
+    with open("/proc/meminfo", encoding="utf-8") as f:
+        for line in f:
+            key, rest = (line + ":").split(":", 1)
+            if key in ("MemTotal", "MemAvailable"):
+                out[key] = int(rest.split()[0])
+    return {"total_kib": out.get("MemTotal", 0), "available_kib": out.get("MemAvailable", 0)}
+
+
+def _gpus(s: Settings) -> tuple[list[dict[str, Any]], str]:
+    """Each GPU nvidia-smi lists (bounded by gpu.nvidia_smi_timeout_s), and what went wrong asking."""
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return [], "no GPU tools (nvidia-smi) on the host"
+    fields = ("index", "name", "uuid", "memory.used", "memory.total", "utilization.gpu", "temperature.gpu")
+    try:
+        r = subprocess.run([smi, f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"],
+                           capture_output=True, text=True, check=False, timeout=s.nvidia_smi_timeout_s)
+    except subprocess.TimeoutExpired:
+        return [], f"nvidia-smi did not answer within {s.nvidia_smi_timeout_s:g} s"
+    if r.returncode != 0:
+        return [], f"nvidia-smi failed ({r.returncode}): {r.stderr.strip()[-200:]}"
+    rows = [[x.strip() for x in line.split(",")] for line in r.stdout.splitlines() if line.strip()]
+    return [dict(zip((f.replace(".", "_") for f in fields), row, strict=False)) for row in rows], ""
+
+
+def _unit(name: str) -> dict[str, str]:
+    if not name or not shutil.which("systemctl"):
+        return {}
+    r = subprocess.run(["systemctl", "show", "-p", "Id,LoadState,ActiveState,SubState,MainPID,ExecMainStatus",
+                        "--", name], capture_output=True, text=True, check=False, timeout=30)
+    return dict(line.partition("=")[::2] for line in r.stdout.splitlines() if "=" in line)
+
+
+def _since(s: Settings, offset: int, proof_log: str) -> dict[str, Any]:
+    """What the daemon's log holds after byte `offset` (its start): proofs made, timing lines written."""
+    if s.log == "journal":
+        return {}
+    try:
+        with open(s.log, "rb") as f:
+            f.seek(offset)
+            text = f.read(64 << 20).decode("utf-8", "replace")
+    except OSError:
+        return {"log_offset": offset, "proofs": 0, "timing_lines": 0}
+    return {"log_offset": offset, "proofs": len(re.findall(re.escape(proof_log), text)),
+            "timing_lines": sum(1 for line in text.splitlines() if "_TIMING" in line or "TIMELINE," in line)}
+
+
+def _running(s: Settings, sit: Situation, proof_log: str) -> dict[str, Any] | None:
+    d = sit.daemon
+    if d is None:
+        return None
+    with open(f"/proc/{d.pid}/stat", encoding="utf-8") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    with open("/proc/uptime", encoding="utf-8") as f:
+        up = float(f.read().split()[0])
+    tick = os.sysconf("SC_CLK_TCK")
+    began = journal_entry.started(sit.journal, d.sha256[:12])  # this daemon's start: its pid is the one journaled
+    return {"pid": d.pid, "release": d.sha256[:12], "sha256": d.sha256, "argv": list(d.argv), "cwd": d.cwd,
+            "uid": d.uid or 0, "uptime_s": int(up - int(fields[19]) / tick),
+            "rss_kib": int(fields[21]) * os.sysconf("SC_PAGE_SIZE") // 1024,
+            "since_start": _since(s, began.offset, proof_log) if began and began.pid == d.pid else {}}
+
+
+def status(s: Settings, proof_log: str = PROOF_LOG) -> dict[str, Any]:
+    """The status module's result: the fact swapctl_status (the daemon and what its log holds since this
+    release started, memory, GPUs, releases, unit, the journal's last line), and the journal's warnings."""
+    sit = situation(s)
+    gpus, gpu_error = _gpus(s)
+    return noted(sit, {"changed": False, "ansible_facts": {"swapctl_status": {
+        "daemon": _running(s, sit, proof_log), "memory": _meminfo(), "gpus": gpus, "gpu_error": gpu_error,
+        "releases": [{"id": r.id, "status": r.status, "source": r.source, "created": r.created,
+                      "current": r.id == sit.current, "running": r.id == sit.running}
+                     for r in releases_newest_first(sit.releases)],
+        "current": sit.current, "unit": _unit(s.unit), "journal": shown(sit.journal[-1] if sit.journal else None),
+        "rollback_to": getattr(rollback_target(sit.known, sit.running, sit.journal, sit.history), "id", None),
+    }}})

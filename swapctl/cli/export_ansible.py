@@ -1,0 +1,56 @@
+"""`swapctl export-ansible DIR`: the playbook's hosts and daemon as an Ansible inventory with group_vars."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+import yaml
+
+from .. import playbook as pb
+from ..errors import BadInput
+from ..playbook import export
+from .common import PlaybookOpt, guarded, out
+
+
+def export_ansible(
+    directory: Annotated[str, typer.Argument(metavar="DIR", help="Where inventory.ini and group_vars/ go.")],
+    playbook: PlaybookOpt = None,
+    group: Annotated[str, typer.Option("--group", help="The Ansible group of every host.")] = "cuzk",
+) -> None:
+    """Write the playbook's hosts and daemon as an Ansible inventory with group_vars (swapctl.cuzk)."""
+    guarded(lambda: _export(directory, playbook, group))
+
+
+def _write(path: Path, text: str, mode: int = 0o644) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.chmod(path, mode)
+
+
+def _export(directory: str, playbook_path: str | None, group: str) -> int:
+    book = pb.load(playbook_path)
+    book.require_daemon()
+    if not export.GROUP.fullmatch(group):
+        raise BadInput(f"--group {group!r} is not an Ansible group name (letters, digits and _, not first a digit)")
+    if not book.hosts:
+        raise BadInput(f"{book.path}: no hosts to export; add [hosts.NAME] tables (or an inventory)")
+    root = Path(directory)
+    try:
+        (root / "group_vars" / group).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BadInput(f"cannot make {root / 'group_vars' / group}: {exc.strerror} (pick another DIR)") from None
+    variables, secrets = export.group_vars(book)
+    head = f"# written by swapctl export-ansible from {book.path}: the swapctl.cuzk modules take these\n"
+    _write(root / "inventory.ini", export.inventory(book, group))
+    _write(root / "group_vars" / group / "swapctl.yml", head + yaml.safe_dump(variables, sort_keys=False))
+    written = ["inventory.ini", f"group_vars/{group}/swapctl.yml"]
+    if secrets:  # only its owner reads it; `ansible-vault encrypt` it before it goes anywhere
+        _write(root / "group_vars" / group / "secrets.yml", "# the daemon's secret_env values: ansible-vault "
+               "encrypt this file\n" + yaml.safe_dump({"swapctl_daemon_secret_env": secrets}), 0o600)
+        written.append(f"group_vars/{group}/secrets.yml")
+    out.print(f"wrote {', '.join(str(root / w) for w in written)}", markup=False, highlight=False)
+    return 0

@@ -1,0 +1,200 @@
+"""The daemon's own view: cuzk's `GET /status` JSON (StatusSnapshot, cuzk-core/src/status.rs:21-128), as the
+host reads it (daemon.status_url), parsed into what status and the deploy plan show. Pure: tested on
+recorded snapshots (tests/data/status/)."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+# How the host reads it: curl where there is one (every GPU box we know has it), else wget, else python3;
+# the body, or nothing. One line of shell, for the status script (drain.sh's status_get does the same).
+# Each has 2 s for the whole answer: curl's -m is one, but wget's -T and python's timeout bound each read, and
+# a server that sent a byte a second (any user can listen on the port while the daemon is down) held status
+# to its own deadline, which it then failed.
+FETCH = (
+    'lim() { if command -v timeout >/dev/null 2>&1; then timeout 2 "$@"; else "$@"; fi; }; '
+    'if command -v curl >/dev/null 2>&1; then curl -fsS -m 2 -- "$url"; '
+    'elif command -v wget >/dev/null 2>&1; then lim wget -q -T 2 -O - -- "$url"; '
+    'elif command -v python3 >/dev/null 2>&1; then lim python3 -c \'import sys, urllib.request as u; '
+    'sys.stdout.write(u.urlopen(sys.argv[1], timeout=2).read().decode())\' "$url"; '
+    'else echo "no curl, wget or python3 on the host" >&2; fi'
+)
+BEGUN = ("synthesizing", "synth_done", "gpu", "done")  # a partition in these states has had work done on it
+
+
+@dataclass(frozen=True)
+class Proof:
+    """A proof in flight: what a stop now would lose work on. The daemon's status shows it (a Pipeline),
+    drain.sh reads it from there (INFLIGHT), and the journal line keeps it (in_flight_at_stop)."""
+
+    job_id: str
+    done: int  # partitions done
+    total: int
+    age_s: int  # since the daemon took it
+
+    def text(self) -> str:
+        return f"job {self.job_id}: {self.done}/{self.total} partitions, {self.age_s} s in"
+
+    def record(self) -> dict:
+        """As the journal line holds it (drain.sh's stop_json)."""
+        return {"job_id": self.job_id, "partitions_done": self.done, "total_partitions": self.total,
+                "age_s": self.age_s}
+
+
+def summary(proofs: tuple[Proof, ...], waiting: int) -> str:
+    """"2 proofs in flight (job a1b2: 7/10 partitions, 41 s in; ...)", and how many wait."""
+    n = len(proofs)
+    head = f"{n} proof{'s' if n != 1 else ''} in flight"
+    if proofs:
+        head += f" ({'; '.join(p.text() for p in proofs)})"
+    return head + (f", {waiting} waiting to start" if waiting else "")
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """One proof the daemon holds (PipelineSnapshot)."""
+
+    job_id: str
+    proof_kind: str
+    age_s: float  # started_secs_ago
+    done: int  # partitions_done
+    total: int  # total_partitions
+    states: tuple[str, ...]  # each partition's state
+
+    @property
+    def failed(self) -> bool:
+        return "failed" in self.states
+
+    @property
+    def finished(self) -> bool:
+        """Done (a finished proof stays in the snapshot 30 s: status.rs:399-403) or failed."""
+        return self.done >= self.total or self.failed
+
+    @property
+    def begun(self) -> bool:
+        """Work has been done on it: stopped now, that work is lost."""
+        return any(s in BEGUN for s in self.states)
+
+    @property
+    def proof(self) -> Proof:
+        return Proof(self.job_id, self.done, self.total, round(self.age_s))
+
+    def text(self) -> str:
+        return self.proof.text()
+
+
+@dataclass(frozen=True)
+class Worker:
+    """One GPU worker (GpuWorkerSnapshot)."""
+
+    worker_id: int
+    gpu: int
+    state: str  # idle | proving
+    job_id: str | None
+    partition: int | None
+
+
+@dataclass(frozen=True)
+class DaemonView:
+    uptime_s: float
+    pipelines: tuple[Pipeline, ...]
+    workers: tuple[Worker, ...]
+    completed: int  # counters.total_completed since the daemon started
+    failed: int
+    queue_depth: int
+    memory_used_bytes: int
+    memory_total_bytes: int
+    srs_bytes: int
+    pce_bytes: int
+
+    @property
+    def in_flight(self) -> tuple[Pipeline, ...]:
+        """The proofs a stop now would lose work on: begun, not finished."""
+        return tuple(p for p in self.pipelines if p.begun and not p.finished)
+
+    @property
+    def waiting(self) -> int:
+        """Proofs taken but not begun (and the scheduler's queue): stopped, they lose no work."""
+        return self.queue_depth + sum(1 for p in self.pipelines if not p.begun and not p.finished)
+
+    def summary(self) -> str:
+        """"2 proofs in flight (job a1b2: 7/10 partitions, 41 s in; ...)", and how many wait."""
+        return summary(tuple(p.proof for p in self.in_flight), self.waiting)
+
+
+def _int(v: object) -> int:
+    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else 0
+
+
+def _num(v: object) -> float:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else 0.0
+
+
+def _list(v: object) -> list[dict]:
+    return [x for x in v if isinstance(x, dict)] if isinstance(v, list) else []
+
+
+def _dict(v: object) -> dict:
+    return v if isinstance(v, dict) else {}
+
+
+def parse_view(text: str) -> DaemonView | None:
+    """A StatusSnapshot's JSON as a DaemonView; None for anything that is not one (no answer, an error page).
+    Read from the host: any field may be missing or of another type."""
+    try:
+        doc = json.loads(text)
+    except (json.JSONDecodeError, ValueError):
+        return None
+    if not isinstance(doc, dict) or "pipelines" not in doc:
+        return None
+    pipelines = tuple(
+        Pipeline(str(p.get("job_id", "?")), str(p.get("proof_kind", "")), _num(p.get("started_secs_ago")),
+                 _int(p.get("partitions_done")), _int(p.get("total_partitions")),
+                 tuple(str(x.get("state", "")) for x in _list(p.get("partitions"))))
+        for p in _list(doc.get("pipelines")))
+    workers = tuple(
+        Worker(_int(w.get("worker_id")), _int(w.get("gpu_ordinal")), str(w.get("state", "")),
+               None if w.get("current_job") is None else str(w.get("current_job")),
+               None if w.get("current_partition") is None else _int(w.get("current_partition")))
+        for w in _list(doc.get("gpu_workers")))
+    counters, memory, alloc = _dict(doc.get("counters")), _dict(doc.get("memory")), _dict(doc.get("allocations"))
+    return DaemonView(
+        uptime_s=_num(doc.get("uptime_secs")), pipelines=pipelines, workers=workers,
+        completed=_int(counters.get("total_completed")), failed=_int(counters.get("total_failed")),
+        queue_depth=_int(counters.get("queue_depth")), memory_used_bytes=_int(memory.get("used_bytes")),
+        memory_total_bytes=_int(memory.get("total_bytes")),
+        srs_bytes=sum(_int(e.get("bytes")) for e in _list(alloc.get("srs"))),
+        pce_bytes=sum(_int(e.get("bytes")) for e in _list(alloc.get("pce"))))
+
+
+DEFAULT_CONFIG = "/data/zk/cuzk.toml"  # cuzk-daemon's -c default (cuzk-daemon/src/main.rs:21)
+
+
+def config_path(argv: tuple[str, ...] | list[str]) -> str:
+    """The config file a cuzk command line names (`-c FILE`, `--config FILE`, `--config=FILE`), else the default."""
+    for i, a in enumerate(argv):
+        if a in ("-c", "--config") and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith("--config="):
+            return a.split("=", 1)[1]
+    return DEFAULT_CONFIG
+
+
+def status_url_of(config_text: str) -> str | None:
+    """daemon.status_url from a cuzk config's `[daemon] status_listen = "HOST:PORT"` (cuzk.example.toml:13-16):
+    read on the host itself, so an address that listens everywhere (0.0.0.0) is asked on 127.0.0.1."""
+    section = ""
+    for raw in config_text.splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if line.startswith("["):
+            section = line.strip("[] ")
+        elif section == "daemon" and re.match(r"status_listen\s*=", line):
+            value = line.split("=", 1)[1].strip().strip("\"'")
+            host, _, port = value.rpartition(":")
+            if not port.isdigit():
+                return None
+            host = "127.0.0.1" if host in ("", "0.0.0.0", "[::]", "::") else host
+            return f"http://{host}:{port}/status"
+    return None

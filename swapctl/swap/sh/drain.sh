@@ -1,0 +1,145 @@
+# shellcheck shell=sh
+# The daemon's own view (cuzk's GET /status, read on the host: no port opens to the controller) and the
+# drain before a stop. The swap script includes this file; status.sh reads the view with status_get too.
+# Needs lib.sh (now). Report words (swapctl/swap/report.py):
+#   INFLIGHT ms queue q n [job:done/total:age_s ...] the proofs in flight as the daemon says, q queued
+#   NOSTATUS why                                      the daemon's status did not answer
+#   DRAINED ms                                        nothing in flight: stopped now, nothing lost
+#   UNDRAINED ms n                                    still n in flight after drain_ms
+
+# status_get URL: the body of GET URL on stdout. curl where there is one (every GPU box we know has it),
+# else wget, else python3; none of them: returns 2. 2 s for the whole answer, as curl's -m 2: wget's -T and
+# python's timeout bound each read, not the call (swapctl/facts/daemon_view.py FETCH).
+status_get() {
+  if command -v curl >/dev/null 2>&1; then curl -fsS -m 2 -- "$1" 2>/dev/null
+  elif command -v wget >/dev/null 2>&1; then status_limit wget -q -T 2 -O - -- "$1" 2>/dev/null
+  elif command -v python3 >/dev/null 2>&1; then
+    status_limit python3 -c 'import sys, urllib.request as u; sys.stdout.write(u.urlopen(sys.argv[1], timeout=2).read().decode())' \
+      "$1" 2>/dev/null
+  else return 2; fi
+}
+status_limit() { if command -v timeout >/dev/null 2>&1; then timeout 2 "$@"; else "$@"; fi; }
+
+# in_flight: a StatusSnapshot (stdin, one line of JSON as serde_json writes it) as `queue N` then one
+# `job_id done total age_s` line per proof in flight: a pipeline with a partition begun, partitions left
+# and none failed (a finished one stays in the snapshot 30 s: status.rs:399-403). A pipeline none of whose
+# partitions has begun counts as queued with the scheduler's queue_depth: stopped, it loses no work.
+in_flight() {
+  tr -d '\n' | awk '{
+    q = $0; if (sub(/.*"queue_depth":/, "", q)) q += 0; else q = 0
+    n = split($0, chunk, /"job_id":/)
+    for (i = 2; i <= n; i++) {
+      c = chunk[i]; e = index(c, "]}"); if (e) c = substr(c, 1, e)
+      id = c; sub(/^"/, "", id); sub(/".*/, "", id)
+      t = c; sub(/.*"total_partitions":/, "", t); t += 0
+      d = c; sub(/.*"partitions_done":/, "", d); d += 0
+      a = c; sub(/.*"started_secs_ago":/, "", a); a += 0
+      if (d >= t || c ~ /"state":"failed"/) continue
+      if (c ~ /"state":"(synthesizing|synth_done|gpu|done)"/) line[++k] = sprintf("%s %d %d %.0f", id, d, t, a)
+      else q++
+    }
+    print "queue " q
+    for (i = 1; i <= k; i++) print line[i]
+  }'
+}
+
+# in_flight_line URL BEGIN_MS: the INFLIGHT line for the daemon's status now (ms since BEGIN_MS), or a
+# NOSTATUS line (and returns 1)
+in_flight_line() {
+  body=$(status_get "$1") || { echo "NOSTATUS no answer from $1 (or no curl, wget or python3 on the host)"; return 1; }
+  [ -n "$body" ] || { echo "NOSTATUS $1 answered nothing"; return 1; }
+  now
+  printf '%s\n' "$body" | in_flight | awk -v ms=$(( NOW - $2 )) 'NR == 1 { q = $2; next }
+    { n++; jobs = jobs " " $1 ":" $2 "/" $3 ":" $4 } END { print "INFLIGHT " ms " queue " q " " n + 0 jobs }'
+}
+
+# What the drain saw, for the journal line the swap script writes (stop_json): the first and the last
+# INFLIGHT reading before the stop (their text after the word), the drain's wait, and a NOSTATUS reason
+drain_first=""; drain_last=""; drain_waited=""; drain_note=""
+
+# seen LINE [QUIET]: keeps an INFLIGHT or NOSTATUS line for the journal, and prints it unless QUIET
+seen() {
+  case $1 in
+    INFLIGHT\ *) drain_last=${1#INFLIGHT }; [ -n "$drain_first" ] || drain_first=$drain_last ;;
+    NOSTATUS\ *) drain_note=${1#NOSTATUS } ;;
+  esac
+  [ -n "${2:-}" ] || printf '%s\n' "$1"
+}
+
+# stop_json: JSON members for the journal line: the proofs in flight at the stop and how many it lost (null
+# where the daemon's status did not answer), with a drain its wait and what was in flight when it began;
+# nothing without a status_url
+stop_json() {
+  if [ -z "$drain_last" ]; then [ -n "$drain_note" ] && printf ', "in_flight_at_stop": null, "lost": null'; return 0; fi
+  printf '%s\n%s\n' "$drain_last" "$drain_first" | awk -v waited="$drain_waited" '
+    function esc(t,   i, c, o) {  # a JSON string body, one character at a time (awks differ on gsub and \\)
+      o = ""
+      for (i = 1; i <= length(t); i++) { c = substr(t, i, 1); o = o ((c == "\\" || c == "\"") ? "\\" c : c) }
+      return o
+    }
+    function proofs(   i, out, p, id, frac, age) {
+      out = ""
+      for (i = 5; i <= NF; i++) {
+        p = $i; age = p; sub(/.*:/, "", age); sub(/:[^:]*$/, "", p)
+        frac = p; sub(/.*:/, "", frac); id = p; sub(/:[^:]*$/, "", id)
+        id = esc(id)
+        split(frac, dt, "/")
+        out = out (out == "" ? "" : ", ") sprintf("{\"age_s\": %d, \"job_id\": \"%s\", \"partitions_done\": %d, \"total_partitions\": %d}", age, id, dt[1], dt[2])
+      }
+      return "[" out "]"
+    }
+    NR == 1 { printf ", \"in_flight_at_stop\": %s, \"lost\": %d, \"queued_at_stop\": %d", proofs(), $4, $3 }
+    NR == 2 && waited != "" { printf ", \"drain_s\": %.3f, \"in_flight_at_drain\": %s", waited / 1000, proofs() }'
+}
+
+# drain_daemon PID URL DRAIN_MS ON_TIMEOUT: waits until the daemon has no proof in flight, then SIGINT:
+# its scheduler then hands out no job any more (engine.rs:1988-1992, 2033-2037), so one that arrives
+# between the reading and the stop stays queued, losing no work, and is retried by Curio. SIGINT is never
+# sent while a proof is in flight: it would strand every partition not yet synthesized (docs/daemon.md).
+# After DRAIN_MS with proofs still in flight: returns 0 with ON_TIMEOUT "stop" (the stop loses them),
+# 1 with "refuse" (nothing was signalled: the daemon works on). No status: returns 0, as a plain stop.
+drain_daemon() {
+  now; drain_begin=$NOW; last=""
+  while :; do
+    line=$(in_flight_line "$2" "$drain_begin") || { seen "$line"; return 0; }
+    count=$(printf '%s\n' "$line" | cut -d' ' -f5)
+    key=$(printf '%s\n' "$line" | awk '{ $1 = $2 = ""; for (i = 6; i <= NF; i++) sub(/:[0-9]+$/, "", $i); print }')
+    if [ "$key" != "$last" ]; then seen "$line"; else seen "$line" quiet; fi; last=$key
+    if [ "$count" = 0 ]; then
+      kill -INT "$1" 2>/dev/null
+      seen "$(in_flight_line "$2" "$drain_begin")"  # what got in before the signal took is lost at the stop
+      now; drain_waited=$(( NOW - drain_begin )); echo "DRAINED $drain_waited"; return 0
+    fi
+    now
+    if [ $(( NOW - drain_begin )) -ge "$3" ]; then
+      drain_waited=$(( NOW - drain_begin )); echo "UNDRAINED $drain_waited $count"
+      [ "$4" = refuse ] && return 1
+      return 0
+    fi
+    sleep 0.05
+  done
+}
+
+# before_stop PID URL MODE DRAIN_MS ON_TIMEOUT: with MODE "drain", drain_daemon (FAILED and returns 1 when
+# it refuses); else the proofs in flight as the stop finds them, for the journal
+before_stop() {
+  if [ "$3" = drain ]; then
+    drain_daemon "$1" "$2" "$4" "$5" && return 0
+    echo "FAILED drain: proofs still in flight after $(( $4 / 1000 )) s and daemon.drain_timeout is \"refuse\": nothing was stopped"
+    return 1
+  fi
+  now; seen "$(in_flight_line "$2" "$NOW")"
+  return 0
+}
+
+# probe_ready URL PROBE: the started daemon's status answers (probe "status": the engine is up, as main.rs:118-127
+# starts it before the status server) or shows a completed proof (probe "proof": counters.total_completed
+# above 0, a fresh daemon's count)
+probe_ready() {
+  body=$(status_get "$1") || return 1
+  case $2 in
+    status) printf '%s' "$body" | grep -q '"uptime_secs"' ;;
+    proof) n=$(printf '%s' "$body" | sed -n 's/.*"total_completed":\([0-9]*\).*/\1/p'); [ "${n:-0}" -gt 0 ] ;;
+    *) return 1 ;;
+  esac
+}

@@ -1,0 +1,289 @@
+"""The swap as an Ansible collection (swapctl.cuzk): built and installed as a farm would, run by the real
+ansible-core against namespace hosts with their own sshd, each running the stand-in prover."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+import yaml
+
+from lab import NetnsLab, prover_config, swapctl, wait_until
+from test_deploy import sha
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent  # ansible-core from the test extra, beside this Python
+HOSTS = 8  # the issue's farm; serial 2 makes four batches
+FEW = 4  # the tests that need no batches after a failure run on these
+DAEMON = "'^(\\./|/data/)cuzk '"  # started by hand (./cuzk) or by the module (/data/cuzk)
+SECRET = "tok-5f0c1d9e-never-shown"
+FARM = "ansible_collections/swapctl/cuzk/playbooks/farm.yml"
+
+
+@pytest.fixture(scope="module")
+def collection(tmp_path_factory) -> Path:
+    """The collection as a farm gets it: scripts/build_collection.py's tarball, `ansible-galaxy collection
+    install`ed into a path of its own; returns that path (ANSIBLE_COLLECTIONS_PATH)."""
+    base = tmp_path_factory.mktemp("collection")
+    r = subprocess.run([sys.executable, "scripts/build_collection.py", "--output", str(base / "dist")], cwd=ROOT,
+                       capture_output=True, text=True, check=True)
+    tarball = r.stdout.strip().splitlines()[-1]
+    subprocess.run([str(BIN / "ansible-galaxy"), "collection", "install", tarball, "-p", str(base / "installed")],
+                   capture_output=True, check=True)
+    return base / "installed"
+
+
+def ansible_env(collection: Path, home: Path) -> dict:
+    return {**os.environ, "ANSIBLE_COLLECTIONS_PATH": str(collection), "ANSIBLE_NOCOWS": "1",
+            "ANSIBLE_HOST_KEY_CHECKING": "True", "ANSIBLE_RETRY_FILES_ENABLED": "0", "ANSIBLE_FORCE_COLOR": "0",
+            "ANSIBLE_LOCAL_TEMP": str(home / "tmp"), "ANSIBLE_HOME": str(home), "ANSIBLE_PIPELINING": "1"}
+
+
+def test_the_collection_builds_and_ansible_doc_shows_its_three_modules(collection, tmp_path):
+    env = ansible_env(collection, tmp_path)
+    listed = subprocess.run([str(BIN / "ansible-doc"), "-l", "swapctl.cuzk"], env=env, capture_output=True,
+                            text=True, check=True).stdout
+    assert {line.split()[0] for line in listed.splitlines()} == {"swapctl.cuzk.swap", "swapctl.cuzk.rollback",
+                                                                   "swapctl.cuzk.status"}
+    doc = json.loads(subprocess.run([str(BIN / "ansible-doc"), "--json", "swapctl.cuzk.swap"], env=env,
+                                    capture_output=True, text=True, check=True).stdout)["swapctl.cuzk.swap"]
+    assert doc["doc"]["options"]["daemon"]["suboptions"]["secret_env"]  # the playbook's names, from the fragment
+    assert "rolled_back" in doc["return"] and "swapctl.cuzk.swap" in doc["examples"]
+    shipped = collection / "ansible_collections/swapctl/cuzk/plugins/module_utils/swapctl/swap/sh_texts.py"
+    assert "swap.sh" in shipped.read_text()  # the host scripts travel inside the module's Python
+
+
+def test_the_modules_swap_script_inputs_are_swapctl_deploys(collection):
+    """The one place the module restates swaprun.swap_cmd's inputs gives swap.sh the same inputs, valued alike."""
+    sys.path.insert(0, str(collection))
+    try:
+        from ansible_collections.swapctl.cuzk.plugins.module_utils import engine
+    finally:
+        sys.path.remove(str(collection))
+    from swapctl import playbook as pb
+    from swapctl.remote.cmd import Secret
+    from swapctl.swap import swaprun
+    from swapctl.swap.context import Context
+    from swapctl.swap.plan import Daemon
+    from swapctl.swap.releases import Release
+
+    book = pb.parse('[daemon]\nbinary = "/data/cuzk"\nlog = "/data/cuzk.log"\nready_port = 9820\nstop_grace_s = 7\n'
+                    'ready_stable_s = 2.5\n[memory]\nmin_available_gib = 1.5\nrelease_timeout_s = 40\n'
+                    '[gpu]\nnvidia_smi_timeout_s = 3\n')
+    host = type("H", (), {"name": "gpu-0"})()
+    ctx = Context(host, book, book.require_daemon())  # type: ignore[arg-type]
+    new = Release(sha256="b" * 64, size=1, name="cuzk", created="2026", by="me", argv=("/data/cuzk", "-c", "x"),
+                  cwd="/data", env=(("A", "1"),), uid=1000, gid=1000)
+    old = Release(sha256="a" * 64, size=1, name="cuzk", created="2025", by="me", argv=("./cuzk", "-c", "x"),
+                  cwd="/data", env=(("B", "2"),))
+    theirs = dict(swaprun.swap_cmd(ctx, Daemon.started(4242), new, "0:100", old).inputs)
+    s = engine.Settings.of({"daemon": {"binary": "/data/cuzk", "log": "/data/cuzk.log", "ready_port": 9820,
+                                       "stop_grace_s": 7, "ready_stable_s": 2.5},
+                            "memory": {"min_available_gib": 1.5, "release_timeout_s": 40},
+                            "gpu": {"nvidia_smi_timeout_s": 3}, "host": "gpu-0"})
+    ours = engine.swap_inputs(s, engine.Daemon(pid=4242), engine.Release(**new.__dict__), "0:100",
+                              engine.Release(**old.__dict__))
+
+    def plain(d: dict) -> dict:
+        return {k: v.value if isinstance(v, (Secret, engine.Secret)) else str(v) for k, v in d.items()}
+
+    # the one difference: the journal line's `by` says the module wrote it (swapctl's own: user@host)
+    assert plain(ours) == {**plain(theirs), "j_by": f"ansible {theirs['j_by']}"}
+
+
+# -- the farm ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def farm(tmp_path_factory):
+    lab = NetnsLab(tmp_path_factory.mktemp("afarm"), HOSTS, prefix="swa")
+    try:
+        lab.start()
+        yield lab
+    finally:
+        for s in lab.servers:  # each namespace's init ignores SIGTERM: stop() would wait 10 s for each
+            if s.proc:
+                s.proc.kill()
+        lab.close()
+
+
+def running(server) -> list[str]:
+    """sha256 of each daemon running on a namespace host, seen from inside it."""
+    r = server.exec(f"for p in $(pgrep -f {DAEMON}); do sha256sum < /proc/$p/exe; done", check=False)
+    return [line.split()[0] for line in r.stdout.splitlines()]
+
+
+def journal(server) -> list[dict]:
+    path = server.data / ".swapctl" / "cuzk" / "journal.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+@pytest.fixture
+def inventory(farm, prover, tmp_path):
+    """Every host runs build A, started by hand, with no swapctl state; the farm's inventory and group_vars,
+    written by `swapctl export-ansible` from a swapctl playbook; returns the inventory's path."""
+    for s in farm.servers:
+        s.exec(f"pkill -9 -f {DAEMON}; rm -rf /data/.swapctl /data/cuzk /data/cuzk.new /data/cuzk.log; true",
+               check=False)
+        shutil.copy(prover, s.data / "cuzk")
+        (s.data / "cuzk.toml").write_text(prover_config())
+        s.exec("cd /data && setsid ./cuzk --config /data/cuzk.toml >> /data/cuzk.log 2>&1 < /dev/null &")
+    for s in farm.servers:
+        wait_until(lambda s=s: "ready" in (s.data / "cuzk.log").read_text(errors="replace"), what="ready")
+    book = tmp_path / "farm.toml"
+    book.write_text("".join(s.playbook(name=f"gpu-{i}") + "\n" for i, s in enumerate(farm.servers)) +
+                    '[daemon]\nbinary = "/data/cuzk"\nargs = ["--config", "/data/cuzk.toml"]\nmatch = "/data/cuzk"\n'
+                    'log = "/data/cuzk.log"\nready_timeout_s = 20\nstop_grace_s = 5\nsecret_env = ["CUZK_API_TOKEN"]\n'
+                    f'[daemon.env]\nCUZK_API_TOKEN = "{SECRET}"\nRUST_LOG = "info"\n\n[memory]\n'
+                    "release_timeout_s = 20\n")
+    r = swapctl("export-ansible", str(tmp_path / "ansible"), "-p", str(book))
+    assert r.returncode == 0, r.stderr
+    inv = tmp_path / "ansible" / "inventory.ini"
+    inv.write_text(inv.read_text() + f"\n[cuzk:vars]\nansible_python_interpreter={shutil.which('python3')}\n")
+    yield inv
+    for s in farm.servers:
+        s.exec(f"pkill -9 -f {DAEMON}; true", check=False)
+
+
+def play(collection, inventory, tmp_path, *extra: str, builds: dict[int, Path], sha256: dict[int, str],
+         timeout: float = 240) -> subprocess.CompletedProcess:
+    """ansible-playbook of the collection's farm play: host i gets builds[i] (its sha256: sha256[i])."""
+    hostvars = tmp_path / "ansible" / "host_vars"
+    hostvars.mkdir(exist_ok=True)
+    for i, build in builds.items():
+        (hostvars / f"gpu-{i}.yml").write_text(yaml.safe_dump({"swapctl_build": str(build),
+                                                               "swapctl_build_sha256": sha256[i]}))
+    return subprocess.run([str(BIN / "ansible-playbook"), "-i", str(inventory), "-f", "8", "swapctl.cuzk.farm",
+                           "-e", '{"swapctl_serial": 2}', "-v", *extra], env=ansible_env(collection, tmp_path),
+                          capture_output=True, text=True, timeout=timeout, cwd=tmp_path)
+
+
+def test_farm_play_rolls_back_the_crashing_host_and_stops_as_max_fail_percentage_says(
+        farm, inventory, collection, tmp_path, prover, prover_b, prover_crash):
+    crash = 3  # in the second batch of two (gpu-2, gpu-3), after a first batch that went well
+    builds = {i: prover_crash if i == crash else prover_b for i in range(HOSTS)}
+    r = play(collection, inventory, tmp_path, builds=builds, sha256={i: sha(b) for i, b in builds.items()})
+    assert r.returncode != 0, r.stdout[-3000:]
+    assert re.search(r'fatal: \[gpu-3\]: FAILED! => \{.*?"rolled_back": true', r.stdout, re.S), r.stdout[-3000:]
+    for i in (0, 1, 2):  # the first batch and the failed host's partner swapped
+        assert running(farm.servers[i]) == [sha(prover_b)], i
+        assert journal(farm.servers[i])[-1]["outcome"] == "deployed"
+    assert running(farm.servers[crash]) == [sha(prover)]  # rolled back by the module: one daemon, build A
+    line = journal(farm.servers[crash])[-1]
+    assert line["action"] == "auto-rollback" and line["outcome"] == "rolled-back" and line["to"] == sha(prover)
+    for s in farm.servers[4:]:  # max_fail_percentage 0: the batches after the failed one never start
+        assert running(s) == [sha(prover)] and journal(s) == []
+
+
+def test_check_mode_changes_nothing(farm, inventory, collection, tmp_path, prover, prover_b):
+    before = [(s.data / "cuzk.log").stat().st_size for s in farm.servers]
+    r = play(collection, inventory, tmp_path, "--check", "--diff", builds={i: prover_b for i in range(HOSTS)},
+             sha256={i: sha(prover_b) for i in range(HOSTS)})
+    assert r.returncode == 0, r.stdout[-3000:]
+    assert r.stdout.count('"outcome": "dry-run"') == HOSTS and "--config /data/cuzk.toml" in r.stdout
+    for s, size in zip(farm.servers, before, strict=True):
+        assert running(s) == [sha(prover)] and journal(s) == []
+        assert not (s.data / ".swapctl" / "cuzk" / "releases").exists() and not (s.data / "cuzk.new").exists()
+        assert (s.data / "cuzk.log").stat().st_size == size and (s.data / "cuzk").is_file()
+
+
+def test_a_secret_never_shows_in_ansibles_output_or_the_hosts_command_lines(
+        farm, inventory, collection, tmp_path, prover_b):
+    seen: set[str] = set()
+    done = threading.Event()
+
+    def read_cmdlines() -> None:  # any user of a host can read every process's argv
+        while not done.is_set():
+            for p in Path("/proc").iterdir():
+                try:
+                    seen.add((p / "cmdline").read_bytes().decode(errors="replace"))
+                except OSError:
+                    pass
+
+    reader = threading.Thread(target=read_cmdlines)
+    reader.start()
+    try:
+        r = play(collection, inventory, tmp_path, "--diff", "-vvv", "--limit", ",".join(f"gpu-{i}" for i in range(FEW)),
+                 builds={i: prover_b for i in range(FEW)}, sha256={i: sha(prover_b) for i in range(FEW)})
+    finally:
+        done.set()
+        reader.join()
+    assert r.returncode == 0, r.stdout[-3000:]
+    assert SECRET not in r.stdout + r.stderr and "CUZK_API_TOKEN=***" in r.stdout  # the diff names it, masked
+    assert not [c for c in seen if SECRET in c]
+    assert any("swapctl-swap" in c for c in seen)  # the reader saw the swap scripts run
+    for s in farm.servers[:FEW]:  # and the daemon got it
+        pid = s.exec(f"pgrep -f {DAEMON}").stdout.split()[0]
+        assert SECRET in s.exec(f"tr '\\0' '\\n' < /proc/{pid}/environ").stdout
+
+
+def test_rollback_module_goes_back_to_what_ran_before_and_status_says_so(
+        farm, inventory, collection, tmp_path, prover, prover_b):
+    r = play(collection, inventory, tmp_path, "--limit", "gpu-0", builds={0: prover_b}, sha256={0: sha(prover_b)})
+    assert r.returncode == 0, r.stdout[-3000:]
+    env = ansible_env(collection, tmp_path)
+    daemon = json.dumps({"daemon": {"binary": "/data/cuzk", "log": "/data/cuzk.log", "ready_timeout_s": 20,
+                                    "stop_grace_s": 5}, "host": "gpu-0"})
+
+    def adhoc(module: str) -> dict:
+        out = subprocess.run([str(BIN / "ansible"), "-i", str(inventory), "gpu-0", "-m", module, "-a", daemon,
+                              "-o"], env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+        assert out.returncode == 0, out.stdout[-2000:]
+        return json.loads(out.stdout.split("=> ", 1)[1])
+
+    facts = adhoc("swapctl.cuzk.status")["ansible_facts"]["swapctl_status"]
+    assert facts["daemon"]["release"] == sha(prover_b)[:12] and facts["rollback_to"] == sha(prover)[:12]
+    assert facts["daemon"]["since_start"]["proofs"] >= 1  # what the farm play waited for
+    back = adhoc("swapctl.cuzk.rollback")
+    assert back["changed"] and back["release"] == {"from": sha(prover_b)[:12], "to": sha(prover)[:12]}
+    assert running(farm.servers[0]) == [sha(prover)]
+    assert journal(farm.servers[0])[-1]["action"] == "rollback" and journal(farm.servers[0])[-1]["outcome"] == \
+        "rolled-back"
+
+
+def test_export_ansible_writes_the_playbooks_hosts_and_daemon_as_inventory_and_group_vars(tmp_path):
+    book = tmp_path / "swapctl.toml"
+    book.write_text('[hosts.gpu-a]\naddress = "10.0.0.5"\nport = 2222\nuser = "ops"\nidentity_file = "~/.ssh/k"\n'
+                    'become = "sudo"\n[hosts.gpu-b]\naddress = "10.0.0.6"\nhost_key_policy = "accept-new"\n'
+                    '[groups]\n"rack-1" = ["gpu-a"]\n[daemon]\nbinary = "/data/cuzk"\nlog = "/data/cuzk.log"\n'
+                    'args = ["--config", "/data/cuzk.toml"]\nready_timeout_s = 300\nsecret_env = ["KEY"]\n'
+                    '[daemon.env]\nKEY = "s3cret"\nRUST_LOG = "debug"\n[memory]\nmin_available_gib = 64\n'
+                    '[rollout]\ncanary = 1\nparallel = 4\nmax_fail = "10%"\n')
+    r = swapctl("export-ansible", str(tmp_path / "out"), "-p", str(book))
+    assert r.returncode == 0, r.stderr
+    inv = (tmp_path / "out" / "inventory.ini").read_text()
+    assert "StrictHostKeyChecking=accept-new" in inv and "[rack_1]\ngpu-a" in inv
+    gv = yaml.safe_load((tmp_path / "out/group_vars/cuzk/swapctl.yml").read_text())
+    assert gv["swapctl_daemon"] == {"binary": "/data/cuzk", "args": ["--config", "/data/cuzk.toml"],
+                                    "log": "/data/cuzk.log", "ready_timeout_s": 300, "env": {"RUST_LOG": "debug"}}
+    assert gv["swapctl_memory"]["min_available_gib"] == 64 and gv["swapctl_serial"] == [1, 4]
+    assert gv["swapctl_max_fail_percentage"] == 10
+    secrets = tmp_path / "out/group_vars/cuzk/secrets.yml"
+    assert yaml.safe_load(secrets.read_text()) == {"swapctl_daemon_secret_env": {"KEY": "s3cret"}}
+    assert secrets.stat().st_mode & 0o077 == 0 and "s3cret" not in (tmp_path / "out/group_vars/cuzk/swapctl.yml"
+                                                                    ).read_text()
+    # Ansible itself reads it as one farm
+    listed = subprocess.run([str(BIN / "ansible-inventory"), "-i", str(tmp_path / "out/inventory.ini"), "--list"],
+                            capture_output=True, text=True, check=True,
+                            env={**os.environ, "ANSIBLE_HOME": str(tmp_path)})
+    groups = json.loads(listed.stdout)
+    assert groups["cuzk"]["hosts"] == ["gpu-a", "gpu-b"] and groups["rack_1"]["hosts"] == ["gpu-a"]
+    a = groups["_meta"]["hostvars"]["gpu-a"]
+    assert {k: v for k, v in a.items() if k.startswith("ansible_")} == {
+        "ansible_host": "10.0.0.5", "ansible_port": 2222, "ansible_user": "ops",
+        "ansible_ssh_private_key_file": "~/.ssh/k", "ansible_ssh_common_args": "-o StrictHostKeyChecking=yes",
+        "ansible_become": True, "ansible_become_method": "sudo"}
+
+
+def test_export_ansible_refuses_a_playbook_without_hosts(tmp_path):
+    book = tmp_path / "swapctl.toml"
+    book.write_text('[daemon]\nbinary = "/data/cuzk"\nlog = "/data/cuzk.log"\n')
+    r = swapctl("export-ansible", str(tmp_path / "out"), "-p", str(book))
+    assert r.returncode == 2 and "no hosts to export" in r.stderr and not (tmp_path / "out").exists()

@@ -1,0 +1,112 @@
+"""The daemon's own view (GET /status, StatusSnapshot) parsed, on snapshots recorded from the stand-in
+(which serves status.rs's shape): in Python for status and the plan, and in drain.sh's awk for the drain,
+which must agree."""
+
+import json
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from swapctl.facts.daemon_view import config_path, parse_view, status_url_of
+from swapctl.swap import scripts
+from swapctl.swap.report import InFlight, parse_swap
+
+DATA = Path(__file__).parent / "data" / "status"
+
+
+def test_mid_proof_snapshot_shows_the_proof_in_flight_and_those_waiting():
+    v = parse_view((DATA / "mid-proof.json").read_text())
+    assert v is not None
+    [p] = v.in_flight
+    assert (p.job_id, p.done, p.total) == ("lg-00002", 1, 3)
+    assert v.waiting == 2 and v.completed == 2 and v.failed == 0 and v.srs_bytes == 8 << 20
+    assert v.summary().startswith("1 proof in flight (job lg-00002: 1/3 partitions, ")
+    assert v.summary().endswith(" s in), 2 waiting to start")
+
+
+def test_after_sigint_the_half_done_proof_stays_in_flight_for_ever():
+    """What shutdown() leaves (docs/daemon.md): the partition being synthesized finished and sits in the GPU
+    queue that no worker reads any more; the next one never starts."""
+    v = parse_view((DATA / "after-sigint.json").read_text())
+    assert v is not None and [p.job_id for p in v.in_flight] == ["lg-00002"]
+    assert v.in_flight[0].states == ("done", "synth_done", "pending")
+
+
+@pytest.mark.parametrize("text", ["", "404 Not Found\n", "curl: (7) Failed to connect", "[]", '{"error": "x"}',
+                                  '{"pipelines": "no"}'])
+def test_what_is_no_snapshot_is_no_view_or_an_empty_one(text):
+    v = parse_view(text)
+    assert v is None or (v.in_flight == () and v.waiting == 0)
+
+
+def in_flight_line(snapshot: Path) -> str:
+    body = scripts.load("drain.sh").body
+    script = f"{body}\ncat \"$1\" | in_flight\n"
+    return subprocess.run(["sh", "-c", script, "sh", str(snapshot)], capture_output=True, text=True,
+                          check=True).stdout
+
+
+@pytest.mark.parametrize("name", ["mid-proof.json", "after-sigint.json"])
+def test_the_drain_on_the_host_counts_what_status_counts(name):
+    v = parse_view((DATA / name).read_text())
+    lines = in_flight_line(DATA / name).splitlines()
+    assert lines[0] == f"queue {v.waiting}"
+    assert [line.split()[:3] for line in lines[1:]] == [[p.job_id, str(p.done), str(p.total)] for p in v.in_flight]
+
+
+def test_swap_report_keeps_the_last_reading_before_the_stop_for_the_journal():
+    run = parse_swap([(0.0, "INFLIGHT 0 queue 3 2 a1b2:7/10:41 c3d4:0/10:2"), (0.1, "KIDS "), (0.2, "STOPPED 5"),
+                      (0.3, "INFLIGHT 9 queue 0 0")])
+    assert run.in_flight == InFlight(0, 3, run.in_flight.proofs)
+    assert run.in_flight.summary() == ("2 proofs in flight (job a1b2: 7/10 partitions, 41 s in; "
+                                       "job c3d4: 0/10 partitions, 2 s in), 3 waiting to start")
+
+
+def stop_record(*lines: str) -> dict:
+    """The journal members drain.sh's stop_json writes after these drain lines (the host writes the line)."""
+    body = scripts.load("drain.sh").body
+    feed = "".join(f"seen {shlex.quote(x)} quiet\n" if x.split()[0] in ("INFLIGHT", "NOSTATUS")
+                   else f"drain_waited={x.split()[1]}\n" for x in lines)
+    out = subprocess.run(["sh", "-c", f"{body}\n{feed}printf '{{\"a\": 1%s}}' \"$(stop_json)\"\n"],
+                         capture_output=True, text=True, check=True).stdout
+    record = json.loads(out)
+    record.pop("a")
+    return record
+
+
+def test_the_hosts_journal_line_keeps_what_was_in_flight_at_the_stop():
+    # the last reading before the stop: what the stop loses; a drain's wait, and what was in flight when it began
+    assert stop_record("INFLIGHT 0 queue 3 2 a1b2:7/10:41 c3d4:0/10:2") == {
+        "in_flight_at_stop": [{"job_id": "a1b2", "partitions_done": 7, "total_partitions": 10, "age_s": 41},
+                              {"job_id": "c3d4", "partitions_done": 0, "total_partitions": 10, "age_s": 2}],
+        "lost": 2, "queued_at_stop": 3}
+    assert stop_record("INFLIGHT 0 queue 0 1 a1b2:9/10:60", "INFLIGHT 1000 queue 1 0", "DRAINED 1010") == {
+        "in_flight_at_stop": [], "lost": 0, "queued_at_stop": 1, "drain_s": 1.01,
+        "in_flight_at_drain": [{"job_id": "a1b2", "partitions_done": 9, "total_partitions": 10, "age_s": 60}]}
+    assert stop_record("NOSTATUS no answer") == {"in_flight_at_stop": None, "lost": None}
+    assert stop_record() == {}  # no status_url: the journal says nothing it does not know
+    # a job id is the daemon's text: it cannot break the line
+    assert stop_record('INFLIGHT 0 queue 0 1 a"b\\c:1/2:3')["in_flight_at_stop"][0]["job_id"] == 'a"b\\c'
+
+
+@pytest.mark.parametrize("config, url", [
+    ('[daemon]\nlisten = "0.0.0.0:9820"\nstatus_listen = "0.0.0.0:9821"\n', "http://127.0.0.1:9821/status"),
+    ('[daemon]\nstatus_listen = "10.0.0.5:9999" # debug UI\n', "http://10.0.0.5:9999/status"),
+    ('[daemon]\n# status_listen = "0.0.0.0:9821"\n', None),
+    ('[srs]\nstatus_listen = "0.0.0.0:9821"\n', None),  # not the daemon's table
+    ('[daemon]\nstatus_listen = ""\n', None),
+])
+def test_status_url_comes_from_the_configs_status_listen(config, url):
+    assert status_url_of(config) == url
+
+
+@pytest.mark.parametrize("argv, path", [
+    (("/usr/local/bin/cuzk", "--config", "/etc/cuzk.toml"), "/etc/cuzk.toml"),
+    (("/usr/local/bin/cuzk", "-c", "/x.toml", "-l", "0.0.0.0:1"), "/x.toml"),
+    (("/usr/local/bin/cuzk", "--config=/y.toml"), "/y.toml"),
+    (("/usr/local/bin/cuzk",), "/data/zk/cuzk.toml"),
+])
+def test_config_path_is_cuzks_own_default_unless_named(argv, path):
+    assert config_path(argv) == path
