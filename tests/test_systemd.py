@@ -300,7 +300,7 @@ def test_a_unit_logging_to_the_journal_readiness_rollback_fetch_logs_and_timings
     r = deploy(ubox, prover_crash)
     assert r.returncode == 4, r.stderr
     assert f"Failed log: journalctl -u {ubox.unit}" in r.stderr
-    assert "stand-in built to crash at start" in r.stderr  # the failed start's lines, from the journal
+    assert "stand-in built to crash at start" in r.stderr, r.stderr  # the failed start's lines, from the journal
     assert ubox.runs(prover_b), ubox.daemons()
     assert ubox.journal_text().count("stand-in built to crash at start") == 1
     fetch()
@@ -309,6 +309,23 @@ def test_a_unit_logging_to_the_journal_readiness_rollback_fetch_logs_and_timings
     t = swapctl("timings", first["local"], "--json")
     assert t.returncode == 0, t.stderr
     assert json.loads(t.stdout)["jobs"] >= 2  # a proof from each build that came up
+
+
+def test_a_build_that_dies_at_once_is_rolled_back_with_its_lines_every_time(ubox, prover, prover_b, prover_crash):
+    """A unit logging to the journal, a build that panics before systemd can read its MainPID, ten times.
+    Two faults showed here under load: its lines carry the unit's name but no InvocationID (journald reads
+    the cgroup of a process already gone), so the error had no log lines (1 deploy in 4); and the log reader,
+    ended through `timeout` as it started, ran on without it and the swap never ended, the new build dead and
+    nothing rolled back (1 in 10). Each time now: exit 4, the panic line in the error, the old build back."""
+    ubox.install(prover, restart_sec="200ms", journal=True)
+    ubox.write_playbook(log="journal", unit=ubox.unit)
+    assert deploy(ubox, prover_b).returncode == 0
+    for attempt in range(10):
+        r = swapctl("deploy", "lab", "--binary", str(prover_crash), "--yes", "-p", str(ubox.playbook_path),
+                    timeout=60)
+        assert r.returncode == 4, (attempt, r.stderr)
+        assert "stand-in built to crash at start" in r.stderr, (attempt, r.stderr)
+        assert ubox.runs(prover_b), (attempt, ubox.daemons())
 
 
 def _here(host, inside: int) -> int:

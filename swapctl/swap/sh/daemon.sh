@@ -38,6 +38,8 @@ stop_daemon() {
 # with RESET 1 then `systemctl reset-failed UNIT`, as a rollback clears the failed start's record. Sets
 # new (its MainPID: 0 when it has exited already) and inv (its InvocationID: its lines in the journal). Prints FAILED and returns 1 when systemctl refuses.
 start_unit() {
+  # shellcheck disable=SC2034 # since: read by the script that includes this file (its journal lines)
+  since=$(date +@%s.%6N)
   said=$(systemctl start -- "$1" 2>&1) || { echo "FAILED systemctl start $1: $(printf '%s' "$said" | tr '\n' ' ')"; return 1; }
   # shellcheck disable=SC2034 # new, inv: read by the script that includes this file
   new=$(systemctl show -p MainPID --value -- "$1")

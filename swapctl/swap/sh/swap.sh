@@ -83,33 +83,50 @@ log_since() {
 
 # wait_ready: streams the new daemon's log until it is ready, exits or ready_s pass; then, with stable_ms,
 # watches it that long; prints ALIVE 1 or ALIVE 0 at the end.
+# The log reader (tail -F, or journalctl -f) is ended by its own pid, which it leaves in a file: ended through
+# `timeout`, a TERM that reached timeout as it started left its command running without it, holding the
+# pipe open, and the swap waited for ever, its new build dead and nothing rolled back (coreutils 9.1:
+# 2 of 40 `journalctl -f`, 1 of 60 `tail -F`; a build that dies at once is when it happens). Without a file
+# for the pid there is no reader: settle polls the log to the same deadline.
 wait_ready() {
   me=$$; use_log=1; watched=""; now; started_ms=$NOW
-  # a daemon gone before the log reader starts (a unit's MainPID 0: it exited already) would leave the
-  # reader to its time-out: the end is retried until it finds the reader (the watchers are killed after)
+  rp=$(mktemp 2>/dev/null) || rp=$(mktemp -p "${target%/*}" 2>/dev/null) || rp=""
+  # a daemon gone before the reader starts (a unit's MainPID 0: it exited already): the end is retried until
+  # the reader is there (the watchers are killed after)
   ( while alive "$new"; do sleep 0.01; done; echo EXITED; n=0
-    until pkill -TERM -P "$me" -x timeout || [ "$n" -ge 500 ]; do n=$((n + 1)); sleep 0.01; done ) 8>&- &
+    until end_reader || [ "$n" -ge 500 ]; do n=$((n + 1)); sleep 0.01; done ) 8>&- &
   watchers=$!
+  ( until_ms=$(( started_ms + ready_s * 1000 )); while now && [ "$NOW" -lt "$until_ms" ]; do sleep 0.05; done
+    end_reader ) 8>&- >/dev/null &
+  watchers="$watchers $!"
   if [ -n "$port" ] || [ -n "$probe" ]; then
-    ( until ready_probe; do sleep 0.02; done; echo READY;
-      pkill -TERM -P "$me" -x timeout ) 8>&- &
+    ( until ready_probe; do sleep 0.02; done; echo READY; end_reader ) 8>&- &
     watchers="$watchers $!"
     use_log=0
   fi
   # mawk (Debian's and Ubuntu's awk) fills its input buffer before it reads a line from a pipe
   case "$(awk -W version 2>&1 | head -n 1)" in mawk*) line_input="-W interactive" ;; *) line_input="" ;; esac
-  # log_since, followed (tail -F); `timeout` is this shell's child, for the watchers' pkill
-  # (-f alone starts at the last 10 lines: a daemon that wrote more before it starts would hide its ready line)
+  # log_since, followed (-f alone starts at the last 10 lines: a daemon that wrote more before it starts
+  # would hide its ready line)
   if [ "$log" = journal ]; then set -- journalctl -q -o cat -f -n all _SYSTEMD_INVOCATION_ID="$inv"
   else set -- tail -c +"$((off + 1))" -F -s 0.02 -- "$log"; fi
-  # shellcheck disable=SC2086 # $line_input is empty or two words
-  timeout "$ready_s" "$@" 2>/dev/null |
-    awk $line_input -v re="$re" -v me="$me" -v use="$use_log" '{ print "LOG " $0; fflush() }
-      use && $0 ~ re { print "READY"; fflush(); system("pkill -TERM -P " me " -x timeout"); exit }'
+  if [ -n "$rp" ]; then
+    # shellcheck disable=SC2086 # $line_input is empty or two words
+    { "$@" 2>/dev/null 8>&- & echo "$!" > "$rp"; wait "$!"; } |
+      awk $line_input -v re="$re" -v rp="$rp" -v use="$use_log" '{ print "LOG " $0; fflush() }
+        use && $0 ~ re { print "READY"; fflush(); system("kill -TERM \"$(cat \"" rp "\")\" 2>/dev/null"); exit }'
+  fi
   # shellcheck disable=SC2086 # only the watchers: the daemon is this shell's child too
   kill $watchers 2>/dev/null
+  [ -n "$rp" ] && rm -f -- "$rp"
   settle
   if alive "$new"; then say "ALIVE 1"; else say "ALIVE 0"; fi
+}
+
+# end_reader: TERM to wait_ready's log reader, by the pid it left in $rp; returns 1 while it has not started
+end_reader() {
+  r=""; [ -n "$rp" ] && read -r r < "$rp" 2>/dev/null
+  [ -n "$r" ] && kill -TERM "$r" 2>/dev/null
 }
 
 # settle: the rest of wait_ready's deadline and the watch after ready. The log reader stops at its first write
@@ -281,12 +298,19 @@ start_fallback() {
   say "STARTED $new $off${inv:+ $inv}"
 }
 
-# failed_tail: the failed start's last 20 lines of log, before anything else runs (a unit between restarts has
-# no InvocationID: then its own last lines, still the failed start's)
+# failed_tail: the failed start's last 20 lines of log, before anything else runs. journald reads an exited
+# daemon's last lines from its stream after systemd has seen it exit: `journalctl --sync` returns once journald
+# has handled what was queued (as root; without, the lines are read as they are). A daemon that exits at once
+# is gone before journald reads its cgroup: its lines carry the unit's name but no InvocationID (5 of 30
+# such starts on systemd 252 here), so without lines of $inv it is the unit's lines since its start (a unit
+# between restarts has no InvocationID: the same)
 failed_tail() {
   [ -n "$new" ] || [ -n "$unit" ] || return 0
-  if [ "$log" = journal ] && [ -z "$inv" ]; then journalctl -q -o cat -n 20 -u "$unit"
-  else log_since | tail -n 20; fi
+  if [ "$log" != journal ]; then log_since | tail -n 20; return 0; fi
+  journalctl --sync 2>/dev/null
+  got=""; [ -n "$inv" ] && got=$(journalctl -q -o cat -n 20 _SYSTEMD_INVOCATION_ID="$inv")
+  if [ -n "$got" ]; then printf '%s\n' "$got"
+  else journalctl -q -o cat -n 20 -u "$unit" ${since:+--since "$since"}; fi
 }
 
 # go_back: the new build failed (why, bad): stop it, wait for memory, start the fallback, readiness; up to 3
