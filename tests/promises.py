@@ -465,19 +465,25 @@ def run(host: Host, op: str, fault: str = "none", moment: str = "start", hold: f
                             env={**os.environ, "PYTHONFAULTHANDLER": "1", **host.env})
     fired = threading.Event()
     landed = []
+    ended = threading.Event()  # the controller has exited: a fault due now never fires
 
     def fire() -> None:
-        if fired.is_set():
+        # a timed fault due after the controller's exit would fire on the checks (the link cut while they
+        # read the host, the daemon killed after the deploy had landed): a fault of the harness, not of
+        # swapctl. The campaign of 2026-12-02 (seeds 9 and 10) reported two such "violations".
+        if fired.is_set() or ended.is_set() or (fault not in FROM_THE_START and proc.poll() is not None):
             return
         fired.set()
-        landed.append(proc.poll() is None)
+        landed.append(True)
         f.fire(host, proc, hold)
 
     lines: list[str] = []
+    timer: threading.Timer | None = None
     if fault in FROM_THE_START:
         fire()
     elif fault != "none" and moment.startswith("+"):
-        threading.Timer(float(moment[1:]), fire).start()
+        timer = threading.Timer(float(moment[1:]), fire)
+        timer.start()
     pattern = re.compile(MOMENTS.get(moment, "$^"))
     out: list[str] = []
 
@@ -498,6 +504,9 @@ def run(host: Host, op: str, fault: str = "none", moment: str = "start", hold: f
         proc.send_signal(signal.SIGABRT)  # PYTHONFAULTHANDLER: its threads' stacks go to its stderr
         proc.wait()
         code = None
+    ended.set()
+    if timer:
+        timer.cancel()
     for r in readers:
         r.join(10)
     time.sleep(0.05 if not fired.is_set() else hold + 0.1)  # a cut or a stop may still be on: let it end
