@@ -748,3 +748,5 @@ def test_a_daemon_that_exits_by_itself_before_the_stop_is_said_or_deployed_past(
         assert code == 0, text[-2000:]
         assert f"the daemon (pid {pid}) exited on its own before the stop: going on with none" in text
         assert only_runs(box, prover_b)
+        kept = box.data / ".swapctl/cuzk/releases" / sha(prover)[:12] / "cuzk"  # saved from the binary path
+        assert kept.is_file() and sha(kept) == sha(prover), "build A is lost: rollback could not go back to it"

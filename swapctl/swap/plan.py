@@ -47,10 +47,13 @@ class Daemon:
 
 @dataclass(frozen=True)
 class Backup:
-    """A copy made before the stop: `source` (/proc/PID/exe, or the file at the binary path) as `release`."""
+    """A copy made before the stop: `source` (/proc/PID/exe, or the file at the binary path) as `release`.
+    `or_file`: the binary path, where it holds the daemon's own build, to copy from once the daemon has
+    exited by itself (its /proc/PID/exe gone) and the deploy goes on without it."""
 
     source: str
     release: Release
+    or_file: str = ""
 
 
 @dataclass(frozen=True)
@@ -220,7 +223,8 @@ def backups(binary_path: str, facts: dict[str, str], daemon: Daemon | None,
         out.append(Backup(f"/proc/{daemon.pid}/exe", Release(
             sha256=daemon.sha256, size=daemon.size, name=name, created=now_iso(), by=who_am_i(),
             argv=daemon.argv, cwd=daemon.cwd, env=daemon.env, source="adopted", uid=daemon.uid or None,
-            gid=daemon.gid if daemon.uid else None)))
+            gid=daemon.gid if daemon.uid else None), or_file=binary_path if kind == "file" and
+            target == daemon.sha256 else ""))
     if kind == "file" and not saved(target) and (not daemon or target != daemon.sha256):
         out.append(Backup(binary_path, Release(sha256=target, size=0, name=name, created=now_iso(), by=who_am_i(),
                                                source="disk")))

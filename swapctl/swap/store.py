@@ -53,7 +53,9 @@ def without_daemon(ctx: Context, sit: S) -> S:
         raise gone(ctx, sit.daemon.pid)
     ctx.emit("backup", f"the daemon (pid {sit.daemon.pid}) exited on its own before the stop: going on with none "
                        f"(daemon.gone_before_stop = \"deploy\")")
-    return replace(sit, daemon=None, to_save=tuple(b for b in sit.to_save if not b.source.startswith("/proc/")))
+    # its build is kept all the same where the binary path holds it, or a rollback could never go back to it
+    return replace(sit, daemon=None, to_save=tuple(replace(b, source=b.or_file, or_file="") for b in sit.to_save
+                                                   if not b.source.startswith("/proc/") or b.or_file))
 
 
 def gone(ctx: Context, pid: int) -> Refused:
