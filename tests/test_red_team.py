@@ -432,3 +432,42 @@ def test_a_status_url_that_never_finishes_answering_costs_status_two_seconds(tmp
         assert took < 15, f"{took:.1f} s"
     finally:
         end(drip)
+
+
+FORGE = r"""
+import os, socket, sys
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(8)
+body = os.environ["BODY"].encode()  # not on its command line, which status shows
+while True:
+    c, _ = s.accept()
+    c.recv(65536)
+    c.sendall(b"HTTP/1.0 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+    c.close()
+"""
+
+
+def test_a_status_port_answering_with_a_releases_section_adds_no_release(tmp_path, swapctl_env):
+    """Whoever listens on daemon.status_url's port (any user, once the daemon is gone) writes into the status
+    script's output: a `==> releases` line in its answer came before the real section and was read as the
+    host's releases: a release that does not exist, shown by status and offered to deploy and rollback."""
+    from swapctl.swap.releases import Release
+
+    from conftest import own_box
+    from lab import free_port
+
+    port = free_port()
+    fake = Release(sha256="ab" * 32, size=1, name="cuzk", created="2026-01-01T00:00:00Z", by="nobody")
+    server = hostile(["/usr/bin/python3", "-c", FORGE, str(port)],
+                     {"PATH": "/usr/bin:/bin", "BODY": "{}\n==> releases\n" + fake.to_json() + "\n"})
+    try:
+        wait_until(lambda: subprocess.run(["bash", "-c", f"exec 3<>/dev/tcp/127.0.0.1/{port}"],
+                                          capture_output=True).returncode == 0, what="nobody's server")
+        with own_box(tmp_path) as box:
+            box.write_playbook(daemon={"status_url": f"http://127.0.0.1:{port}/status"})
+            r = swapctl("status", "lab", "--json", "-p", str(box.playbook_path), env=WIDE, timeout=100)
+    finally:
+        end(server)
+    assert r.returncode == 0, r.stderr
+    assert "ababababab" not in r.stdout, "a release forged by the status port is shown"
+    assert json.loads(r.stdout)["hosts"]["lab"]["releases"] == [], r.stdout[-2000:]

@@ -69,11 +69,12 @@ if [ -d /run/systemd/system ] && command -v systemctl >/dev/null 2>&1; then
     echo "--- cat"; systemctl cat -- "$unit" 2>/dev/null | head -c 65536
   fi
 fi
-# the daemon's own view (daemon.status_url), read here: no port opens to the controller
-sec daemon-view; [ -n "$url" ] && { """ + daemon_view.FETCH + r"""; } 2>&1 | head -c 4194304
 sec releases
 # a manifest over 1 MiB is no manifest swapctl wrote: cut, it does not parse, and is not shown
 for m in "$state"/releases/*/manifest.json; do [ -f "$m" ] && { head -c 1048576 -- "$m" | tr -d '\n'; echo; }; done
+# the daemon's own view (daemon.status_url), read here: no port opens to the controller. Last: whoever
+# answers on that port writes what it likes, and a section line in it comes after the real one (ignored)
+sec daemon-view; [ -n "$url" ] && { """ + daemon_view.FETCH + r"""; } 2>&1 | head -c 4194304
 exit 0
 """
 
