@@ -132,10 +132,12 @@ def _baseline(sw: Swap, win: Window, wait_s: float, min_proofs: int) -> tuple[in
 
 
 def _watch(win: Window, start: int, for_s: float, proofs: int | None, baseline: list[Run],
-           looks: list[int] | None = None) -> None:
+           looks: list[int] | None = None, warmup: int = 1) -> None:
     """Waits for the window to end, saying how B does against the baseline as it goes; with `looks` (proof
-    counts), it ends at the first look where a headline phase moved (experiment.moved)."""
+    counts), it ends at the first look where a headline phase moved (experiment.moved), judged as the
+    verdict is: without B's first `warmup` proofs."""
     looks = list(looks or [])
+    base = without_warmup(baseline, warmup)[0]
     deadline = time.monotonic() + for_s
     base_p50 = baseline[-1].report()["phases"].get("ntt_kernels", {}).get("p50")
     while time.monotonic() < deadline:
@@ -154,9 +156,10 @@ def _watch(win: Window, start: int, for_s: float, proofs: int | None, baseline: 
                        f"{left:.0f} s left"), style="dim")
         if proofs is not None and done >= proofs:
             return
-        while looks and done >= looks[0]:
-            looks.pop(0)
-            phase = moved(baseline, _side_runs(runs))
+        if looks and done >= looks[0]:
+            while looks and done >= looks[0]:  # one judgement however many looks this poll passed
+                looks.pop(0)
+            phase = moved(base, without_warmup(_side_runs(runs), warmup)[0])
             if phase:
                 err.print(text(f"window: {phase} moved at {done} proofs (a look of {LOOKS}): ending early"))
                 return
@@ -192,7 +195,7 @@ def _experiment(target: str, binary: str, for_s: float, proofs: int | None, base
         if samplable(situation.status):  # no nvidia-smi, or a hung one: the log's figures alone
             start_sampler(host, book.daemon.state_dir, running.pid, user=book.daemon.user or "")
         base_start, base_runs = _baseline(sw, win, baseline_s, min_proofs)
-        needed = need(base_runs, resolve or 0.03, LOOKS if resolve else 1)
+        needed = need(without_warmup(base_runs, warmup)[0], resolve or 0.03, LOOKS if resolve else 1)
         looks: list[int] = []
         if needed:
             err.print(text(needed.line()))
@@ -214,7 +217,7 @@ def _experiment(target: str, binary: str, for_s: float, proofs: int | None, base
         new_start = int(outcome.log_offset or 0)
         decision = "rollback"
         try:
-            _watch(win, new_start, for_s, proofs, base_runs, looks)
+            _watch(win, new_start, for_s, proofs, base_runs, looks, warmup)
             win.fetch()
             before, left_a = without_warmup(_side_runs(win.runs(base_start, new_start))[-1:] or base_runs, warmup)
             after, left_b = without_warmup(_side_runs(win.runs(new_start)), warmup)

@@ -223,10 +223,10 @@ def counters(samples: list[Sample], gpu: int, bounds: tuple[datetime, datetime] 
         return view
     second = timedelta(seconds=DUTY_S)
     duty = _inside(samples, gpu, bounds[0], bounds[1], timedelta(0), second)
-    gpm = [s for s in _inside(samples, gpu, bounds[0], bounds[1], GPM_LAG, second) if s.sm_act_pct is not None
-           and id(s) not in _gpm_starts(samples, gpu)]
+    lagged, firsts = _inside(samples, gpu, bounds[0], bounds[1], GPM_LAG, second), _gpm_starts(samples, gpu)
+    gpm = [s for s in lagged if s.sm_act_pct is not None and id(s) not in firsts]  # firsts once, not per reading
     view.update(samples=len(duty), duty_cycle=_mean([s.sm_pct for s in duty if s.sm_pct is not None]),
-                dropped=sum(s.dropped for s in _inside(samples, gpu, bounds[0], bounds[1], GPM_LAG, second)))
+                dropped=sum(s.dropped for s in lagged))
     if not gpm:
         return view
     act = [s.sm_act_pct for s in gpm if s.sm_act_pct is not None]
@@ -283,8 +283,9 @@ def block_interval(values: Sequence[float], cycle_s: float | None) -> list[float
             at = rng.randrange(n)
             total += sum(values[(at + i) % n] for i in range(block))
         means.append(total / (n // block * block))
-    means.sort()
-    return [means[int(0.025 * BOOTSTRAP)] - RESOLUTION, means[int(0.975 * BOOTSTRAP) - 1] + RESOLUTION]
+    means.sort()  # a share: widened by the resolution, it still lies within 0-100%
+    return [max(0.0, means[int(0.025 * BOOTSTRAP)] - RESOLUTION), min(100.0, means[int(0.975 * BOOTSTRAP) - 1]
+                                                                      + RESOLUTION)]
 
 
 def disagreements(view: dict) -> list[str]:
