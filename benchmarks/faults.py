@@ -12,19 +12,27 @@ Then every promise of tests/promises.py `check` (the same code as tests/test_pro
 
 Prints a table, fault x operation: runs, faults that landed inside the operation (fired while swapctl
 still ran), violations by kind; then each violation. A benchmark, not a CI test: it takes ~5-10 s a run.
-Needs root, sshd, tc, and g++ unless --bins names the prover builds. Several may run at once (each host's
-namespaces are named by its pid). Usage: python3 benchmarks/faults.py [--runs 40] [--seed 1] [--only F,...] [--bins DIR]
+Needs root, sshd, tc, and g++ unless --bins names the prover builds. `--jobs J` runs J hosts at once, each
+in a process of its own (its namespaces named by its pid). Run i draws from its own generator (seed/i):
+the same run whatever --jobs, and a campaign cut short goes on with --first. Usage:
+python3 benchmarks/faults.py [--runs 40] [--seed 1] [--jobs 1] [--first 0] [--only F,...] [--bins DIR]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import queue
 import random
+import signal
+import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
+from typing import IO
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
@@ -82,48 +90,145 @@ def table(rows: dict[tuple[str, str], list], kinds: Counter) -> str:
     return "\n".join(out)
 
 
+def fault_of(names: list[str], runs: int, seed: int, i: int) -> str:
+    """Run i's fault: each in turn (every fault as often as any other), or drawn where the runs are fewer."""
+    return names[i % len(names)] if runs >= len(names) else random.Random(f"{seed}/{i}/fault").choice(names)
+
+
+def _cut(*_: object) -> None:
+    """The campaign cut short (`timeout` TERMs the whole group, then the campaign its workers): the first
+    TERM ends the run, and a second cannot interrupt the host's closing."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    sys.exit(143)
+
+
+def worker(args: argparse.Namespace, names: list[str]) -> None:
+    """Runs i = part, part + parts, ... of the campaign, each on a fresh host and from its own generator
+    (seed/i), so run i is the same run however the campaign is split; a JSON line per run on stdout."""
+    part, parts = (int(x) for x in args.worker.split("/"))
+    signal.signal(signal.SIGTERM, _cut)
+    with tempfile.TemporaryDirectory(prefix="swapctl-faults-") as tmp:
+        host = Host(Path(tmp), builds(args.bins or Path(tmp) / "bin"), prefix="sfb")
+        try:
+            done = {r["i"] for r in _records(args.resume)}
+            for i in range(args.first + part, args.runs, parts):
+                if i in done:
+                    continue
+                name = fault_of(names, args.runs, args.seed, i)
+                op, landed, found = one(host, random.Random(f"{args.seed}/{i}"), name)
+                print(json.dumps({"i": i, "fault": name, "op": op, "landed": landed,
+                                  "violations": [[v.kind, v.detail] for v in found]}), flush=True)
+        finally:
+            host.close()
+
+
+def _records(path: Path | None) -> list[dict]:
+    """The runs a campaign's --record file holds (a campaign cut short goes on from it with --resume)."""
+    if not path or not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+class Tally:
+    """The campaign's results as they come: the table's rows, violations by kind, and each violation."""
+
+    def __init__(self) -> None:
+        self.rows: dict[tuple[str, str], list] = defaultdict(lambda: [0, 0, Counter()])
+        self.kinds: Counter[str] = Counter()
+        self.details: list[str] = []
+        self.done = self.broken = 0
+
+    def add(self, r: dict) -> list[str]:
+        """Counts run `r` (a worker's JSON line); returns its violations' lines."""
+        found = [Violation(k, d) for k, d in r["violations"]]
+        row = self.rows[(r["fault"], r["op"])]
+        row[0] += 1
+        row[1] += r["landed"]
+        row[2].update(v.kind for v in found)
+        self.kinds.update(v.kind for v in found)
+        self.done += 1
+        self.broken += bool(found)
+        lines = [f"run {r['i'] + 1} ({r['fault']}, {r['op']}): {v.kind}: {v.detail}" for v in found]
+        self.details += lines
+        return lines
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=40)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--jobs", type=int, default=1, help="hosts at once, each a process of its own")
+    ap.add_argument("--first", type=int, default=0, help="begin at this run (a campaign split across machines)")
     ap.add_argument("--only", default="", help="comma-separated fault names of the campaign")
     ap.add_argument("--bins", type=Path, help="the prover builds, made already (on a machine without make or g++)")
+    ap.add_argument("--record", type=Path, help="append each run's result here, a JSON line each")
+    ap.add_argument("--resume", type=Path, help="a --record file: its runs are counted, not run again")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)  # PART/PARTS: one of --jobs' processes
     args = ap.parse_args()
     names = [n for n in CAMPAIGN if not args.only or n in args.only.split(",")]
-    rng = random.Random(args.seed)
-    rows: dict[tuple[str, str], list] = defaultdict(lambda: [0, 0, Counter()])
-    kinds: Counter[str] = Counter()
-    details: list[str] = []
-    broken = 0
-    t0 = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="swapctl-faults-") as tmp:
-        host = Host(Path(tmp), builds(args.bins or Path(tmp) / "bin"), prefix="sfb")
-        try:
-            for i in range(args.runs):
-                name = names[i % len(names)] if args.runs >= len(names) else rng.choice(names)
-                op, landed, found = one(host, rng, name)
-                row = rows[(name, op)]
-                row[0] += 1
-                row[1] += landed
-                row[2].update(v.kind for v in found)
-                kinds.update(v.kind for v in found)
-                broken += bool(found)
-                details += [f"run {i + 1} ({name}, {op}): {v.kind}: {v.detail}" for v in found]
-                print(f"run {i + 1}/{args.runs}: {name} x {op}: {'landed' if landed else 'missed'}, "
-                      f"{len(found)} violation(s)", *details[len(details) - len(found):], sep="\n  ",
-                      file=sys.stderr, flush=True)  # each as it comes: a run cut short still says what it found
-        finally:
-            host.close()
-    print(table(rows, kinds))
-    print(f"\n{args.runs} runs (seed {args.seed}) in {time.monotonic() - t0:.0f} s: "
-          f"{sum(r[1] for r in rows.values())} faults landed inside the operation, {broken} runs broke a promise "
-          f"({sum(kinds.values())} violations)")
-    for kind, n in kinds.most_common():
+    if args.worker:
+        worker(args, names)
+        return 0
+    # built once here, not by every worker (make -C: an absolute path)
+    args.bins = (args.bins or Path(tempfile.mkdtemp(prefix="swapctl-faults-bins-"))).resolve()
+    builds(args.bins)
+    tally, t0 = Tally(), time.monotonic()
+    for r in _records(args.resume):
+        tally.add(r)
+    own = ["--runs", str(args.runs), "--seed", str(args.seed), "--first", str(args.first), "--only", args.only,
+           "--bins", str(args.bins), *(["--resume", str(args.resume)] if args.resume else [])]
+    procs = [subprocess.Popen([sys.executable, "-u", __file__, *own, f"--worker={k}/{args.jobs}"],
+                              stdout=subprocess.PIPE, text=True) for k in range(args.jobs)]
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def read(out: IO[str]) -> None:
+        for line in out:
+            lines.put(line)
+        lines.put(None)  # this worker has ended
+
+    for proc in procs:
+        assert proc.stdout is not None
+        threading.Thread(target=read, args=(proc.stdout,), daemon=True).start()
+    signal.signal(signal.SIGTERM, _cut)  # `timeout` ends it: the table of what came back
+    record = args.record.open("a") if args.record else None
+    total = args.runs - args.first
+    try:
+        ended = 0
+        while ended < len(procs):
+            try:
+                line = lines.get(timeout=1)  # a timeout, so a TERM is handled while it waits
+            except queue.Empty:
+                continue
+            if line is None:
+                ended += 1
+                continue
+            if record:
+                print(line.strip(), file=record, flush=True)
+            r = json.loads(line)
+            said = tally.add(r)
+            print(f"run {r['i'] + 1} ({tally.done} of {total} done): {r['fault']} x {r['op']}: "
+                  f"{'landed' if r['landed'] else 'missed'}, {len(said)} violation(s)", *said, sep="\n  ",
+                  file=sys.stderr, flush=True)
+    except SystemExit:
+        print(f"cut short: {tally.done} of {total} runs done", file=sys.stderr)
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.wait()
+    failed = [f"worker {k} exited {p.returncode}" for k, p in enumerate(procs) if p.returncode not in (0, 143, -15)]
+    print(table(tally.rows, tally.kinds))
+    print(f"\n{tally.done} runs (seed {args.seed}, runs {args.first + 1}-{args.runs}, {args.jobs} at once) in "
+          f"{time.monotonic() - t0:.0f} s: {sum(r[1] for r in tally.rows.values())} faults landed inside the "
+          f"operation, {tally.broken} runs broke a promise ({sum(tally.kinds.values())} violations)")
+    for kind, n in tally.kinds.most_common():
         print(f"- {kind}: {n}")
-    if details:
+    if tally.details:
         print("\nviolations:")
-        print("\n".join(details))
-    return 0
+        print("\n".join(tally.details))
+    if failed:  # a worker's error is the harness's: its runs are missing, not counted as kept promises
+        print(f"\nthe campaign itself failed: {', '.join(failed)} (its error is above)")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
