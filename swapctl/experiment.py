@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from .gpu.samples import Sample
 from .logs import gpu
 from .logs.power import proofs_needed, resolution
-from .logs.stats import ALPHA, Change, compare
+from .logs.stats import ALPHA, Change, compare, moves
 from .logs.timings import Log, Run
 
 # the phases a verdict line names first, when they changed: what cuzk's GPU path spends its time in
@@ -247,7 +247,7 @@ def moved(before: list[Run], after: list[Run], looks: int = LOOKS) -> str | None
     for name in HEADLINE:
         va = [v for r in before for v in r.phases.get(name, ())]
         vb = [v for r in after for v in r.phases.get(name, ())]
-        if va and vb and compare(va, vb).significant_at(ALPHA / looks):
+        if moves(va, vb, ALPHA / looks):
             return name
     return None
 

@@ -15,7 +15,7 @@ from swapctl.cli.experiment import percent
 from swapctl.errors import BadInput
 from swapctl.experiment import need, verdict
 from swapctl.logs import power
-from swapctl.logs.stats import ALPHA, compare
+from swapctl.logs.stats import ALPHA, compare, moves
 from swapctl.logs.timings import parse_files
 
 LOG = Path(__file__).parent / "data" / "h200-experiment" / "cuzk.log"
@@ -94,6 +94,22 @@ def test_a_change_under_what_the_log_prints_needs_no_search_to_be_unresolvable()
         d = power.Draws.of(base, n, n, sims=40)
         assert d.power(0.03) < power.POWER and d.power(-0.03) < power.POWER
     assert not power.below_print(base, 0.20) and power.values_needed(base, 0.20) is not None
+
+
+def test_moves_is_the_verdicts_rule_drawn_only_where_it_can_hold(ntt):
+    """experiment.moved's short cut gives compare's answer on every pair: no change, small, large, both
+    signs, sizes under MIN_N, at the one-look and the four-look level."""
+    rng = random.Random(41)
+    seen = set()
+    for i in range(120):
+        change = rng.choice([0.0, 0.0, 0.02, -0.05, 0.10, -0.3])
+        a = rng.choices(ntt, k=rng.choice([3, 8, 40]))
+        b = [v * (1 + change) for v in rng.choices(ntt, k=rng.choice([3, 8, 40]))]
+        alpha = ALPHA / rng.choice([1, 4])
+        want = compare(a, b).significant_at(alpha)
+        assert moves(a, b, alpha) == want, (i, change, len(a), len(b), alpha)
+        seen.add(want)
+    assert seen == {True, False}  # both answers were tried
 
 
 def test_bootstrap_medians_are_those_of_real_resamples(ntt):

@@ -122,3 +122,12 @@ def compare(before: Sequence[float], after: Sequence[float], seed: int = 1, resa
             low, high = _interval(ratios)
     return Change(len(before), len(after), mb, ma, spread[0], spread[1], delta, low, high,
                   mann_whitney_p(before, after), alpha)
+
+
+def moves(before: Sequence[float], after: Sequence[float], alpha: float = ALPHA) -> bool:
+    """`compare(before, after).significant_at(alpha)`, with the bootstrap drawn only where the cheap parts
+    of the rule (enough values, the medians apart by more than RESOLUTION, the U test's p) already hold:
+    the same answer, and under no change (most looks of a sequential window) ~20x sooner."""
+    if len(before) < MIN_N or len(after) < MIN_N or abs(median(after) - median(before)) <= RESOLUTION:
+        return False
+    return mann_whitney_p(before, after) < alpha and compare(before, after).significant_at(alpha)
