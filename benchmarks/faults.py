@@ -175,6 +175,7 @@ def main() -> int:
     tally, t0 = Tally(), time.monotonic()
     for r in _records(args.resume):
         tally.add(r)
+    resumed = tally.done
     own = ["--runs", str(args.runs), "--seed", str(args.seed), "--first", str(args.first), "--only", args.only,
            "--bins", str(args.bins), *(["--resume", str(args.resume)] if args.resume else [])]
     procs = [subprocess.Popen([sys.executable, "-u", __file__, *own, f"--worker={k}/{args.jobs}"],
@@ -218,9 +219,10 @@ def main() -> int:
             proc.wait()
     failed = [f"worker {k} exited {p.returncode}" for k, p in enumerate(procs) if p.returncode not in (0, 143, -15)]
     print(table(tally.rows, tally.kinds))
-    print(f"\n{tally.done} runs (seed {args.seed}, runs {args.first + 1}-{args.runs}, {args.jobs} at once) in "
-          f"{time.monotonic() - t0:.0f} s: {sum(r[1] for r in tally.rows.values())} faults landed inside the "
-          f"operation, {tally.broken} runs broke a promise ({sum(tally.kinds.values())} violations)")
+    earlier = f" ({resumed} of them from {args.resume}, run before)" if resumed else ""
+    print(f"\n{tally.done} runs{earlier} (seed {args.seed}, runs {args.first + 1}-{args.runs}, {args.jobs} at once), "
+          f"{tally.done - resumed} in {time.monotonic() - t0:.0f} s: {sum(r[1] for r in tally.rows.values())} faults "
+          f"landed inside the operation, {tally.broken} runs broke a promise ({sum(tally.kinds.values())} violations)")
     for kind, n in tally.kinds.most_common():
         print(f"- {kind}: {n}")
     if tally.details:

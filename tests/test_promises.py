@@ -105,6 +105,22 @@ def test_the_survives_page_is_what_the_tests_cover():
     assert r.returncode == 0, r.stderr
 
 
+def test_the_300_run_campaign_the_docs_cite_is_what_its_record_holds():
+    """docs/promises.md cites one `faults.py --runs 300` campaign (issue 27's bar): its record, a run a line,
+    holds each of runs 1-300 once, none with a violation, and the figures the page gives."""
+    import json
+
+    root = Path(__file__).resolve().parent.parent
+    runs = [json.loads(line) for line in
+            (root / "tests/data/faults-h200-2026-12-02d/campaign.jsonl").read_text().splitlines()]
+    assert sorted(r["i"] for r in runs) == list(range(300))
+    assert sum(len(r["violations"]) for r in runs) == 0
+    landed, by_fault = sum(r["landed"] for r in runs), Counter(r["fault"] for r in runs)
+    assert len(by_fault) == 12 and set(by_fault.values()) == {25}
+    page = (root / "docs/promises.md").read_text()
+    assert f"**300 runs, {landed} with the fault landed inside the operation, 0 violations.**" in page
+
+
 # -- sequences the machine and the campaign found, shrunk, kept as plain tests (each fails on main) ----
 
 
