@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -123,9 +124,13 @@ def test_a_slow_upload_shows_a_live_bar_with_rate_and_eta_and_the_lock_line_only
     mid = re.compile(r"lab upload .*?(\d+\.\d)/(\d+\.\d) MB .*?\d+\.\d [kM]B/s.*?\d:\d\d:\d\d")
     try:
         seen: list[str] = []
+        lines: list[str] = []  # each different upload line the screen showed, and when
 
         def mid_upload() -> bool:
             screen = pane.screen()
+            now = [ln for ln in screen.splitlines() if "lab upload" in ln or "lab lock" in ln]
+            if now and (not lines or lines[-1].split("  ", 1)[1] != " | ".join(now)):
+                lines.append(f"{time.monotonic():.2f}  " + " | ".join(now))
             m = mid.search(screen)
             if m and 0 < float(m.group(1)) < float(m.group(2)):
                 seen.append(screen)
@@ -135,7 +140,8 @@ def test_a_slow_upload_shows_a_live_bar_with_rate_and_eta_and_the_lock_line_only
         try:
             wait_until(mid_upload, timeout=60, what="a screen with the upload part done")
         except AssertionError as exc:  # once under the full suite's load: what the screen showed instead
-            raise AssertionError(f"{exc}; the last screen:\n{pane.screen()}") from None
+            raise AssertionError(f"{exc}; the upload lines seen:\n" + "\n".join(lines) +
+                                 f"\nthe last screen:\n{pane.screen()}") from None
         assert "lab lock: taken in " in seen[0] and "taking the host's deploy lock" not in seen[0], seen[0]
         wait_until(lambda: "exited" in pane.screen(), timeout=60, what="the deploy to end")
         screen = pane.screen()
