@@ -80,6 +80,17 @@ def sshd(lab_dir) -> SshServer:
     server.stop()
 
 
+def _describe(pid: int) -> str:
+    """A process as /proc has it: pid, ppid, state, executable, command line, start time (clock ticks)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        exe = os.readlink(f"/proc/{pid}/exe")
+    except OSError as exc:
+        return f"pid {pid}: gone ({exc.strerror})"
+    return f"pid {pid} ppid {stat[1]} state {stat[0]} started {stat[19]} exe {exe} argv {argv}"
+
+
 class Box:
     """One test's slice of the loopback host: its own data directory, playbook and daemon."""
 
@@ -114,8 +125,18 @@ class Box:
         return proc.pid
 
     def daemons(self) -> list[int]:
-        """Pids of live (not zombie) daemons running from this box's data directory (not their forks)."""
-        return [pid for pid, ppid in self._processes().items() if ppid not in self._processes()]
+        """Pids of live (not zombie) daemons running from this box's data directory (not their forks), from
+        one reading of /proc (a second one, for the parents, could miss a parent the first saw)."""
+        procs = self._processes()
+        return [pid for pid, ppid in procs.items() if ppid not in procs]
+
+    def one_daemon(self) -> int:
+        """The one daemon's pid; where there are none or several, a failure that says what each process is
+        (issue 27: two were seen once right after a deploy that exited 0, and `[pid] = ...` said no more)."""
+        pids = self.daemons()
+        if len(pids) == 1:
+            return pids[0]
+        raise AssertionError(f"{len(pids)} daemons, not one: " + "; ".join(map(_describe, pids)))
 
     def _processes(self) -> dict[int, int]:
         """pid -> ppid of live processes whose argv[0] lies in this box's data directory."""

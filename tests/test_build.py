@@ -60,7 +60,7 @@ def test_deploy_build_swaps_in_the_built_binary_and_history_shows_its_build(base
                 cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     built = tmp_path / "build" / "cuzk"
-    [pid] = box.daemons()
+    pid = box.one_daemon()
     assert exe_sha(pid) == sha(built) != sha(prover)
     release = box.data / ".swapctl" / "cuzk" / "releases" / sha(built)[:12] / "manifest.json"
     recorded = json.loads(release.read_text())["build"]

@@ -70,7 +70,7 @@ def test_adopts_hand_started_daemon_and_swaps_it(box, prover, prover_b):
     r = deploy(box, prover_b)
     assert r.returncode == 0, r.stderr
     assert "adopted release" in r.stderr and "deployed" in r.stdout
-    [new] = box.daemons()
+    new = box.one_daemon()
     assert new != old and not Path(f"/proc/{old}/cmdline").read_bytes()  # the old one is gone
     assert exe_sha(new) == sha(prover_b)
     assert cmdline(new) == old_argv  # same command line
@@ -96,7 +96,7 @@ def test_same_binary_is_not_restarted_unless_asked(box, prover):
     assert box.daemons() == [pid]
     r = deploy(box, prover, "--restart")
     assert r.returncode == 0, r.stderr
-    [new] = box.daemons()
+    new = box.one_daemon()
     assert new != pid and exe_sha(new) == sha(prover)
 
 
@@ -109,7 +109,7 @@ def test_crash_at_start_rolls_back_to_old_daemon_with_same_args(box, prover, pro
     assert any("failed (it exited before it was ready); rolled back" in line for line in message)
     assert f"Failed log: {box.log} from byte" in r.stderr
     assert "panicked" in r.stderr  # the failed daemon's log tail is shown
-    [now] = box.daemons()
+    now = box.one_daemon()
     assert exe_sha(now) == sha(prover) and cmdline(now) == old_argv
     bad = json.loads((box.data / ".swapctl/cuzk/releases" / sha(prover_crash)[:12] / "manifest.json").read_text())
     assert bad["status"] == "bad"
@@ -132,7 +132,7 @@ def test_never_ready_rolls_back_after_timeout(box, prover, prover_noready):
     box.start_by_hand(prover)
     r = deploy(box, prover_noready)
     assert r.returncode == 4 and "not ready after 1 s" in r.stderr
-    [now] = box.daemons()
+    now = box.one_daemon()
     assert exe_sha(now) == sha(prover)
 
 
@@ -146,7 +146,7 @@ def test_daemon_ignoring_sigterm_gets_sigkill(box, prover, prover_b):
     assert r.returncode == 0, r.stderr
     assert "still running after 1 s: SIGKILL" in r.stderr
     assert journal(box)[-1]["steps"]["stop"] >= 1.0
-    [new] = box.daemons()
+    new = box.one_daemon()
     assert exe_sha(new) == sha(prover_b)
 
 
@@ -183,7 +183,7 @@ def test_stray_child_holding_memory_delays_the_new_start(box, prover, prover_b):
     r = deploy(box, prover_b)
     watcher.join(30)
     assert r.returncode == 0, r.stderr
-    [new] = box.daemons()
+    new = box.one_daemon()
     started = os.stat(f"/proc/{new}").st_mtime  # when the process appeared
     assert gone_at and started >= gone_at[0] - 0.02, "the new daemon started before the old child freed its memory"
     assert journal(box)[-1]["steps"]["memory"] >= 1.2
@@ -327,7 +327,7 @@ def test_deploy_with_no_daemon_running_starts_it(box, prover):
     box.config.write_text(prover_config())
     r = deploy(box, prover)
     assert r.returncode == 0, r.stderr
-    [pid] = box.daemons()
+    pid = box.one_daemon()
     assert cmdline(pid) == [str(box.binary), "--config", str(box.config)]
 
 
@@ -435,7 +435,7 @@ def test_a_second_ctrl_c_rolls_back_to_the_old_daemon(box, prover, prover_b):
     assert proc.wait(60) == 4
     reader.join(5)
     assert any("a second Ctrl-C" in line for line in lines)
-    [now] = box.daemons()
+    now = box.one_daemon()
     assert exe_sha(now) == sha(prover) and cmdline(now) == argv
 
 
@@ -525,7 +525,7 @@ def test_connection_dropped_during_readiness_still_ends_with_a_daemon(box, prove
     entry = journal(box)[-1]
     assert entry["action"] == "auto-rollback" and "itself" in entry["by"]
     assert entry["from"] == sha(prover_noready) and entry["to"] == sha(prover) and entry["outcome"] == "rolled-back"
-    [pid] = box.daemons()
+    pid = box.one_daemon()
     assert entry["pid"] == pid and cmdline(pid) == [str(box.binary), "--config", str(box.config)]
 
 
@@ -560,7 +560,7 @@ def test_new_daemon_exiting_soon_after_its_ready_line_is_rolled_back(box, prover
     assert r.returncode == 4, r.stderr
     assert "it must stay up 4 s" in r.stderr and "it printed its ready line, then exited" in r.stderr
     wait_until(lambda: only_runs(box, prover), timeout=30, what="the old daemon back")
-    [now] = box.daemons()
+    now = box.one_daemon()
     assert cmdline(now) == argv and journal(box)[-1]["action"] == "auto-rollback"
 
 
@@ -605,7 +605,7 @@ def test_a_daemon_the_playbook_does_not_recognise_refuses_the_deploy_and_beside_
     real name, so it is not the daemon to the playbook; a deploy would start a second prover beside it."""
     box.start_by_hand(prover)
     assert deploy(box, prover_b).returncode == 0
-    [pid] = box.daemons()
+    pid = box.one_daemon()
     typo = box.data / "cuzkk"
     box.write_playbook(daemon={"binary": str(typo)})  # daemon.match stays the real path
     r = deploy(box, prover)

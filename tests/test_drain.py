@@ -144,7 +144,7 @@ def test_ready_proof_waits_for_a_completed_proof(box, prover, prover_b):
     r = d.deploy(prover_b)
     assert r.returncode == 4, r.stderr  # rolled back: no proof came
     assert "not ready after 3 s" in " ".join(r.stderr.split())
-    [back] = box.daemons()
+    back = box.one_daemon()
     assert back != old
     gen = d.load(pending=1)  # with work, the same build is ready after its first proof
     try:

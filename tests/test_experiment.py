@@ -106,7 +106,7 @@ def test_a_build_against_itself_is_no_significant_change(box, builds, swapctl_en
     assert not v["phases"]["ntt_kernels"]["significant"]
     assert "~" in v["phases"]["ntt_kernels"]["line"]
     assert "keeping B" in r.stderr
-    [pid] = box.daemons()
+    pid = box.one_daemon()
     assert _sha(f"/proc/{pid}/exe") == _sha(builds["again"])  # B runs: kept
     # this host has no nvidia-smi: neither the baseline nor B gets a sampler, nor a note from one
     assert not (box.data / ".swapctl" / "cuzk" / "gpu").exists()
@@ -118,7 +118,7 @@ def test_a_build_that_crashes_is_rolled_back_by_the_deploy_and_the_verdict_says_
     r = run(box, "--binary", str(prover_crash), "--for", "4s", "--baseline", "3s", "--min-proofs", "2")
     assert r.returncode == 4, r.stderr
     assert "B did not come up" in r.stderr
-    [now] = box.daemons()
+    now = box.one_daemon()
     assert now != old and _sha(f"/proc/{now}/exe") == _sha(builds["pageable"])  # started again by the rollback
 
 
@@ -131,7 +131,7 @@ def test_then_rollback_restores_the_baseline_by_sha256_and_names_it(box, builds,
     r = run(box, "--binary", str(builds["pinned"]), "--for", "4s", "--baseline", "3s", "--min-proofs", "2",
             "--then", "rollback")
     assert r.returncode == 0, r.stderr
-    [pid] = box.daemons()
+    pid = box.one_daemon()
     a = _sha(builds["pageable"])
     assert _sha(f"/proc/{pid}/exe") == a, r.stderr  # the baseline, never B that a rollback went away from
     assert f"the baseline {a[:12]} runs again as pid {pid}" in r.stderr
@@ -160,7 +160,7 @@ def test_ctrl_c_in_the_window_rolls_back_and_says_so(box, builds, swapctl_env):
     err = "".join(lines) + err
     assert "interrupted in the window: rolling back" in err and "rolled back" in err
     assert proc.returncode == 3
-    [pid] = box.daemons()
+    pid = box.one_daemon()
     assert _sha(f"/proc/{pid}/exe") == _sha(builds["pageable"])  # the build before B
 
 

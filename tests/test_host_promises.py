@@ -70,7 +70,7 @@ def test_controller_killed_at_the_rolling_back_line_the_host_still_rolls_back_an
     proc.wait(10)
     wait_until(lambda: only_runs(box, prover), timeout=40, what="the old daemon, started again by the host")
     entry = host_line(box)
-    [pid] = box.daemons()
+    pid = box.one_daemon()
     assert entry["outcome"] == "rolled-back" and entry["pid"] == pid
     assert entry["from"] == sha(prover_crash) and entry["to"] == sha(prover) and entry["current"] == sha(prover)[:12]
     assert "itself" in entry["by"] and entry["reason"] == "it exited before it was ready"
@@ -102,7 +102,7 @@ def test_the_old_daemon_killed_in_its_stability_window_is_started_again_and_not_
     proc, lines, reader = in_background(box, prover_crash)
     # the crash build never gets there: the first watch is the fallback's, in the rollback
     wait_until(lambda: said(lines, "it must stay up 2 s"), timeout=40, what="the fallback's stability window")
-    [first] = box.daemons()
+    first = box.one_daemon()
     os.kill(first, signal.SIGKILL)  # someone kills the good old daemon while it is watched
     assert proc.wait(60) == 4, "".join(lines)[-2000:]
     reader.join(5)

@@ -92,7 +92,7 @@ def test_hand_started_adopts_the_hand_started_daemon_and_deploys(box, prover, pr
     box.playbook_path.write_text(text)
     r = swapctl("deploy", "gpu-box", "--binary", str(prover_b), "--yes", "-p", str(box.playbook_path))
     assert r.returncode == 0, r.stderr
-    [pid] = box.daemons()
+    pid = box.one_daemon()
     assert pid != hand.pid
     argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:-1]
     assert argv == [str(binary).encode(), b"--config", str(config).encode()]  # its own arguments, kept
@@ -121,7 +121,7 @@ def farm_of(box, prover, rollout: str) -> Path:
 
 def test_the_playbooks_canary_stops_the_farm_when_it_fails(box, prover, prover_b):
     playbook = farm_of(box, prover, "canary = 1")
-    [before] = box.daemons()
+    before = box.one_daemon()
     r = swapctl("deploy", "@farm", "--binary", str(prover_b), "--yes", "--json", "-p", str(playbook))
     assert r.returncode == 3, r.stderr  # the unreachable canary: refused, nothing changed
     hosts = json.loads(r.stdout)["hosts"]
@@ -131,7 +131,7 @@ def test_the_playbooks_canary_stops_the_farm_when_it_fails(box, prover, prover_b
 
 def test_the_command_line_overrides_the_playbooks_rollout(box, prover, prover_b):
     playbook = farm_of(box, prover, 'canary = 1\nmax_fail = 0')
-    [before] = box.daemons()
+    before = box.one_daemon()
     r = swapctl("deploy", "@farm", "--binary", str(prover_b), "--yes", "--json", "--canary", "0",
                 "--max-fail", "1", "-p", str(playbook))
     assert r.returncode == 3, r.stderr  # the worst outcome: dead's

@@ -135,7 +135,7 @@ def test_a_setpriv_on_the_daemons_own_path_is_never_what_root_runs(open_box, pro
     r = deploy(box, prover_b)
     assert r.returncode == 0, r.stderr
     assert not proof.exists(), f"U's setpriv ran, as uid {proof.read_text().split()}"
-    [new] = box.daemons()
+    new = box.one_daemon()
     assert exe_sha(new) == sha(prover_b) and uid_of(new) == user.pw_uid
     assert environ(new)["PATH"] == f"{ubin}:/usr/bin:/bin"  # its PATH is still its own
 
@@ -210,7 +210,7 @@ def test_a_directory_named_like_the_switchs_link_does_not_stop_the_swap(open_box
     subprocess.run([*NOBODY, "mkdir", str(taken)], check=True)
     r = deploy(box, prover_b)
     assert r.returncode == 0, r.stderr
-    [new] = box.daemons()
+    new = box.one_daemon()
     assert exe_sha(new) == sha(prover_b) and taken.is_dir()  # and nobody's directory is left alone
 
 

@@ -34,7 +34,7 @@ def test_rollback_restarts_old_daemon_with_same_args_and_bytes(box, prover, prov
     r = rollback(box)
     assert r.returncode == 0, r.stderr
     assert f"rolled back to {sha(prover)[:12]}" in r.stdout
-    [pid] = box.daemons()
+    pid = box.one_daemon()
     assert cmdline(pid) == argv and exe_sha(pid) == sha(prover)
     assert sha(box.binary.resolve()) == sha(prover)  # the binary on disk is byte-identical to A
     assert journal(box)[-1]["action"] == "rollback" and journal(box)[-1]["outcome"] == "rolled-back"
@@ -58,11 +58,11 @@ def test_rollback_after_adoption_restores_the_hand_started_command_line(box, pro
     box.write_playbook(daemon={"match": re.escape(str(box.data)) + "/cuzk"})  # cuzk and cuzk-priodisp
     r = deploy(box, prover_b)
     assert r.returncode == 0, r.stderr
-    [b] = box.daemons()
+    b = box.one_daemon()
     assert cmdline(b) == [str(box.binary), "--config", str(box.config)]
     r = rollback(box)
     assert r.returncode == 0, r.stderr
-    [a] = box.daemons()
+    a = box.one_daemon()
     assert cmdline(a) == [str(hand), "--config", str(config)]
     assert os.readlink(f"/proc/{a}/cwd") == str(tmp_path)
     env = dict(kv.split("=", 1) for kv in Path(f"/proc/{a}/environ").read_text().split("\0") if "=" in kv)
@@ -156,7 +156,7 @@ def test_rollback_whose_target_fails_exits_unknown_state_and_says_what_runs(box,
     r = rollback(box)
     assert r.returncode == 5, r.stderr
     assert f"the rollback to {sha(prover)[:12]} failed" in r.stderr
-    [pid] = box.daemons()
+    pid = box.one_daemon()
     assert exe_sha(pid) == sha(prover_b)
     assert f"{sha(prover_b)[:12]}, which ran before, runs again as pid {pid}" in r.stderr
 

@@ -183,13 +183,13 @@ def test_an_adopted_daemons_loader_variables_are_dropped_and_the_plan_shows_the_
     assert "LD_LIBRARY_PATH is not carried over (a loader variable: name it in daemon.keep_loader_env" in r.stderr
     assert "BASH_FUNC_f%% is not carried over (not a variable name)" in r.stderr
     assert "environment: +ADDED=yes, +CUZK_API_TOKEN=***" in r.stderr and "tok-9f8e7d" not in r.stderr
-    [new] = box.daemons()
+    new = box.one_daemon()
     got = environ(new)
     assert got["KEPT"] == "1" and got["CUZK_API_TOKEN"] == "tok-9f8e7d"
     assert "LD_LIBRARY_PATH" not in got and "BASH_FUNC_f%%" not in got
     # the adopted release keeps what it may carry only: a rollback to it cannot bring LD_LIBRARY_PATH back
     assert swapctl("rollback", "lab", "--yes", "-p", str(box.playbook_path)).returncode == 0
-    [back] = box.daemons()
+    back = box.one_daemon()
     assert exe_sha(back) == sha(prover) and "LD_LIBRARY_PATH" not in environ(back) and environ(back)["KEPT"] == "1"
 
 
@@ -204,7 +204,7 @@ def test_a_loader_variable_the_playbook_names_is_carried(box, prover, prover_b, 
     r = deploy(box, prover_b)
     assert r.returncode == 0, r.stderr
     assert "not carried over" not in r.stderr
-    [new] = box.daemons()
+    new = box.one_daemon()
     assert environ(new)["LD_LIBRARY_PATH"] == "/usr/local/cuda/lib64"
 
 
@@ -246,7 +246,7 @@ def test_a_daemon_that_runs_as_another_user_is_adopted_and_started_again_as_it(o
     r = deploy(box, prover_b)
     assert r.returncode == 0, r.stderr
     assert f"uid {user.pw_uid} gid {user.pw_gid}" in r.stderr  # the plan says whom it runs as
-    [new] = box.daemons()
+    new = box.one_daemon()
     assert exe_sha(new) == sha(prover_b) and uid_of(new) == user.pw_uid
     state = box.data / ".swapctl/cuzk"
     assert oct(state.stat().st_mode & 0o777) == "0o710" and state.stat().st_gid == user.pw_gid
@@ -299,7 +299,7 @@ def test_no_secret_reaches_a_command_line_during_a_deploy_and_its_rollback(box, 
     report = json.loads(out)
     assert report["saw_swap"] and report["samples"] > 50, report  # it watched while the swap scripts ran
     assert report["hits"] == [], report["hits"]
-    [new] = box.daemons()
+    new = box.one_daemon()
     assert environ(new)["CUZK_API_TOKEN"] == listed and environ(new)["PLAIN_VALUE"] == unlisted  # they got there
 
 
@@ -351,7 +351,7 @@ def test_rollback_to_an_edited_manifest_shows_its_environment_and_drops_its_load
     assert r.returncode == 0, r.stderr
     assert "+EVIL_LOG=" in r.stderr and "+EDITED=by-someone" in r.stderr  # shown before it runs
     assert "LD_PRELOAD is not carried over" in r.stderr
-    [back] = box.daemons()
+    back = box.one_daemon()
     assert exe_sha(back) == sha(prover) and "LD_PRELOAD" not in environ(back)
     assert "uid=0" not in evil_log.read_text()
 
@@ -392,7 +392,7 @@ def test_a_state_directory_others_may_write_to_is_refused(box, prover, prover_b,
 def test_a_release_changed_on_the_host_is_never_switched_to(box, prover, prover_b, swapctl_env):
     box.start_by_hand(prover)
     assert deploy(box, prover_b).returncode == 0
-    [pid] = box.daemons()
+    pid = box.one_daemon()
     saved = box.data / ".swapctl/cuzk/releases" / sha(prover)[:12] / "cuzk"
     saved.write_bytes(saved.read_bytes()[:4096] + b"changed")
     r = swapctl("rollback", "lab", "--yes", "-p", str(box.playbook_path))
@@ -405,7 +405,7 @@ def test_a_release_with_the_same_12_digits_and_another_sha256_is_not_already_on_
                                                                                         swapctl_env):
     box.start_by_hand(prover)
     assert deploy(box, prover_b).returncode == 0
-    [pid] = box.daemons()
+    pid = box.one_daemon()
     fake = sha(prover)[:12] + "0" * 52
     assert fake != sha(prover)
     old = {"size": 4, "name": "cuzk", "created": "2000-01-01T00:00:00Z", "by": "x", "status": "ok", "source": "upload"}

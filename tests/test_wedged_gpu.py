@@ -109,7 +109,7 @@ def test_ignore_gpu_hang_swaps_anyway_and_names_the_hang_in_the_plan(tmp_path, p
                     "-p", str(box.playbook_path))
         assert r.returncode == 0, r.stderr
         assert "warning: nvidia-smi failed: did not answer within" in r.stderr
-        [pid] = box.daemons()
+        pid = box.one_daemon()
         assert sha(Path(f"/proc/{pid}/exe")) == sha(prover_b)
         wait_until(lambda: nothing_left(box, pids), timeout=10, what="the hung nvidia-smi and the status script gone")
 
@@ -131,7 +131,7 @@ def test_a_gpu_that_hangs_in_the_memory_wait_holds_the_swap_no_longer_than_its_l
         box.start_by_hand(prover, prover_config())
         r = swapctl("deploy", "lab", "--binary", str(prover_b), "--yes", "-p", str(box.playbook_path), timeout=50)
         assert r.returncode == 0, r.stderr
-        [pid] = box.daemons()
+        pid = box.one_daemon()
         assert sha(Path(f"/proc/{pid}/exe")) == sha(prover_b)
         hung = [int(p) for p in pids.read_text().split()]
         assert hung, "the memory wait never asked nvidia-smi: nothing was tested"
