@@ -114,10 +114,13 @@ def test_upload_killed_halfway_resumes_from_the_bytes_on_the_host(box, prover, b
     book = load(box.playbook_path)
     tmp = box.data / ".swapctl" / "cuzk" / "releases" / f".upload-{sha(big_b)[:12]}"
 
-    def cut(event) -> None:
-        if event.step == "upload" and event.done and event.done >= CHUNK:
+    cuts: list[int] = []
+
+    def cut(event) -> None:  # once: the bar moves by pieces, and pieces go on until the cut is noticed
+        if event.step == "upload" and event.done and event.done >= CHUNK and not cuts:
             wait_until(lambda: tmp.exists() and tmp.stat().st_size >= CHUNK // 2, what="bytes on the host")
-            os.kill(session_of("swapctl-receive"), signal.SIGKILL)  # the link drops mid-upload
+            cuts.append(session_of("swapctl-receive"))
+            os.kill(cuts[0], signal.SIGKILL)  # the link drops mid-upload
 
     with connect(book.hosts["lab"]) as host:
         sw = Swap(host, book, events=cut)
