@@ -208,14 +208,28 @@ def test_a_loader_variable_the_playbook_names_is_carried(box, prover, prover_b, 
     assert environ(new)["LD_LIBRARY_PATH"] == "/usr/local/cuda/lib64"
 
 
+def _remove_user(name: str) -> None:
+    """Its processes killed and gone, then the user: userdel refuses a user a process still runs as, and a
+    user left behind made the next test's useradd fail (exit 9: two full suites here lost a test to it)."""
+    subprocess.run(["pkill", "-9", "-u", name], check=False)
+    wait_until(lambda: subprocess.run(["pgrep", "-u", name], capture_output=True).returncode == 1,
+               what=f"{name}'s processes to end")
+    r = subprocess.run(["userdel", name], capture_output=True, text=True)
+    assert r.returncode == 0, f"userdel {name}: {r.stderr.strip()}"
+
+
 @pytest.fixture
 def daemon_user():
     """A real second user, made for the test: the daemon runs as it."""
     name = f"swd{os.getpid() % 100000}"
+    try:
+        pwd.getpwnam(name)
+        _remove_user(name)  # left by a run killed before its teardown, whose pid this one has again
+    except KeyError:
+        pass
     subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name], check=True)
     yield pwd.getpwnam(name)
-    subprocess.run(["pkill", "-9", "-u", name], check=False)
-    subprocess.run(["userdel", name], check=False)
+    _remove_user(name)
 
 
 def start_as(box, prover: Path, user: pwd.struct_passwd, path: str = "/usr/bin:/bin") -> None:
