@@ -8,7 +8,7 @@ from swapctl.errors import BadInput
 from swapctl.fleet import fail_budget
 from swapctl.logs.timings import release_segments
 from swapctl.swap.journal_entry import JournalEntry
-from swapctl.swap.plan import cgroup_unit, config_paths, read_catalog
+from swapctl.swap.plan import Backup, cgroup_unit, config_paths, read_catalog
 from swapctl.swap.releases import Release
 
 
@@ -168,3 +168,13 @@ def test_a_binary_read_once_is_read_again_when_it_changes_even_with_its_mtime_pu
     os.utime(binary, ns=(st.st_atime_ns, st.st_mtime_ns))
     again = elf.inspect(str(binary))
     assert again.sha256 == hashlib.sha256(data).hexdigest() != first.sha256
+
+
+def test_a_backup_once_the_daemon_is_gone_keeps_the_plain_file_and_takes_the_build_from_the_binary_path():
+    """The review found the first version of this blanking every copy's source, a plain file's too (whose
+    backup then failed: `cp ''`)."""
+    rel = Release(sha256="a" * 64, size=1, name="cuzk", created="2026-01-01T00:00:00Z", by="x")
+    disk = Backup("/data/cuzk", rel)
+    assert disk.once_gone() == disk
+    assert Backup("/proc/7/exe", rel).once_gone() is None
+    assert Backup("/proc/7/exe", rel, or_file="/data/cuzk").once_gone() == Backup("/data/cuzk", rel)

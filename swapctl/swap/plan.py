@@ -55,6 +55,13 @@ class Backup:
     release: Release
     or_file: str = ""
 
+    def once_gone(self) -> Backup | None:
+        """This copy once the daemon has exited by itself: from the binary path where it holds the daemon's
+        build, none where only /proc/PID/exe did, the same for a plain file."""
+        if not self.source.startswith("/proc/"):
+            return self
+        return replace(self, source=self.or_file, or_file="") if self.or_file else None
+
 
 @dataclass(frozen=True)
 class Partial:

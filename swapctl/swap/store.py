@@ -54,8 +54,7 @@ def without_daemon(ctx: Context, sit: S) -> S:
     ctx.emit("backup", f"the daemon (pid {sit.daemon.pid}) exited on its own before the stop: going on with none "
                        f"(daemon.gone_before_stop = \"deploy\")")
     # its build is kept all the same where the binary path holds it, or a rollback could never go back to it
-    return replace(sit, daemon=None, to_save=tuple(replace(b, source=b.or_file, or_file="") for b in sit.to_save
-                                                   if not b.source.startswith("/proc/") or b.or_file))
+    return replace(sit, daemon=None, to_save=tuple(k for b in sit.to_save if (k := b.once_gone())))
 
 
 def gone(ctx: Context, pid: int) -> Refused:
