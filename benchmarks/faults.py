@@ -14,8 +14,8 @@ Prints a table, fault x operation: runs, faults that landed inside the operation
 still ran), violations by kind; then each violation. A benchmark, not a CI test: it takes ~5-10 s a run.
 Needs root, sshd, tc, and g++ unless --bins names the prover builds. `--jobs J` runs J hosts at once, each
 in a process of its own (its namespaces named by its pid). Run i draws from its own generator (seed/i):
-the same run whatever --jobs, and a campaign cut short goes on with --first. Usage:
-python3 benchmarks/faults.py [--runs 40] [--seed 1] [--jobs 1] [--first 0] [--only F,...] [--bins DIR]
+the same run whatever --jobs, and a campaign cut short goes on from its --record with --resume. Usage:
+python3 benchmarks/faults.py [--runs 40] [--seed 1] [--jobs 1] [--record F] [--resume F] [--only F,...] [--bins DIR]
 """
 
 from __future__ import annotations
