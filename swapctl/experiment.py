@@ -8,6 +8,7 @@ own counters, the GPU phase share and where the time goes, and one line an engin
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from .gpu.samples import Sample
 from .logs import gpu
@@ -37,7 +38,7 @@ class Side:
     gpu_busy: dict[str, float | None]
     where: dict[str, dict[str, float]]
     largest_idle_cause: dict[str, str | None]
-    report: dict = field(repr=False)
+    report: dict[str, Any] = field(repr=False)
     duty_cycle: dict[str, float | None] = field(default_factory=dict)  # dmon sm%: any kernel ran
     kernel_share: dict[str, float | None] = field(default_factory=dict)  # from the log's phases, 0-1
 
@@ -58,8 +59,8 @@ class Verdict:
         return [c.line(name.ljust(width)) + _unseen(self.resolution.get(name, False))
                 for name, c in self.phases.items()]
 
-    def as_dict(self) -> dict:
-        def side(s: Side) -> dict:
+    def as_dict(self) -> dict[str, Any]:
+        def side(s: Side) -> dict[str, Any]:
             return {k: v for k, v in s.__dict__.items() if k != "report"}
         return {"summary": self.summary, "before": side(self.before), "after": side(self.after),
                 "phases": {n: {**c.__dict__, "significant": c.significant, "line": c.line(n),

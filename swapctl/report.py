@@ -7,11 +7,13 @@ import base64
 import html
 import io
 from pathlib import Path
+from typing import Protocol
 
 from .experiment import Side, Verdict
+from .gpu.samples import Sample
 from .logs import plot
 from .logs.gpu import PARTS
-from .logs.timings import _Range
+from .logs.timings import Run, _Range
 
 STYLE = """body{font:14px/1.4 system-ui,sans-serif;margin:2em;max-width:1200px}
 table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:.25em .6em;text-align:right}
@@ -19,9 +21,17 @@ th:first-child,td:first-child{text-align:left}.sig{font-weight:bold}.noise{color
 .verdict{font-size:1.2em;background:#f4f4f4;padding:.6em;border-left:4px solid #55a868}img{max-width:100%}"""
 
 
-def _png(draw) -> str:
-    buf = io.BytesIO()
-    draw(buf)
+class Fetched(Protocol):
+    """The window's files as fetched: the daemon log's local copy and the GPU samples."""
+    local: Path
+
+    def samples(self) -> list[Sample]: ...
+
+    def runs(self, start: int, end: int | None = None) -> list[Run]: ...
+
+
+def _png(buf: io.BytesIO) -> str:
+    """A PNG drawn into `buf`, as a data: URL for an <img>."""
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
 
 
@@ -58,7 +68,7 @@ def _phases(v: Verdict) -> str:
     return f"<table>{head}{''.join(rows)}</table>"
 
 
-def write_html(path: Path, v: Verdict, host: str, binary: str, win, offsets: tuple[int, int]) -> None:
+def write_html(path: Path, v: Verdict, host: str, binary: str, win: Fetched, offsets: tuple[int, int]) -> None:
     """The report: the verdict line, both builds' figures, every phase, where the time went, and each
     build's timeline with the GPU's counters under it."""
     samples = win.samples()
@@ -67,18 +77,21 @@ def write_html(path: Path, v: Verdict, host: str, binary: str, win, offsets: tup
         size = f.seek(0, 2)
         for label, (lo, hi) in (("before", (offsets[0], offsets[1])), ("B", (offsets[1], size))):
             lanes = plot.runs([_Range(f, lo, hi)])[-1:]
-            runs = [r for r in (v.before if label == "before" else v.after).report.get("runs", [])][-1:]
             views = None
             side_runs = win.runs(lo, hi)[-1:]
             if samples and side_runs and side_runs[0].epoch:
                 views = [{"epoch": side_runs[0].epoch, "samples": samples}]
             if lanes:
-                pictures.append((label, _png(lambda buf, lanes=lanes, views=views, label=label:
-                                             plot.draw(lanes, buf, f"{host}: {label}", views))))
-            del runs
+                buf = io.BytesIO()
+                plot.draw(lanes, buf, f"{host}: {label}", views)
+                pictures.append((label, _png(buf)))
     where_rows = [(f"{label} GPU {g}", parts) for label, s in (("before", v.before), ("B", v.after))
                   for g, parts in s.where.items()]
-    where = _png(lambda buf: plot.where_bars(where_rows, buf)) if where_rows else None
+    where = None
+    if where_rows:
+        buf = io.BytesIO()
+        plot.where_bars(where_rows, buf)
+        where = _png(buf)
     legend = "".join(f"<li><b>{html.escape(k)}</b>: {html.escape(t)}</li>" for k, t in PARTS.items())
     imgs = "".join(f"<h3>timeline: {html.escape(label)}</h3><img alt='timeline {html.escape(label)}' src='{src}'>"
                    for label, src in pictures)

@@ -15,6 +15,7 @@ import textwrap
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from .errors import BadInput, Refused
 from .playbook import examples
@@ -34,7 +35,7 @@ def sshd_path() -> str:
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        return int(s.getsockname()[1])
 
 
 def keygen(path: Path) -> None:
@@ -52,7 +53,7 @@ class SshServer:
     client_key: Path
     known_hosts: Path
     data: Path  # what the host uses as its data directory
-    proc: subprocess.Popen | None = None
+    proc: subprocess.Popen[bytes] | None = None
     netns: str | None = None
     wrap: list[str] = field(default_factory=list)  # a command that runs sshd inside namespaces
     path: str | None = None  # the PATH its sessions get; this process's PATH by default
@@ -106,7 +107,7 @@ class SshServer:
         with open(self.known_hosts, "a") as f:
             f.write(f"{name} ssh-ed25519 {self.host_pub}\n")
 
-    def exec(self, script: str, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    def exec(self, script: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         """Runs a shell script on the host with the system `ssh` client (an engineer's own hands)."""
         cmd = ["ssh", "-q", "-p", str(self.port), "-i", str(self.client_key), "-o", "BatchMode=yes",
                "-o", f"UserKnownHostsFile={self.known_hosts}", "-o", "StrictHostKeyChecking=yes",
@@ -114,7 +115,7 @@ class SshServer:
                *map(shlex.quote, args)]
         return subprocess.run(cmd, capture_output=True, text=True, check=check, timeout=60)
 
-    def playbook(self, name: str = "lab", host: dict | None = None, **sections: dict) -> str:
+    def playbook(self, name: str = "lab", host: dict[str, Any] | None = None, **sections: dict[str, Any]) -> str:
         """Playbook text naming this host (`host`: its keys to add or change, e.g. user); `sections` add tables."""
         import json
 

@@ -15,10 +15,14 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from ..errors import BadInput, Refused, SwapctlError
 from ..playbook import Playbook
 from ..swap import elf
+
+if TYPE_CHECKING:
+    from docker import DockerClient
 
 DEFAULT_DOCKERFILE = "Dockerfile.cuzk-rebuild"
 # linux/<docker arch> -> what `uname -m` prints (elf.MACHINES' values)
@@ -44,12 +48,12 @@ class Built:
     path: str
     sha256: str
     image_id: str
-    args: dict
+    args: dict[str, Any]
     platform: str
     dockerfile: str
     seconds: float
 
-    def record(self) -> dict:
+    def record(self) -> dict[str, Any]:
         """What a release's manifest keeps of its build."""
         return {"image": self.image_id, "args": self.args, "platform": self.platform,
                 "dockerfile": os.path.basename(self.dockerfile)}
@@ -73,7 +77,7 @@ def spec_from(book: Playbook, build_args: dict[str, str]) -> BuildSpec:
     return BuildSpec(str(dockerfile), str(context), binary, tuple(args.items()), platform)
 
 
-def engine():
+def engine() -> DockerClient:
     """A client for the engine DOCKER_HOST (and the other Docker variables) point at."""
     import docker  # here, not at the top: it costs every swapctl command 0.4 s to import
     import docker.errors
@@ -110,7 +114,7 @@ def build(spec: BuildSpec, output: str, on_line: Callable[[str], None]) -> Built
     return built
 
 
-def _build_image(client, spec: BuildSpec, on_line: Callable[[str], None]) -> str:
+def _build_image(client: DockerClient, spec: BuildSpec, on_line: Callable[[str], None]) -> str:
     import docker.errors
 
     step, image_id = "", ""
@@ -138,7 +142,7 @@ def _build_image(client, spec: BuildSpec, on_line: Callable[[str], None]) -> str
     return image_id
 
 
-def _extract(client, image_id: str, path: str, output: str) -> None:
+def _extract(client: DockerClient, image_id: str, path: str, output: str) -> None:
     """`docker cp` without the CLI: the file at `path` in the image, to `output`, whole or not at all."""
     import docker.errors
 

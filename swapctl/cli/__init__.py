@@ -60,20 +60,21 @@ def load_verb(name: str) -> typer.core.TyperCommand | typer.core.TyperGroup:
         pretty_exceptions_short=app.pretty_exceptions_short, rich_markup_mode=app.rich_markup_mode))
 
 
-class _Verbs(MutableMapping):
+# click's types below are typer's vendored copy (typer._click, private): Any stands for them
+class _Verbs(MutableMapping[str, Any]):
     """The group's commands: every verb's name is there, its module is imported on first lookup."""
 
-    def __init__(self, eager: MutableMapping):
+    def __init__(self, eager: MutableMapping[str, Any]) -> None:
         self._loaded = dict(eager)
 
-    def __getitem__(self, name: str):
+    def __getitem__(self, name: str) -> Any:
         if name not in self._loaded:
             if name not in VERBS:
                 raise KeyError(name)
             self._loaded[name] = load_verb(name)
         return self._loaded[name]
 
-    def __setitem__(self, name: str, command) -> None:
+    def __setitem__(self, name: str, command: Any) -> None:
         self._loaded[name] = command
 
     def __delitem__(self, name: str) -> None:
@@ -91,17 +92,17 @@ class _Verbs(MutableMapping):
 
 
 class _LazyGroup(typer.core.TyperGroup):
-    def __init__(self, **attrs):
+    def __init__(self, **attrs: Any) -> None:
         super().__init__(**attrs)
         self.commands = _Verbs(self.commands)
 
-    def list_commands(self, ctx) -> list[str]:
+    def list_commands(self, ctx: Any) -> list[str]:
         """The verbs' names, none imported (typer's own walks `.items()`); in typer's order: newer typer keeps
         the order they were added, older sorts them as click does."""
         keeps_order = "list_commands" in vars(typer.core.TyperGroup)
         return list(self.commands) if keeps_order else sorted(self.commands)
 
-    def format_commands(self, ctx, formatter) -> None:
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
         """The list `--help` shows, from VERBS: listing a verb must not import it."""
         names = [name for name in self.list_commands(ctx) if name in VERBS]
         if not names:

@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.text import Text
 
 from .. import playbook as pb
-from ..errors import BadInput, ExitCode, SwapctlError
+from ..errors import BadInput, ExitCode, PlaybookError, SwapctlError
 from .terminal import log_lines, visible
 
 PlaybookOpt = Annotated[
@@ -77,7 +77,7 @@ def select_hosts(playbook: pb.Playbook, targets: list[str], limit: str | None = 
         if target.startswith("@"):
             group = target[1:]
             if group not in playbook.groups:
-                raise pb.PlaybookError(playbook.path, f"unknown group {group!r}; add it under [groups]",
+                raise PlaybookError(playbook.path, f"unknown group {group!r}; add it under [groups]",
                                        key="groups")
             for name in playbook.groups[group]:
                 specs[name] = playbook.hosts[name]
@@ -107,7 +107,7 @@ def to_json(value: Any) -> Any:
     return value
 
 
-def print_json(document: dict) -> None:
+def print_json(document: dict[str, Any]) -> None:
     sys.stdout.write(json.dumps({"version": 1, **to_json(document)}, indent=2) + "\n")
 
 

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
 from pathlib import PurePosixPath
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -217,7 +217,7 @@ def _deploy(targets: list[str], binary: str | None, playbook_path: str | None, y
     return report(results, why, as_json)
 
 
-def report(results: dict, why: str, as_json: bool) -> int:
+def report(results: dict[str, Any], why: str, as_json: bool) -> int:
     codes = [int(r.exit_code) for r in results.values() if isinstance(r, SwapctlError)]
     if as_json:
         print_json({"hosts": {n: ({"skipped": why} if isinstance(r, str) else

@@ -20,11 +20,11 @@ from .. import playbook as pb
 from ..errors import BadInput, Refused, SwapctlError, UnknownState
 from ..experiment import LOOKS, MIN_PROOFS, Verdict, enough, moved, need, verdict, without_warmup
 from ..gpu.sampler import fetch_patterns, start_sampler
-from ..gpu.samples import samples_in
+from ..gpu.samples import Sample, samples_in
 from ..logs.fetch import LogFetcher
 from ..logs.stats import ALPHA
 from ..logs.timings import Run, _Range, parse
-from ..remote import connect
+from ..remote import Host, connect
 from ..swap import journal
 from ..swap.deploy import Daemon, Swap, samplable
 from ..swap.deploy import deploy as run_deploy
@@ -87,7 +87,7 @@ def percent(value: str) -> float:
 class Window:
     """The daemon's log and GPU samples as fetched so far, and the runs in a byte range of the log."""
 
-    def __init__(self, host, book: pb.Playbook, dest: Path):
+    def __init__(self, host: Host, book: pb.Playbook, dest: Path) -> None:
         self.book, self.fetcher = book, LogFetcher(host, dest)
         self.log_remote = book.require_daemon().log
         self.local = dest / host.name / PurePosixPath(self.log_remote).name
@@ -104,7 +104,7 @@ class Window:
             size = f.seek(0, 2)
             return parse([_Range(f, start, size if end is None else min(end, size))]).runs
 
-    def samples(self) -> list:
+    def samples(self) -> list[Sample]:
         return samples_in(self.samples_dir)
 
 

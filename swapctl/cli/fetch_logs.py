@@ -12,6 +12,7 @@ from .. import playbook as pb
 from ..errors import BadInput, ExitCode, SwapctlError
 from ..gpu.sampler import fetch_patterns
 from ..logs.fetch import Fetched, LogFetcher, fetch_journal
+from ..remote import Host
 from ..remote.group import on_hosts
 from .common import JsonOpt, PlaybookOpt, err, guarded, out, print_json, select_hosts, text, warn, worst
 from .terminal import log_lines
@@ -30,7 +31,7 @@ def fetch_logs(
     guarded(lambda: _fetch(hosts, dest, follow, playbook, json, since_deploy))
 
 
-def _since_deploy(host, book: pb.Playbook) -> dict[str, tuple[int, str]]:
+def _since_deploy(host: Host, book: pb.Playbook) -> dict[str, tuple[int, str]]:
     """The daemon log's offset where the current release started, from the host's journal."""
     from ..swap.deploy import Swap
 
@@ -57,7 +58,7 @@ def _fetch(targets: list[str], dest: Path, follow: bool, playbook_path: str | No
     # the GPU sampler's segments and notes come too, under their own names (swapctl.gpu.sampler)
     samples = fetch_patterns(book.daemon.state_dir) if book.daemon.binary else []
 
-    def one(host) -> list[Fetched]:
+    def one(host: Host) -> list[Fetched]:
         fetcher = LogFetcher(host, dest, since=_since_deploy(host, book) if since_deploy else None)
         fetched = fetcher.fetch(patterns + samples)
         _refused(host.name, fetcher.refused)

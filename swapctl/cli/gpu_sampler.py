@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated
 
 import typer
@@ -69,7 +70,8 @@ def status(hosts: HostsArg, playbook: PlaybookOpt = None, limit: LimitOpt = None
                          lambda host, book: sampler_status(host, book.daemon.state_dir, book.daemon.user or "")))
 
 
-def _run(targets: list[str], playbook_path: str | None, limit: str | None, as_json: bool, fn) -> int:
+def _run(targets: list[str], playbook_path: str | None, limit: str | None, as_json: bool,
+         fn: Callable[[Host, pb.Playbook], SamplerStatus]) -> int:
     book = pb.load(playbook_path)
     book.require_daemon()
     specs = select_hosts(book, targets, limit)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 from rich.console import Console
 from rich.live import Live
@@ -102,7 +103,7 @@ class FleetView:
 
     def __init__(self, hosts: list[str], console: Console):
         self.console = console
-        self.rows: dict[str, list] = {h: ["waiting", "", None] for h in hosts}  # step, detail, (done, total, wire)
+        self.rows: dict[str, list[Any]] = {h: ["waiting", "", None] for h in hosts}  # step, detail, (done, total, wire)
         self.lock = threading.Lock()
         self.live = Live(self, console=console, refresh_per_second=4, transient=True, redirect_stderr=False)
 
@@ -110,7 +111,7 @@ class FleetView:
         self.live.start()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.live.stop()
 
     def sink(self, host: str) -> Callable[[Event], None]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -49,7 +49,7 @@ def status(
 def _status(targets: list[str], playbook_path: str | None, as_json: bool, limit: str | None = None) -> int:
     book = pb.load(playbook_path, required=False)
     specs = select_hosts(book, targets, limit)
-    def run() -> dict:
+    def run() -> dict[str, Any]:
         return on_hosts(specs, lambda host: gather(host, book.daemon, book.gpu))
 
     if err.is_terminal:  # said at once, gone when the hosts have answered; scripts see only the results
@@ -87,14 +87,14 @@ def _status(targets: list[str], playbook_path: str | None, as_json: bool, limit:
     return worst(codes)
 
 
-def _shown(release: dict, secret_env: tuple[str, ...]) -> dict:
+def _shown(release: dict[str, Any], secret_env: tuple[str, ...]) -> dict[str, Any]:
     """A release's manifest as --json shows it: its environment's secrets masked (swapctl.masking)."""
     if "env" not in release:
         return release
     return {**release, "env": masked_env(release["env"], secret_env)}
 
 
-def _unit_shown(unit: Unit | None, secret_env: tuple[str, ...]) -> dict | None:
+def _unit_shown(unit: Unit | None, secret_env: tuple[str, ...]) -> dict[str, Any] | None:
     """The unit as --json shows it: its environment's secrets masked, in its files too."""
     if unit is None:
         return None
@@ -103,7 +103,7 @@ def _unit_shown(unit: Unit | None, secret_env: tuple[str, ...]) -> dict | None:
             "environment": [[k, MASK if k in listed or looks_secret(k, v) else v] for k, v in unit.environment]}
 
 
-def _view_shown(view: DaemonView | None) -> dict | None:
+def _view_shown(view: DaemonView | None) -> dict[str, Any] | None:
     """The daemon's own view as --json shows it: as parsed, with what a stop now would lose."""
     if view is None:
         return None

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from typing import Any
 
 # How the host reads it: curl where there is one (every GPU box we know has it), else wget, else python3;
 # the body, or nothing. One line of shell, for the status script (drain.sh's status_get does the same).
@@ -37,7 +38,7 @@ class Proof:
     def text(self) -> str:
         return f"job {self.job_id}: {self.done}/{self.total} partitions, {self.age_s} s in"
 
-    def record(self) -> dict:
+    def record(self) -> dict[str, Any]:
         """As the journal line holds it (drain.sh's stop_json)."""
         return {"job_id": self.job_id, "partitions_done": self.done, "total_partitions": self.total,
                 "age_s": self.age_s}
@@ -132,11 +133,11 @@ def _num(v: object) -> float:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else 0.0
 
 
-def _list(v: object) -> list[dict]:
+def _list(v: object) -> list[dict[str, Any]]:
     return [x for x in v if isinstance(x, dict)] if isinstance(v, list) else []
 
 
-def _dict(v: object) -> dict:
+def _dict(v: object) -> dict[str, Any]:
     return v if isinstance(v, dict) else {}
 
 

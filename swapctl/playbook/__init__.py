@@ -131,7 +131,7 @@ class Playbook:
     memory: MemorySpec = MemorySpec()
     log_paths: tuple[str, ...] = ()
     keep_releases: int = 5
-    build: dict = field(default_factory=dict)  # the [build] table, read by swapctl.build
+    build: dict[str, Any] = field(default_factory=dict[str, Any])  # the [build] table, read by swapctl.build
     rollout: RolloutSpec = RolloutSpec()
     gpu: GpuSpec = GpuSpec()
     become: str = "none"  # the top-level `become`: for every SSH host that does not say its own
@@ -242,13 +242,13 @@ class _Loader:
         line = self.line_of(table, key) or (self.line_of(table) if table else None)
         return PlaybookError(self.path, message, line=line, key=dotted or None)
 
-    def table(self, doc: dict, name: str) -> dict:
+    def table(self, doc: dict[str, Any], name: str) -> dict[str, Any]:
         value = doc.get(name, {})
         if not isinstance(value, dict):
             raise self.fail(f"must be a table, like [{name}]", "", name)
         return value
 
-    def section(self, data: dict, schema: str, table: str) -> dict[str, Any]:
+    def section(self, data: dict[str, Any], schema: str, table: str) -> dict[str, Any]:
         """Checks one table against the schema; returns plain Python values."""
         spec = _SCHEMA[schema]
         out: dict[str, Any] = {}
@@ -300,7 +300,7 @@ def load(path: str | os.PathLike[str] | None = None, *, required: bool = True) -
     return parse(text, path, inventory=inventory)
 
 
-def _hosts_and_groups(ld: _Loader, doc: dict, inventory: str | None
+def _hosts_and_groups(ld: _Loader, doc: dict[str, Any], inventory: str | None
                       ) -> tuple[dict[str, HostSpec], dict[str, tuple[str, ...]]]:
     """[hosts] and [groups], over the inventory's hosts and groups when there is one."""
     hosts: dict[str, HostSpec] = {}
@@ -337,7 +337,7 @@ def _hosts_and_groups(ld: _Loader, doc: dict, inventory: str | None
     return hosts, groups
 
 
-def _check_daemon(ld: _Loader, d: dict) -> None:
+def _check_daemon(ld: _Loader, d: dict[str, Any]) -> None:
     """[daemon]'s match, gone_before_stop and lock_silence_s."""
     if "match" in d:
         try:

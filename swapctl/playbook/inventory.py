@@ -59,7 +59,7 @@ class _Inventory:
         parents = [g for g, kids in self.children.items() if group in kids]
         return 1 + max((self.depth(p) for p in parents if p != group), default=0)
 
-    def resolve(self):
+    def resolve(self) -> tuple[dict[str, Any], dict[str, Any]]:
         from . import HostSpec  # the playbook module imports this one
 
         self.children["all"] = [g for g in self.members if g != "all" and not any(
@@ -128,7 +128,7 @@ def expand(pattern: str) -> list[str]:
             for h in expand(pattern[:m.start()] + str(i).zfill(width) + pattern[m.end():])]
 
 
-def parse_ini(text: str, path: str) -> tuple[dict, dict]:
+def parse_ini(text: str, path: str) -> tuple[dict[str, Any], dict[str, Any]]:
     inv = _Inventory(path)
     section, kind = "ungrouped", "hosts"
     for number, raw in enumerate(text.splitlines(), 1):
@@ -165,7 +165,7 @@ def parse_ini(text: str, path: str) -> tuple[dict, dict]:
     return inv.resolve()
 
 
-def parse_yaml(text: str, path: str) -> tuple[dict, dict]:
+def parse_yaml(text: str, path: str) -> tuple[dict[str, Any], dict[str, Any]]:
     import yaml
 
     try:
@@ -198,7 +198,7 @@ def parse_yaml(text: str, path: str) -> tuple[dict, dict]:
     return inv.resolve()
 
 
-def load_inventory(path: str) -> tuple[dict, dict]:
+def load_inventory(path: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """(hosts by name, groups by name) from an Ansible inventory file, INI or YAML by its name or content."""
     try:
         text = Path(path).expanduser().read_text(encoding="utf-8")

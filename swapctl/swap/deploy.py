@@ -11,6 +11,7 @@ import os
 import threading
 import time
 from dataclasses import replace
+from typing import Any
 
 from ..errors import Refused, SwapctlError
 from ..facts.status import HostStatus
@@ -49,7 +50,7 @@ class Swap:
     def situation(self) -> Situation:
         return preflight.situation(self.ctx)
 
-    def plan(self, binary_path: str, restart: bool = False, build: dict | None = None) -> DeployPlan:
+    def plan(self, binary_path: str, restart: bool = False, build: dict[str, Any] | None = None) -> DeployPlan:
         """Step 1 for a deploy: everything checked before anything changes; raises BadInput or Refused."""
         binary = elf.inspect(binary_path)
         plan = preflight.plan_deploy(self.ctx, self.situation(), binary, restart, build)

@@ -219,60 +219,60 @@ def started(journal: Iterable[JournalEntry], release: str | None) -> Start | Non
     return next((s for s in reversed(starts(journal)) if s.release == release), None) if release else None
 
 
-def _text(d: dict, key: str) -> str | None:
+def _text(d: dict[str, Any], key: str) -> str | None:
     v = d.get(key)
     if v is not None and not isinstance(v, str):
         raise NotAnEntry(f"{key}: not a string")
     return v
 
 
-def _required(d: dict, key: str) -> str:
+def _required(d: dict[str, Any], key: str) -> str:
     v = _text(d, key)
     if v is None:
         raise NotAnEntry(f"{key}: missing")
     return v
 
 
-def _name(d: dict, key: str) -> str | None:
+def _name(d: dict[str, Any], key: str) -> str | None:
     v = _text(d, key)
     if v is not None and CONTROL.search(v):
         raise NotAnEntry(f"{key}: a control character")
     return v
 
 
-def _word(d: dict, key: str) -> str | None:
+def _word(d: dict[str, Any], key: str) -> str | None:
     v = _text(d, key)
     if v is not None and not WORD.fullmatch(v):
         raise NotAnEntry(f"{key}: not a word")
     return v
 
 
-def _id(d: dict, key: str, pattern: re.Pattern[str]) -> str | None:
+def _id(d: dict[str, Any], key: str, pattern: re.Pattern[str]) -> str | None:
     v = _text(d, key)
     if v is not None and not pattern.fullmatch(v):
         raise NotAnEntry(f"{key}: not {pattern.pattern}")
     return v
 
 
-def _flag(d: dict, key: str) -> bool | None:
+def _flag(d: dict[str, Any], key: str) -> bool | None:
     v = d.get(key)
     if v is not None and not isinstance(v, bool):
         raise NotAnEntry(f"{key}: not true or false")
     return v
 
 
-def _count(d: dict, key: str, least: int = 0) -> int | None:
+def _count(d: dict[str, Any], key: str, least: int = 0) -> int | None:
     v = d.get(key)
     if v is not None and not (type(v) is int and v >= least):
         raise NotAnEntry(f"{key}: not a whole number from {least}")
     return v
 
 
-def _seconds(d: dict, key: str) -> float | None:
+def _seconds(d: dict[str, Any], key: str) -> float | None:
     return None if d.get(key) is None else _number(d, key)
 
 
-def _number(d: dict, key: str) -> float:
+def _number(d: dict[str, Any], key: str) -> float:
     """A member that must be there: a number of seconds (NaN and Infinity parse as JSON, and are none)."""
     v = d.get(key)
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
@@ -280,7 +280,7 @@ def _number(d: dict, key: str) -> float:
     return float(v)
 
 
-def _whole(d: dict, key: str) -> int:
+def _whole(d: dict[str, Any], key: str) -> int:
     """A member that must be there: a whole number from 0."""
     v = _count(d, key)
     if v is None:
@@ -288,7 +288,7 @@ def _whole(d: dict, key: str) -> int:
     return v
 
 
-def _timings(d: dict, key: str) -> Timings | None:
+def _timings(d: dict[str, Any], key: str) -> Timings | None:
     v = d.get(key)
     if v is None:
         return None
@@ -300,7 +300,7 @@ def _timings(d: dict, key: str) -> Timings | None:
     return tuple((step, _number(v, step)) for step in v)
 
 
-def _proofs(d: dict, key: str) -> tuple[Proof, ...] | None:
+def _proofs(d: dict[str, Any], key: str) -> tuple[Proof, ...] | None:
     v = d.get(key)
     if v is None:
         return None

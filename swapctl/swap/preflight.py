@@ -8,6 +8,7 @@ import json
 import re
 from dataclasses import replace
 from pathlib import PurePosixPath
+from typing import Any
 
 from ..errors import BadInput, LockHeld, Refused
 from ..facts.status import HostStatus, gather, split_sections
@@ -206,7 +207,7 @@ def run_as(ctx: Context, sit: Situation, base: Release | Daemon | None) -> tuple
     return ids if ids[0] else (None, None)  # root: as swapctl's commands run
 
 
-def new_release(ctx: Context, sit: Situation, binary: elf.LocalBinary, build: dict | None) -> Release:
+def new_release(ctx: Context, sit: Situation, binary: elf.LocalBinary, build: dict[str, Any] | None) -> Release:
     """The release a deploy of `binary` runs: the playbook's command line, else the running daemon's."""
     spec = ctx.spec
     base = sit.daemon or sit.releases.get(sit.current or "")
@@ -227,7 +228,7 @@ def new_release(ctx: Context, sit: Situation, binary: elf.LocalBinary, build: di
 
 
 def plan_deploy(ctx: Context, sit: Situation, binary: elf.LocalBinary, restart: bool = False,
-                build: dict | None = None) -> DeployPlan:
+                build: dict[str, Any] | None = None) -> DeployPlan:
     """Everything a deploy checks before anything changes."""
     elf.check_arch(binary, sit.status.arch, ctx.name)
     check_unit(ctx, sit)

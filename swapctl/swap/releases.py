@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..remote.cmd import NAME
 
@@ -46,7 +46,7 @@ class Release:
     env: tuple[tuple[str, str], ...] | None = None
     status: str = "ok"  # ok | bad (failed its start; never a rollback target)
     source: str = "upload"  # upload | adopted (saved from a running daemon) | disk (the file found at binary)
-    build: dict | None = None  # image id and build args, when swapctl built it
+    build: dict[str, Any] | None = None  # image id and build args, when swapctl built it
     uid: int | None = None  # the user and group it runs as (None: as swapctl's commands run, root)
     gid: int | None = None
 
@@ -64,7 +64,7 @@ class Release:
         return json.dumps(asdict(self), separators=(",", ":"), sort_keys=True)
 
     @classmethod
-    def from_dict(cls, d: dict) -> Release:
+    def from_dict(cls, d: dict[str, Any]) -> Release:
         fields = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
         if fields.get("argv") is not None:
             fields["argv"] = tuple(fields["argv"])

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
+from typing import Any
 
 from ..facts.daemon_view import Proof, summary
 
@@ -152,7 +153,7 @@ class InFlight:
         """"2 proofs in flight (job a1b2: 7/10 partitions, 41 s in; ...)", and how many wait."""
         return summary(self.proofs, self.queued)
 
-    def record(self) -> list[dict]:
+    def record(self) -> list[dict[str, Any]]:
         return [p.record() for p in self.proofs]
 
 

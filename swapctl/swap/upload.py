@@ -93,7 +93,7 @@ class Frames:
 
     def __init__(self, path: str, offset: int = 0, level: int = 1):
         self.path, self.offset, self.level = path, offset, level
-        self.out: queue.Queue = queue.Queue(EARLY_FRAMES)
+        self.out: queue.Queue[tuple[int, bytes | BaseException]] = queue.Queue(EARLY_FRAMES)
         self.sending = threading.Event()
         self.stop = threading.Event()
         self.early = 0  # frames made before the upload began and not sent yet
@@ -101,7 +101,7 @@ class Frames:
         self.worker = threading.Thread(target=self._work, name="zstd", daemon=True)
         self.worker.start()
 
-    def _offer(self, item: tuple) -> None:
+    def _offer(self, item: tuple[int, bytes | BaseException]) -> None:
         while not self.stop.is_set():
             try:
                 return self.out.put(item, timeout=0.2)
@@ -148,7 +148,7 @@ class Frames:
                 n, data = self.out.get()
                 with self.counting:
                     self.early = max(0, self.early - 1)
-                if n < 0:
+                if isinstance(data, BaseException):  # n < 0: the worker failed
                     raise data
                 if n == 0:
                     return
