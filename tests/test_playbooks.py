@@ -187,7 +187,9 @@ def test_the_reference_pages_example_is_a_valid_playbook_using_every_key(tmp_pat
 
 
 def test_the_reference_documents_every_key_the_loader_accepts_and_no_other():
-    from swapctl.playbook import _SCHEMA, _TOP, reference
+    from swapctl.playbook import reference
+    from swapctl.playbook.schema import SCHEMA as _SCHEMA
+    from swapctl.playbook.schema import TOP as _TOP
 
     assert {("hosts" if t == "host" else t) for t in reference.TABLES if t} == set(_TOP)
     for table in reference.TABLES:

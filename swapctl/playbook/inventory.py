@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import PlaybookError
+from .spec import HostSpec
 
 VARS = {"ansible_host": "address", "ansible_ssh_host": "address", "ansible_port": "port",
         "ansible_ssh_port": "port", "ansible_user": "user", "ansible_ssh_user": "user",
@@ -60,8 +61,6 @@ class _Inventory:
         return 1 + max((self.depth(p) for p in parents if p != group), default=0)
 
     def resolve(self) -> tuple[dict[str, Any], dict[str, Any]]:
-        from . import HostSpec  # the playbook module imports this one
-
         self.children["all"] = [g for g in self.members if g != "all" and not any(
             g in kids for parent, kids in self.children.items() if parent != "all")]
         for name in self.host_vars:

@@ -7,9 +7,8 @@ from __future__ import annotations
 
 from dataclasses import MISSING, fields
 
-from . import (
-    _KIND_NAMES,
-    _SCHEMA,
+from .schema import KIND_NAMES, SCHEMA
+from .spec import (
     BECOME,
     HOST_KEY_POLICIES,
     TRANSPORTS,
@@ -35,7 +34,7 @@ TABLES: dict[str, tuple[str, str]] = {
     "build": ("[build]", "`swapctl build` and `deploy --build`; paths relative to the playbook's directory."),
 }
 
-# table -> key -> (an example value, as TOML, and what the key does). Every key of _SCHEMA, no other.
+# table -> key -> (an example value, as TOML, and what the key does). Every key of SCHEMA, no other.
 DOCS: dict[str, dict[str, tuple[str, str]]] = {
     "": {
         "inventory": ('"hosts.ini"', "an Ansible inventory (INI or YAML) whose hosts and groups are added, "
@@ -124,7 +123,7 @@ _TOP_KINDS = {"inventory": ("str", False), "become": ("str", False)}
 
 def schema(table: str) -> dict[str, tuple[str, bool]]:
     """The loader's keys for a table ("" is the top level; groups has names, not keys)."""
-    return _TOP_KINDS if table == "" else {} if table == "groups" else _SCHEMA[table]
+    return _TOP_KINDS if table == "" else {} if table == "groups" else SCHEMA[table]
 
 
 def default(table: str, key: str) -> str:
@@ -177,5 +176,5 @@ def render() -> str:
         for key, (kind, required) in schema(table).items():
             shown = "**required**" if required else default(table, key)
             what = DOCS[table][key][1].replace("|", "\\|")  # a bar inside a cell ends the cell
-            out.append(f"| `{key}` | {_KIND_NAMES[kind]} | {shown} | {what} |")
+            out.append(f"| `{key}` | {KIND_NAMES[kind]} | {shown} | {what} |")
     return "\n".join(out) + "\n"

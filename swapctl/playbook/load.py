@@ -1,0 +1,204 @@
+"""Reading a playbook: the TOML, the inventory it names, and every check, whose error names the file,
+line, key and fix."""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import tomlkit
+from tomlkit.exceptions import ParseError
+
+from ..errors import PlaybookError
+from .inventory import load_inventory
+from .schema import TOP, Loader
+from .spec import (
+    BECOME,
+    DEFAULT_PLAYBOOK,
+    DRAIN_TIMEOUT,
+    ENV_NAME,
+    GONE_BEFORE_STOP,
+    HOST_KEY_POLICIES,
+    JOURNAL,
+    READY_MODES,
+    STOP_MODES,
+    TRANSPORTS,
+    DaemonSpec,
+    GpuSpec,
+    HostSpec,
+    MemorySpec,
+    Playbook,
+    RolloutSpec,
+    with_become,
+)
+
+
+def load(path: str | os.PathLike[str] | None = None, *, required: bool = True) -> Playbook:
+    """Reads and validates a playbook. Without `required`, a missing default file is an empty playbook.
+    $SWAPCTL_INVENTORY (`swapctl -i FILE`) names an Ansible inventory whose hosts and groups it adds."""
+    explicit = path is not None or "SWAPCTL_PLAYBOOK" in os.environ
+    path = str(path or os.environ.get("SWAPCTL_PLAYBOOK") or DEFAULT_PLAYBOOK)
+    inventory = os.environ.get("SWAPCTL_INVENTORY") or None
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        if not explicit and not required:
+            return replace(parse("", path, inventory=inventory), found=False)
+        raise PlaybookError(path, "no such playbook; run `swapctl init` to write one, or pass -p FILE") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PlaybookError(path, f"cannot read: {exc}") from None
+    return parse(text, path, inventory=inventory)
+
+
+def _hosts_and_groups(ld: Loader, doc: dict[str, Any], inventory: str | None
+                      ) -> tuple[dict[str, HostSpec], dict[str, tuple[str, ...]]]:
+    """[hosts] and [groups], over the inventory's hosts and groups when there is one."""
+    hosts: dict[str, HostSpec] = {}
+    groups: dict[str, tuple[str, ...]] = {}
+    if inventory:
+        hosts, groups = load_inventory(inventory)
+    for name, data in ld.table(doc, "hosts").items():
+        table = f"hosts.{name}"
+        if not isinstance(data, dict):
+            raise ld.fail("must be a table, like [hosts.NAME] with address = ...", "hosts", name)
+        values = ld.section(data, "host", table)
+        policy = values.get("host_key_policy", "strict")
+        if policy not in HOST_KEY_POLICIES:
+            raise ld.fail(f"must be one of {', '.join(HOST_KEY_POLICIES)}, not {policy!r}", table, "host_key_policy")
+        transport = values.get("transport", "ssh")
+        if transport not in TRANSPORTS:
+            raise ld.fail(f"must be one of {', '.join(TRANSPORTS)}, not {transport!r}", table, "transport")
+        port = values.get("port")
+        if port is not None and not 0 < port < 65536:
+            raise ld.fail(f"must be a TCP port (1-65535), not {port}", table, "port")
+        become = values.get("become")
+        if become is not None and become not in BECOME:
+            raise ld.fail(f"must be one of {', '.join(BECOME)}, not {become!r}", table, "become")
+        if become == "sudo" and transport == "local":
+            raise ld.fail("sudo needs transport = \"ssh\"; on this machine, run swapctl itself under sudo",
+                          table, "become")
+        hosts[name] = HostSpec(name=name, **values)
+    for name, members in ld.table(doc, "groups").items():
+        members = ld.check_type(members, "strlist", "groups", name)
+        for member in members:
+            if member not in hosts:
+                raise ld.fail(f"names host {member!r}, which is not under [hosts] or in the inventory", "groups", name)
+        groups[name] = tuple(members)
+    return hosts, groups
+
+
+def _check_daemon(ld: Loader, d: dict[str, Any]) -> None:
+    """[daemon]'s match, gone_before_stop and lock_silence_s."""
+    if "match" in d:
+        try:
+            re.compile(d["match"])
+        except re.error as exc:
+            raise ld.fail(f"not a valid regular expression ({exc})", "daemon", "match") from None
+    if d.get("gone_before_stop", "refuse") not in GONE_BEFORE_STOP:
+        raise ld.fail(f"must be one of {', '.join(GONE_BEFORE_STOP)}, not {d['gone_before_stop']!r}", "daemon",
+                      "gone_before_stop")
+    if not 5 <= d.get("lock_silence_s", 30) <= 3600:
+        raise ld.fail(f"must be between 5 and 3600 seconds, not {d['lock_silence_s']!r}", "daemon", "lock_silence_s")
+def _check_stop_and_ready(ld: Loader, d: dict[str, Any]) -> None:
+    """stop, drain_timeout and ready take one of their words; drain and ready beyond the log need status_url."""
+    for key, words in (("stop", STOP_MODES), ("drain_timeout", DRAIN_TIMEOUT), ("ready", READY_MODES)):
+        if key in d and d[key] not in words:
+            raise ld.fail(f"must be one of {', '.join(words)}, not {d[key]!r}", "daemon", key)
+    url = d.get("status_url")
+    if url is not None and not re.fullmatch(r"http://[A-Za-z0-9.\-\[\]:]+(:\d+)?/\S*", url):
+        raise ld.fail(f'{url!r} is not an http:// URL (e.g. "http://127.0.0.1:9821/status", the daemon\'s '
+                      f'status_listen)', "daemon", "status_url")
+    if d.get("drain_timeout_s", 1) <= 0:
+        raise ld.fail("must be more than 0 s (the longest proof the daemon runs, e.g. 300)", "daemon",
+                      "drain_timeout_s")
+    for key, needs in (("stop", "drain"), ("ready", "status")):  # "proof" without it: the Phase 7 line
+        if d.get(key) == needs and not url:
+            raise ld.fail(f'"{needs}" reads the daemon\'s own status: add `status_url = '
+                          f'"http://127.0.0.1:9821/status"` under [daemon] (cuzk\'s status_listen)', "daemon", key)
+
+
+def _daemon(ld: Loader, doc: dict[str, Any]) -> DaemonSpec:
+    """[daemon], checked, with its paths absolute, its unit a service name and its lists tuples."""
+    d = ld.section(ld.table(doc, "daemon"), "daemon", "daemon")
+    _check_daemon(ld, d)
+    if d.get("log") == JOURNAL and "unit" not in d:
+        raise ld.fail('"journal" needs the unit whose journal it is: add `unit = "cuzk.service"` under [daemon]',
+                      "daemon", "log")
+    for key in ("binary", "log", "cwd"):
+        if key in d and not d[key].startswith("/") and not (key == "log" and d[key] == JOURNAL):
+            raise ld.fail(f"must be an absolute path on the host, not {d[key]!r}", "daemon", key)
+    if "unit" in d:
+        d["unit"] = d["unit"] if d["unit"].endswith(".service") else f"{d['unit']}.service"  # as systemctl does
+        if not re.fullmatch(r"[A-Za-z0-9:_.@\\-]+\.service", d["unit"]):
+            raise ld.fail(f"{d['unit']!r} is not a systemd service name (e.g. \"cuzk.service\")", "daemon", "unit")
+    _check_stop_and_ready(ld, d)
+    d["args"] = tuple(d["args"]) if "args" in d else None
+    for key in ("env", "secret_env", "keep_loader_env"):  # names the daemon's environment gets: checked here
+        for name in d.get(key, ()):
+            if not ENV_NAME.fullmatch(name):
+                raise ld.fail(f"{name!r} is not an environment variable name (letters, digits and _, not first a "
+                              f"digit)", "daemon", key)
+    d["env"] = tuple(d.get("env", {}).items())
+    d["secret_env"] = tuple(d.get("secret_env", ()))
+    d["keep_loader_env"] = tuple(d.get("keep_loader_env", ()))
+    return DaemonSpec(**d)
+
+
+def parse(text: str, path: str = DEFAULT_PLAYBOOK, inventory: str | None = None) -> Playbook:
+    """Validates playbook text; every error names the file, line, key and fix. `inventory` (else the
+    playbook's own `inventory` key, relative to its file) adds an Ansible inventory's hosts and groups;
+    the playbook's [hosts] and [groups] win over the inventory's of the same name."""
+    try:
+        doc = tomlkit.parse(text).unwrap()
+    except ParseError as exc:
+        reason = str(exc).split(" at line ")[0]
+        raise PlaybookError(path, f"TOML syntax error: {reason} (fix the TOML at that line)", line=exc.line) from None
+    ld = Loader(path, text)
+    if "inventory" in doc:
+        where = ld.check_type(doc.pop("inventory"), "str", "", "inventory")
+        inventory = inventory or str(Path(path).parent / os.path.expanduser(where))
+    become = ld.check_type(doc.pop("become", "none"), "str", "", "become")
+    if become not in BECOME:
+        raise ld.fail(f"must be one of {', '.join(BECOME)}, not {become!r}", "", "become")
+    for key in doc:
+        if key not in TOP:
+            close = difflib.get_close_matches(key, TOP, n=1)
+            hint = f"did you mean [{close[0]}]?" if close else f"known tables: {', '.join(TOP)}"
+            raise ld.fail(f"unknown table ({hint})", "", key)
+
+    hosts, groups = _hosts_and_groups(ld, doc, inventory)
+    daemon = _daemon(ld, doc)
+
+    memory = MemorySpec(**ld.section(ld.table(doc, "memory"), "memory", "memory"))
+    logs = ld.section(ld.table(doc, "logs"), "logs", "logs")
+    releases = ld.section(ld.table(doc, "releases"), "releases", "releases")
+    build = ld.section(ld.table(doc, "build"), "build", "build")
+    rollout = ld.section(ld.table(doc, "rollout"), "rollout", "rollout")
+    if rollout.get("parallel", 1) < 1:
+        raise ld.fail("must be at least 1 (1: one host at a time)", "rollout", "parallel")
+    if "max_fail" in rollout:
+        rollout["max_fail"] = str(rollout["max_fail"])
+    gpu = ld.section(ld.table(doc, "gpu"), "gpu", "gpu")
+    if gpu.get("nvidia_smi_timeout_s", 10) <= 0:
+        raise ld.fail("must be more than 0 s (nvidia-smi answers within a second or two; the default is 10)",
+                      "gpu", "nvidia_smi_timeout_s")
+    keep = releases.get("keep", 5)
+    if keep < 2:
+        raise ld.fail("must be at least 2 (the current release and one to roll back to)", "releases", "keep")
+    return Playbook(
+        path=path,
+        hosts={name: with_become(spec, become) for name, spec in hosts.items()},
+        groups=groups,
+        daemon=daemon,
+        memory=memory,
+        log_paths=tuple(logs.get("paths", ())),
+        keep_releases=keep,
+        build=build,
+        rollout=RolloutSpec(**rollout),
+        gpu=GpuSpec(**gpu),
+        become=become,
+    )

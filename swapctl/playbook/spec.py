@@ -1,0 +1,151 @@
+"""What a playbook says, once loaded and checked: the hosts, the daemon's settings and the rollout's.
+These types are what the rest of swapctl reads; `load` (playbook/load.py) makes them."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, fields, replace
+from pathlib import PurePosixPath
+from typing import Any
+
+from ..errors import PlaybookError
+
+DEFAULT_PLAYBOOK = "swapctl.toml"
+SSH_CONFIGS = ("~/.ssh/config", "/etc/ssh/ssh_config")  # the files `ssh NAME` reads, as fabric does
+HOST_KEY_POLICIES = ("strict", "accept-new")
+TRANSPORTS = ("ssh", "local")
+JOURNAL = "journal"  # daemon.log's value for a daemon whose unit logs to the journal
+# How swapctl becomes root on a host whose login is not root (Ansible's word): "sudo" runs every remote
+# command through `sudo -n`; "none" runs them as the login user (root, on most GPU boxes).
+BECOME = ("sudo", "none")
+STOP_MODES = ("term", "drain")
+DRAIN_TIMEOUT = ("stop", "refuse")
+GONE_BEFORE_STOP = ("refuse", "deploy")
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+READY_MODES = ("log", "status", "proof")
+
+
+@dataclass(frozen=True)
+class HostSpec:
+    name: str
+    address: str
+    port: int | None = None  # None: ~/.ssh/config or 22
+    user: str | None = None
+    identity_file: str | None = None
+    known_hosts: str | None = None
+    host_key_policy: str = "strict"
+    transport: str = "ssh"
+    become: str | None = None  # sudo | none; None: the playbook's top-level `become` (else none)
+
+
+@dataclass(frozen=True)
+class DaemonSpec:
+    binary: str | None = None
+    args: tuple[str, ...] | None = None  # None: the arguments the running daemon has
+    match: str | None = None  # regex on the command line; None: the binary's file name
+    log: str | None = None
+    ready_log: str = "cuzk-daemon ready"
+    ready_port: int | None = None
+    ready_timeout_s: float = 600
+    ready_stable_s: float = 0  # once ready, it must stay up this long, or the deploy rolls back
+    stop_grace_s: float = 30
+    # The daemon's own view: cuzk's `GET /status` (status_listen), read on the host; None: none
+    status_url: str | None = None
+    stop: str = "term"  # term: SIGTERM now; drain: wait until no proof is in flight first (docs/daemon.md)
+    drain_timeout_s: float = 300
+    drain_timeout: str = "stop"  # what a drain does when proofs are still in flight then: stop | refuse
+    ready: str = "log"  # log: ready_log (or ready_port); status: /status answers; proof: a proof completed
+    cwd: str | None = None
+    env: tuple[tuple[str, str], ...] = ()
+    secret_env: tuple[str, ...] = ()
+    unit: str | None = None  # the systemd service it runs under; None: the one its process is found in
+    user: str | None = None  # who the daemon runs as (a name or uid); None: root, or the binary's owner
+    keep_loader_env: tuple[str, ...] = ()  # loader variables (LD_PRELOAD...) a running daemon's env may pass on
+    lock_silence_s: float = 30  # the host's deploy lock ends when its deploy's heartbeat is silent this long
+    gone_before_stop: str = "refuse"  # a daemon that exits by itself before the stop: refuse | deploy
+
+    @property
+    def match_regex(self) -> re.Pattern[str] | None:
+        pattern = self.match or (PurePosixPath(self.binary).name if self.binary else None)
+        return re.compile(pattern) if pattern else None
+
+    @property
+    def journal(self) -> bool:
+        """The daemon logs to its unit's journal (`log = "journal"`), not to a file."""
+        return self.log == JOURNAL
+
+    @property
+    def state_dir(self) -> str:
+        """Where releases, the journal and the lock live: beside the binary, so renames stay atomic."""
+        path = PurePosixPath(self.binary or "/")
+        return str(path.parent / ".swapctl" / path.name)
+
+
+@dataclass(frozen=True)
+class RequiredDaemon(DaemonSpec):
+    """The daemon section once require_daemon() has checked it: what changing a host needs is there."""
+
+    binary: str = ""
+    log: str = ""
+
+    @property
+    def match_regex(self) -> re.Pattern[str]:
+        return re.compile(self.match or PurePosixPath(self.binary).name)
+
+
+@dataclass(frozen=True)
+class MemorySpec:
+    min_available_gib: float = 0
+    release_timeout_s: float = 900
+    gpu_slack_mib: float = 1024  # GPU memory used may stay this far above the daemon-less level
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """How swapctl asks the host's GPUs."""
+
+    # Each nvidia-smi call's time limit on the host: one answers in a second or two, one whose GPU has
+    # fallen off the bus (Xid 79) or whose driver hangs never does, and must not take the rest with it.
+    nvidia_smi_timeout_s: float = 10
+
+
+@dataclass(frozen=True)
+class RolloutSpec:
+    """How `deploy @group` and `rollback @group` go when the command line does not say."""
+
+    parallel: int = 1
+    canary: int = 0
+    canary_wait_s: float | None = None
+    max_fail: str | None = None  # "2" hosts or "10%" of them, as --max-fail takes it
+
+
+@dataclass(frozen=True)
+class Playbook:
+    path: str
+    hosts: dict[str, HostSpec] = field(default_factory=dict)
+    groups: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    daemon: DaemonSpec = DaemonSpec()
+    memory: MemorySpec = MemorySpec()
+    log_paths: tuple[str, ...] = ()
+    keep_releases: int = 5
+    build: dict[str, Any] = field(default_factory=dict[str, Any])  # the [build] table, read by swapctl.build
+    rollout: RolloutSpec = RolloutSpec()
+    gpu: GpuSpec = GpuSpec()
+    become: str = "none"  # the top-level `become`: for every SSH host that does not say its own
+    found: bool = True  # False: no ./swapctl.toml and no $SWAPCTL_PLAYBOOK, so an empty playbook
+
+    def require_daemon(self) -> RequiredDaemon:
+        """The daemon section, complete enough to change a host."""
+        for key in ("binary", "log"):
+            if not getattr(self.daemon, key):
+                raise PlaybookError(self.path, f"missing; add `{key} = \"/data/...\"` under [daemon]",
+                                    key=f"daemon.{key}")
+        return RequiredDaemon(**{f.name: getattr(self.daemon, f.name) for f in fields(DaemonSpec)})
+
+
+def with_become(spec: HostSpec, default: str) -> HostSpec:
+    """`spec` with its own `become`, else the playbook's: a host's word wins over the playbook's. A local
+    host never takes the playbook's sudo (swapctl runs there as whoever started it)."""
+    if spec.become is not None:
+        return spec
+    return replace(spec, become="none" if spec.transport == "local" else default)
