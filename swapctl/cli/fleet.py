@@ -101,68 +101,74 @@ def dry_run_outcome(plan: Plan, action: str) -> Outcome:
                    old_sha=plan.daemon.sha256 if plan.daemon else None, new_sha=plan.new.sha256)
 
 
+class _AtTerminal:
+    """One rollout at this terminal: each host's view (a live table, or its own bars), and Ctrl-C."""
+
+    def __init__(self, one: One, fleet: Fleet, live: bool) -> None:
+        self.one, self.fleet, self.live = one, fleet, live
+        self.active: list[Interrupts] = []
+        self.halt = ""  # why no further host starts: Ctrl-C
+        self.rollouts: list[Rollout] = []
+        self.view: FleetView | None = None
+
+    def each(self, spec: HostSpec) -> Result:
+        interrupts = Interrupts()
+        self.active.append(interrupts)
+        sink = self.view.sink(spec.name) if self.view else Reporter(spec.name, bars=self.fleet.parallel == 1)
+        result: Result
+        try:
+            result = self.one(spec, interrupts, sink)
+        except SwapctlError as exc:
+            result = exc
+        except KeyboardInterrupt:
+            self.halt = "interrupted (Ctrl-C)"
+            result = Refused("interrupted before any change", host=spec.name)
+        finally:
+            if isinstance(sink, Reporter):
+                sink.close()
+            self.active.remove(interrupts)
+        if self.view:
+            self.view.finish(spec.name, _outcome_word(result))
+        return result
+
+    def batch(self, rollout: Rollout, hosts: list[HostSpec]) -> None:
+        self.rollouts.append(rollout)
+        rollout.stopped = rollout.stopped or self.halt
+        if not self.live:
+            rollout.run(hosts)
+            return
+        with FleetView([s.name for s in hosts], err) as v:
+            self.view = v
+            try:
+                rollout.run(hosts)
+            finally:
+                self.view = None
+
+    def on_sigint(self, *_: object) -> None:
+        for r in self.rollouts:
+            r.stopped = r.stopped or "interrupted (Ctrl-C)"
+        if self.fleet.parallel > 1:  # workers see the count between steps; this thread must not unwind
+            for i in list(self.active):
+                i.tally()
+            return
+        if not self.active:
+            raise KeyboardInterrupt
+        for i in list(self.active):
+            press(i)
+
+
 def roll_out(book: pb.Playbook, specs: list[HostSpec], one: One, fleet: Fleet, yes: bool,
              dry_run: bool) -> tuple[dict[str, Result | str], str]:
     """The core's rollout (swapctl.fleet) with this terminal's views, Ctrl-C and canary confirmation.
 
     Returns each host's result (or SKIPPED) and why the rollout stopped early ("" if it did not)."""
-    live = len(specs) > 1 and err.is_terminal
-    active: list[Interrupts] = []
-    halt = [""]  # why no further host starts: Ctrl-C
-    rollouts: list[Rollout] = []
-    view: list[FleetView] = []
-
-    def each(spec: HostSpec) -> Result:
-        interrupts = Interrupts()
-        active.append(interrupts)
-        sink = view[0].sink(spec.name) if view else Reporter(spec.name, bars=fleet.parallel == 1)
-        result: Result
-        try:
-            result = one(spec, interrupts, sink)
-        except SwapctlError as exc:
-            result = exc
-        except KeyboardInterrupt:
-            halt[0] = "interrupted (Ctrl-C)"
-            result = Refused("interrupted before any change", host=spec.name)
-        finally:
-            if isinstance(sink, Reporter):
-                sink.close()
-            active.remove(interrupts)
-        if view:
-            view[0].finish(spec.name, _outcome_word(result))
-        return result
-
-    def batch(rollout: Rollout, hosts: list[HostSpec]) -> None:
-        rollouts.append(rollout)
-        rollout.stopped = rollout.stopped or halt[0]
-        if not live:
-            rollout.run(hosts)
-            return
-        with FleetView([s.name for s in hosts], err) as v:
-            view[:] = [v]
-            try:
-                rollout.run(hosts)
-            finally:
-                view.clear()
-
-    def on_sigint(*_: object) -> None:
-        for r in rollouts:
-            r.stopped = r.stopped or "interrupted (Ctrl-C)"
-        if fleet.parallel > 1:  # workers see the count between steps; this thread must not unwind
-            for i in list(active):
-                i.tally()
-            return
-        if not active:
-            raise KeyboardInterrupt
-        for i in list(active):
-            press(i)
-
+    run = _AtTerminal(one, fleet, live=len(specs) > 1 and err.is_terminal)
     gate = CanaryGate(book, fleet.canary_wait, lambda canaries: _confirm_canaries(canaries, fleet, yes),
                       _wait_for_canaries)
-    previous = signal.signal(signal.SIGINT, on_sigint)
+    previous = signal.signal(signal.SIGINT, run.on_sigint)
     try:
-        results, why = core_roll_out(specs, each, fleet, gate, dry_run=dry_run, batch=batch,
-                                     halted=lambda: halt[0])
+        results, why = core_roll_out(specs, run.each, fleet, gate, dry_run=dry_run, batch=run.batch,
+                                     halted=lambda: run.halt)
     finally:
         signal.signal(signal.SIGINT, previous)
     if why == "the canary failed":

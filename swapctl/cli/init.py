@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
@@ -104,18 +105,42 @@ def from_running(target: str, match: str, user: str | None = None) -> str:
     book = pb.load(None, required=False)  # the HOST may be a playbook name, an ssh_config alias, user@host:port
     [spec] = select_hosts(book, [target])
     with connect(spec) as host:
-        daemon, launch, binary = _daemon_to_adopt(host, spec.name, match, user)
-        argv = launch.argv or tuple(daemon.args.split())
-        config = view.config_path(argv)
-        status_url = view.status_url_of(host.run(Cmd("head", "-c", "1048576", "--", config), check=False).stdout)
-        # the program's path alone, else its whole command line: the first that finds it and nothing else
-        # that deploy would adopt (a look-alike it matches too is named and left alone there)
-        for exact in ("^" + re.escape(argv[0]) + "( |$)", "^" + re.escape(" ".join(argv)) + "$"):
-            found = gather(host, pb.DaemonSpec(match=exact, binary=binary, user=user)).daemons
-            if [p.pid for p in found] == [daemon.pid]:
-                break
-        else:
-            raise BadInput(f"{spec.name}: no match finds pid {daemon.pid} alone; write [daemon] match by hand")
+        found = _found(host, spec.name, match, user)
+    text_ = _playbook_text(target, spec, found, user)
+    pb.parse(text_, "the playbook from " + target)  # what it writes must load
+    return text_
+
+
+@dataclass(frozen=True)
+class _Found:
+    """The running daemon to adopt, as init found it on the host."""
+    daemon: Process
+    launch: Launch
+    binary: str
+    argv: tuple[str, ...]
+    exact: str  # a daemon.match that finds it and nothing else deploy would adopt
+    config: str
+    status_url: str | None
+
+
+def _found(host: Host, name: str, match: str, user: str | None) -> _Found:
+    daemon, launch, binary = _daemon_to_adopt(host, name, match, user)
+    argv = launch.argv or tuple(daemon.args.split())
+    config = view.config_path(argv)
+    status_url = view.status_url_of(host.run(Cmd("head", "-c", "1048576", "--", config), check=False).stdout)
+    # the program's path alone, else its whole command line: the first that finds it and nothing else
+    # that deploy would adopt (a look-alike it matches too is named and left alone there)
+    for exact in ("^" + re.escape(argv[0]) + "( |$)", "^" + re.escape(" ".join(argv)) + "$"):
+        found = gather(host, pb.DaemonSpec(match=exact, binary=binary, user=user)).daemons
+        if [p.pid for p in found] == [daemon.pid]:
+            return _Found(daemon, launch, binary, argv, exact, config, status_url)
+    raise BadInput(f"{name}: no match finds pid {daemon.pid} alone; write [daemon] match by hand")
+
+
+def _playbook_text(target: str, spec: pb.HostSpec, found: _Found, user: str | None) -> str:
+    """The playbook init writes: every value from what runs there, each with what to check."""
+    daemon, launch, binary, argv = found.daemon, found.launch, found.binary, found.argv
+    exact, config, status_url = found.exact, found.config, found.status_url
     ready = propose_ready(launch.ready_lines)
     held = int(daemon.rss_kib / (1 << 20))  # GiB the daemon holds now: the new one needs as much back
     q = json.dumps
@@ -162,9 +187,7 @@ def from_running(target: str, match: str, user: str | None = None) -> str:
     ]
     if launch.stdout:
         lines += ["", "[logs]", f"paths = [{q(launch.stdout)}]"]
-    text_ = "\n".join(lines) + "\n"
-    pb.parse(text_, "the playbook from " + target)  # what it writes must load
-    return text_
+    return "\n".join(lines) + "\n"
 
 
 def _binary_of(daemon: Process, launch: Launch) -> str:

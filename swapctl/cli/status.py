@@ -172,6 +172,27 @@ def render(st: HostStatus, secret_env: tuple[str, ...] = ()) -> None:
         out.print(text("a swap is in progress on this host (swapctl's swap script holds its lock)"),
                   style="bold yellow")
     render_alone(st)
+    _render_daemons(st)
+    render_unit_and_view(st, secret_env)
+
+    _render_gpus(st)
+
+    if st.gpu_sampler:
+        out.print(text(f"GPU sampler: {st.gpu_sampler}"))
+    others = st.other_sessions
+    if others:
+        out.print(text("other sessions: " + "; ".join(
+            f"{s.user} on {s.tty} ({s.source or 'local'}, {s.since})" for s in others)), style="bold yellow")
+    else:
+        out.print("other sessions: none")
+    out.print(text("largest other processes: " + ", ".join(
+        f"{p.pid} {p.args.split()[0] if p.args else '?'} {size(p.rss_kib)}" for p in st.top_processes[:3])))
+    for d in st.disks:
+        out.print(text(f"disk {d.path}: {gib(d.avail_kib)} free of {gib(d.size_kib)} ({d.mount})"))
+    _render_releases(st)
+
+
+def _render_daemons(st: HostStatus) -> None:
     if not st.daemons:
         out.print(text("daemon: not running"), style="yellow")
     for p in st.daemons:
@@ -184,8 +205,9 @@ def render(st: HostStatus, secret_env: tuple[str, ...] = ()) -> None:
     for p in st.not_daemons:  # another user's, or another program: what a deploy leaves alone
         out.print(text(f"not the daemon: pid {p.pid} (uid {p.uid}, runs {p.exe or '?'}) matches daemon.match"),
                   style="yellow")
-    render_unit_and_view(st, secret_env)
 
+
+def _render_gpus(st: HostStatus) -> None:
     if st.gpu_error:
         out.print(text(f"GPUs: {st.gpu_error}"), style="bold red" if st.gpu_hung else "yellow")
     else:
@@ -210,18 +232,8 @@ def render(st: HostStatus, secret_env: tuple[str, ...] = ()) -> None:
         for app in st.gpu_processes:
             out.print(text(f"  GPU process {app.pid} {app.name} {app.used_mib or 0:.0f} MiB on {app.gpu_uuid}"))
 
-    if st.gpu_sampler:
-        out.print(text(f"GPU sampler: {st.gpu_sampler}"))
-    others = st.other_sessions
-    if others:
-        out.print(text("other sessions: " + "; ".join(
-            f"{s.user} on {s.tty} ({s.source or 'local'}, {s.since})" for s in others)), style="bold yellow")
-    else:
-        out.print("other sessions: none")
-    out.print(text("largest other processes: " + ", ".join(
-        f"{p.pid} {p.args.split()[0] if p.args else '?'} {size(p.rss_kib)}" for p in st.top_processes[:3])))
-    for d in st.disks:
-        out.print(text(f"disk {d.path}: {gib(d.avail_kib)} free of {gib(d.size_kib)} ({d.mount})"))
+
+def _render_releases(st: HostStatus) -> None:
     if st.releases:
         # at 80 columns: short fields stacked two to a cell, the command line gets the rest (as in history)
         from rich.table import Table
