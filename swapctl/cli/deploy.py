@@ -198,15 +198,12 @@ def _deploy(targets: list[str], binary: str | None, playbook_path: str | None, y
         def one(spec: pb.HostSpec, interrupts: Interrupts, events: EventSink) -> Outcome:
             events(Event("connect", f"connecting to {where(spec)}..."))  # at once: a silent host takes its timeout
             with connect(spec) as host:
-                sw = Swap(host, book, events, interrupts, ignore_gpu_hang=ignore_gpu_hang, beside=beside)
-                try:
+                with Swap(host, book, events, interrupts, ignore_gpu_hang=ignore_gpu_hang, beside=beside) as sw:
                     plan = sw.plan(local, restart=restart, build=build)
                     if (shown := shown_only(plan, book, dry_run, preview, "deploy")) is not None:
                         return shown
                     _confirm(plan, yes or many)
                     return run_deploy(sw, plan)
-                finally:
-                    sw.discard_upload()  # started during the preflight for an upload that did not happen
         return one
 
     if many and not (yes or dry_run):

@@ -10,30 +10,18 @@ from __future__ import annotations
 
 import re
 import sys
-import time
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from .. import playbook as pb
-from ..errors import BadInput, Refused, SwapctlError, UnknownState
-from ..experiment import LOOKS, MIN_PROOFS, Verdict, enough, moved, need, verdict, without_warmup
-from ..gpu.sampler import fetch_patterns, start_sampler
-from ..gpu.samples import Sample, samples_in
-from ..logs.fetch import LogFetcher
-from ..logs.stats import ALPHA
-from ..logs.timings import Run, _Range, parse
-from ..remote import Host, connect
-from ..swap import journal
-from ..swap.deploy import Daemon, Swap, samplable
-from ..swap.deploy import deploy as run_deploy
-from ..swap.deploy import rollback as run_rollback
-from ..swap.journal_entry import JournalEntry
+from ..errors import BadInput
+from ..experiment import MIN_PROOFS, Verdict
+from ..experiment.run import Hooks, Settings, run
+from ..remote import connect
 from .common import JsonOpt, PlaybookOpt, err, guarded, out, print_json, select_hosts, text
 from .deploy import _confirm, show_plan
-
-POLL_S = 2.0
 
 
 def seconds(value: str) -> float:
@@ -70,8 +58,9 @@ def experiment(
     def checked() -> int:
         if then not in ("keep", "rollback", "ask"):
             raise BadInput(f"--then {then!r}: keep, rollback or ask")
-        return _experiment(host, binary, seconds(for_), proofs, seconds(baseline), min_proofs, then, report, dest,
-                           playbook, yes, json, warmup, percent(resolve) if resolve else None)
+        s = Settings(binary, seconds(for_), proofs, seconds(baseline), min_proofs, warmup,
+                     percent(resolve) if resolve else None, report, dest)
+        return _experiment(host, s, then, playbook, yes, json)
 
     guarded(checked)
 
@@ -84,91 +73,6 @@ def percent(value: str) -> float:
     return float(m[1]) / 100
 
 
-class Window:
-    """The daemon's log and GPU samples as fetched so far, and the runs in a byte range of the log."""
-
-    def __init__(self, host: Host, book: pb.Playbook, dest: Path) -> None:
-        self.book, self.fetcher = book, LogFetcher(host, dest)
-        self.log_remote = book.require_daemon().log
-        self.local = dest / host.name / PurePosixPath(self.log_remote).name
-        self.samples_dir = dest / host.name
-        self.patterns = [self.log_remote] + fetch_patterns(book.daemon.state_dir)
-
-    def fetch(self) -> None:
-        self.fetcher.fetch(self.patterns)
-
-    def runs(self, start: int, end: int | None = None) -> list[Run]:
-        if not self.local.exists():
-            return []
-        with open(self.local, "rb") as f:
-            size = f.seek(0, 2)
-            return parse([_Range(f, start, size if end is None else min(end, size))]).runs
-
-    def samples(self) -> list[Sample]:
-        return samples_in(self.samples_dir)
-
-
-def _side_runs(runs: list[Run]) -> list[Run]:
-    """The runs that proved something: a restart that never got to work is no evidence either way."""
-    return [r for r in runs if r.jobs or r.pinned + r.pageable]
-
-
-def _baseline(sw: Swap, win: Window, wait_s: float, min_proofs: int) -> tuple[int, list[Run]]:
-    """Where the running release's log starts, and its last run; measured for wait_s first if it is small."""
-    began = sw.catalog().started()
-    start = began.offset if began else 0
-    win.fetch()
-    runs = win.runs(start)[-1:]
-    if not runs or runs[0].jobs < min_proofs:
-        err.print(text(f"baseline: {runs[0].jobs if runs else 0} proofs since the running release started; "
-                       f"measuring it for {wait_s:g} s first"))
-        time.sleep(wait_s)
-        win.fetch()
-        runs = win.runs(start)[-1:]
-    if not runs or runs[0].jobs < min_proofs:
-        raise Refused(f"baseline too small: {runs[0].jobs if runs else 0} proofs from the running release "
-                      f"(need {min_proofs}); give it work or a longer --baseline. Nothing changed", host=sw.host.name)
-    return start, runs
-
-
-def _watch(win: Window, start: int, for_s: float, proofs: int | None, baseline: list[Run],
-           looks: list[int] | None = None, warmup: int = 1) -> None:
-    """Waits for the window to end, saying how B does against the baseline as it goes; with `looks` (proof
-    counts), it ends at the first look where a headline phase moved (experiment.moved), judged as the
-    verdict is: without B's first `warmup` proofs."""
-    looks = list(looks or [])
-    base = without_warmup(baseline, warmup)[0]
-    deadline = time.monotonic() + for_s
-    base_p50 = baseline[-1].report()["phases"].get("ntt_kernels", {}).get("p50")
-    while time.monotonic() < deadline:
-        time.sleep(min(POLL_S, max(0.0, deadline - time.monotonic())))
-        win.fetch()
-        runs = win.runs(start)
-        done = sum(r.jobs for r in runs)
-        ntt = runs[-1].report()["phases"].get("ntt_kernels", {}).get("p50") if runs else None
-        left = max(0.0, deadline - time.monotonic())
-        last = win.samples()[-10:]
-        act = [x.sm_act_pct for x in last if x.sm_act_pct is not None]
-        sm = [x.sm_pct for x in last if x.sm_pct is not None]
-        busy = (f", SM activity {sum(act) / len(act):.0f}% (last {len(act)} readings)" if act
-                else f", duty cycle {sum(sm) / len(sm):.0f}% (last {len(sm)} readings)" if sm else "")
-        err.print(text(f"window: {done} proofs, ntt_kernels p50 {_ms(ntt)} (baseline {_ms(base_p50)}){busy}, "
-                       f"{left:.0f} s left"), style="dim")
-        if proofs is not None and done >= proofs:
-            return
-        if looks and done >= looks[0]:
-            while looks and done >= looks[0]:  # one judgement however many looks this poll passed
-                looks.pop(0)
-            phase = moved(base, without_warmup(_side_runs(runs), warmup)[0])
-            if phase:
-                err.print(text(f"window: {phase} moved at {done} proofs (a look of {LOOKS}): ending early"))
-                return
-
-
-def _ms(v: float | None) -> str:
-    return "-" if v is None else f"{v:,.0f} ms"
-
-
 def _decide(then: str, v: Verdict) -> str:
     if then != "ask":
         return then
@@ -177,86 +81,22 @@ def _decide(then: str, v: Verdict) -> str:
     return "keep" if typer.confirm("keep the new build?", err=True) else "rollback"
 
 
-def _experiment(target: str, binary: str, for_s: float, proofs: int | None, baseline_s: float, min_proofs: int,
-                then: str, report: Path | None, dest: Path, playbook_path: str | None, yes: bool,
-                as_json: bool, warmup: int = 1, resolve: float | None = None) -> int:
+def _experiment(target: str, s: Settings, then: str, playbook_path: str | None, yes: bool, as_json: bool) -> int:
     book = pb.load(playbook_path)
     book.require_daemon()
     specs = select_hosts(book, [target])
     if len(specs) != 1:
         raise BadInput(f"experiment takes one host; {target} names {len(specs)}")
+    hooks = Hooks(
+        say=lambda line, style: err.print(text(line), style=style),
+        show_plan=lambda plan: show_plan(plan, False, book.daemon.secret_env, book.daemon.stop),
+        confirm=lambda plan: _confirm(plan, yes),
+        verdict=lambda v: _show(v, as_json),
+        decide=lambda v: _decide(then, v),
+    )
     with connect(specs[0]) as host:
-        sw = Swap(host, book)
-        win = Window(host, book, dest)
-        situation = sw.situation()
-        running = situation.daemon
-        if running is None:
-            raise Refused("no daemon runs: an experiment compares B with the running build", host=host.name)
-        if samplable(situation.status):  # no nvidia-smi, or a hung one: the log's figures alone
-            start_sampler(host, book.daemon.state_dir, running.pid, user=book.daemon.user or "")
-        base_start, base_runs = _baseline(sw, win, baseline_s, min_proofs)
-        needed = need(without_warmup(base_runs, warmup)[0], resolve or 0.03, LOOKS if resolve else 1)
-        looks: list[int] = []
-        if needed:
-            err.print(text(needed.line()))
-            if resolve and needed.proofs:
-                proofs = max(needed.proofs, min_proofs)
-                looks = [max(min_proofs, proofs * k // LOOKS) for k in range(1, LOOKS)]
-                err.print(text(f"it ends early at the first of {LOOKS} looks (at {', '.join(map(str, looks))} and "
-                               f"{proofs} proofs) where a phase moved at alpha {needed.alpha:g}"), style="dim")
-        plan = sw.plan(binary)
-        show_plan(plan, False, book.daemon.secret_env, book.daemon.stop)
-        if plan.unchanged:
-            raise BadInput("B is the build that runs already: nothing to compare", host=host.name)
-        _confirm(plan, yes)
-        try:
-            outcome = run_deploy(sw, plan)
-        except SwapctlError as exc:
-            err.print(text(f"verdict: B did not come up ({exc}); the deploy's own rollback decided"), style="bold red")
-            raise
-        new_start = int(outcome.log_offset or 0)
-        decision = "rollback"
-        try:
-            _watch(win, new_start, for_s, proofs, base_runs, looks, warmup)
-            win.fetch()
-            before, left_a = without_warmup(_side_runs(win.runs(base_start, new_start))[-1:] or base_runs, warmup)
-            after, left_b = without_warmup(_side_runs(win.runs(new_start)), warmup)
-            err.print(text(f"warm-up: {left_b} proof(s) of B and {left_a} of the build before left out of the verdict "
-                           f"(--warmup {warmup}: the SRS loads at a daemon's first proof)"))
-            v = verdict(before, after, win.samples(), ALPHA / LOOKS if looks else ALPHA)
-            if not enough(v.after, min_proofs):
-                err.print(text(f"B made {v.after.proofs} proofs in the window (need {min_proofs}): too few to judge"),
-                          style="bold yellow")
-            _show(v, as_json)
-            decision = _decide(then, v)
-        except KeyboardInterrupt:
-            err.print(text("interrupted in the window: rolling back to the build before B"), style="bold yellow")
-            decision, v = "rollback", None
-        finally:
-            if decision == "rollback":
-                err.print(text(f"{host.name}: rolled back; {_restore(sw, running)}"), style="bold")
-            else:
-                err.print(text(f"{host.name}: keeping B ({(outcome.new_sha or '')[:12]})"), style="bold")
-        journal.write(sw.ctx, JournalEntry(action="experiment", release=outcome.new_sha, decision=decision,
-                                           verdict=v.summary if v else "interrupted in the window"))
-        if report and v:
-            from ..report import write_html
-
-            write_html(report, v, host.name, binary, win, (base_start, new_start))
-            err.print(text(f"report: {report}"))
-    return 0 if v else 3
-
-
-def _restore(sw: Swap, baseline: Daemon) -> str:
-    """Back to the baseline itself, named by its whole sha256 (not by what `rollback` would pick), then
-    checked on the host: the daemon that runs there now must be the baseline's bytes."""
-    run_rollback(sw, sw.plan_rollback(baseline.sha256))
-    now = sw.situation().daemon
-    if now is None or now.sha256 != baseline.sha256:
-        what = f"{now.sha256[:12]} (pid {now.pid})" if now else "no daemon"
-        raise UnknownState(f"the rollback to the baseline {baseline.sha256[:12]} ended, but {what} runs now: check "
-                           f"`swapctl status {sw.host.name}`", host=sw.host.name)
-    return f"the baseline {baseline.sha256[:12]} runs again as pid {now.pid} (its sha256 checked on the host)"
+        result = run(host, book, s, hooks)
+    return 0 if result.verdict else 3
 
 
 def _show(v: Verdict, as_json: bool) -> None:

@@ -44,6 +44,14 @@ class Swap:
         self.session = Session(self.ctx)  # the upload, started during the preflight
         self._lock: Held | None = None
 
+    def __enter__(self) -> Swap:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """The upload session plan() started ends with the swap: its zstd worker, its frames made ahead, a
+        patch's base held, whether the upload happened or not."""
+        self.discard_upload()
+
     def catalog(self) -> Catalog:
         return preflight.catalog(self.ctx)
 

@@ -9,11 +9,11 @@ import io
 from pathlib import Path
 from typing import Protocol
 
-from .experiment import Side, Verdict
-from .gpu.samples import Sample
-from .logs import plot
-from .logs.gpu import PARTS
-from .logs.timings import Run, _Range
+from ..gpu.samples import Sample
+from ..logs import plot
+from ..logs.gpu import PARTS
+from ..logs.timings import Run, _Range
+from .judge import Side, Verdict
 
 STYLE = """body{font:14px/1.4 system-ui,sans-serif;margin:2em;max-width:1200px}
 table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:.25em .6em;text-align:right}

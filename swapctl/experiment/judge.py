@@ -10,11 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .gpu.samples import Sample
-from .logs import gpu
-from .logs.power import proofs_needed, resolution
-from .logs.stats import ALPHA, Change, compare, moves
-from .logs.timings import Log, Run
+from ..gpu.samples import Sample
+from ..logs import gpu
+from ..logs.power import proofs_needed, resolution
+from ..logs.stats import ALPHA, Change, compare, moves
+from ..logs.timings import Log, Run
 
 # the phases a verdict line names first, when they changed: what cuzk's GPU path spends its time in
 HEADLINE = ("ntt_kernels", "coset_intt_sync", "gpu_total_ms", "mutex_held_ms", "synth_ms", "job_total_ms")

@@ -1,0 +1,216 @@
+"""An experiment on one host: the baseline, B's deploy, its window, the verdict, keep or roll back, the
+journal line and the report. The caller passes what shows progress, the plan and the verdict, and what
+decides (as swapctl.fleet's rollout takes them); nothing here prints or asks."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import playbook as pb
+from ..errors import BadInput, Refused, SwapctlError, UnknownState
+from ..gpu.sampler import start_sampler
+from ..logs.stats import ALPHA
+from ..logs.timings import Run
+from ..remote import Host
+from ..swap import journal
+from ..swap.deploy import Daemon, DeployPlan, Outcome, Swap, samplable
+from ..swap.deploy import deploy as run_deploy
+from ..swap.deploy import rollback as run_rollback
+from ..swap.journal_entry import JournalEntry
+from .judge import LOOKS, MIN_PROOFS, Verdict, enough, moved, need, verdict, without_warmup
+from .window import Window, side_runs
+
+POLL_S = 2.0
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What the command line asks of the experiment."""
+
+    binary: str
+    for_s: float  # B's window, or its upper bound with `proofs` or `resolve`
+    proofs: int | None = None  # end once B has made this many
+    baseline_s: float = 600  # measure the running release this long first, if its log holds too few proofs
+    min_proofs: int = MIN_PROOFS
+    warmup: int = 1  # proofs after a daemon's start left out of the verdict
+    resolve: float | None = None  # run B for the proofs that resolve a change this small (0.03: 3%)
+    report: Path | None = None  # where the HTML report goes
+    dest: Path = Path("logs")  # where the logs and samples are fetched to
+
+
+@dataclass(frozen=True)
+class Hooks:
+    """The caller's side: progress lines (and their style), the plan shown, its confirmation (raising stops
+    before anything changes), the verdict, and the decision for B ("keep" or "rollback")."""
+
+    say: Callable[[str, str | None], None]
+    show_plan: Callable[[DeployPlan], None]
+    confirm: Callable[[DeployPlan], None]
+    verdict: Callable[[Verdict], None]
+    decide: Callable[[Verdict], str]
+
+
+@dataclass(frozen=True)
+class Result:
+    verdict: Verdict | None  # None: interrupted in the window (rolled back)
+    decision: str
+
+
+@dataclass
+class _Baseline:
+    start: int  # the running release's log offset
+    runs: list[Run]
+    proofs: int | None  # B's window in proofs, when --resolve (or --proofs) sets it
+    looks: list[int]  # the proof counts at which a --resolve window may end early
+
+
+def run(host: Host, book: pb.Playbook, s: Settings, hooks: Hooks) -> Result:
+    """Swap B in on `host`, let it work, judge it against the build before it, keep it or roll back."""
+    with Swap(host, book) as sw:  # its upload session ends with it, sent or not
+        return _run(sw, Window(host, book, s.dest), s, hooks)
+
+
+def _run(sw: Swap, win: Window, s: Settings, hooks: Hooks) -> Result:
+    host, book = sw.host, sw.book
+    situation = sw.situation()
+    running = situation.daemon
+    if running is None:
+        raise Refused("no daemon runs: an experiment compares B with the running build", host=host.name)
+    if samplable(situation.status):  # no nvidia-smi, or a hung one: the log's figures alone
+        start_sampler(host, book.daemon.state_dir, running.pid, user=book.daemon.user or "")
+    base = _baseline(sw, win, s, hooks)
+    plan = sw.plan(s.binary)
+    hooks.show_plan(plan)
+    if plan.unchanged:
+        raise BadInput("B is the build that runs already: nothing to compare", host=host.name)
+    hooks.confirm(plan)
+    try:
+        outcome = run_deploy(sw, plan)
+    except SwapctlError as exc:
+        hooks.say(f"verdict: B did not come up ({exc}); the deploy's own rollback decided", "bold red")
+        raise
+    new_start = int(outcome.log_offset or 0)
+    v, decision = _judge(sw, win, s, hooks, base, new_start, running, outcome)
+    journal.write(sw.ctx, JournalEntry(action="experiment", release=outcome.new_sha, decision=decision,
+                                       verdict=v.summary if v else "interrupted in the window"))
+    if s.report and v:
+        from .report import write_html
+
+        write_html(s.report, v, host.name, s.binary, win, (base.start, new_start))
+        hooks.say(f"report: {s.report}", None)
+    return Result(v, decision)
+
+
+def _baseline(sw: Swap, win: Window, s: Settings, hooks: Hooks) -> _Baseline:
+    """Where the running release's log starts, and its last run (measured for baseline_s first if it is
+    small); with --resolve, the proofs B needs and the looks at which it may end early."""
+    began = sw.catalog().started()
+    start = began.offset if began else 0
+    win.fetch()
+    runs = win.runs(start)[-1:]
+    if not runs or runs[0].jobs < s.min_proofs:
+        hooks.say(f"baseline: {runs[0].jobs if runs else 0} proofs since the running release started; "
+                  f"measuring it for {s.baseline_s:g} s first", None)
+        time.sleep(s.baseline_s)
+        win.fetch()
+        runs = win.runs(start)[-1:]
+    if not runs or runs[0].jobs < s.min_proofs:
+        raise Refused(f"baseline too small: {runs[0].jobs if runs else 0} proofs from the running release "
+                      f"(need {s.min_proofs}); give it work or a longer --baseline. Nothing changed",
+                      host=sw.host.name)
+    base = _Baseline(start, runs, s.proofs, [])
+    needed = need(without_warmup(runs, s.warmup)[0], s.resolve or 0.03, LOOKS if s.resolve else 1)
+    if needed:
+        hooks.say(needed.line(), None)
+        if s.resolve and needed.proofs:
+            base.proofs = max(needed.proofs, s.min_proofs)
+            base.looks = [max(s.min_proofs, base.proofs * k // LOOKS) for k in range(1, LOOKS)]
+            hooks.say(f"it ends early at the first of {LOOKS} looks (at {', '.join(map(str, base.looks))} and "
+                      f"{base.proofs} proofs) where a phase moved at alpha {needed.alpha:g}", "dim")
+    return base
+
+
+def _judge(sw: Swap, win: Window, s: Settings, hooks: Hooks, base: _Baseline, new_start: int, running: Daemon,
+           outcome: Outcome) -> tuple[Verdict | None, str]:
+    """B's window, the verdict and the decision; whatever ends the window (Ctrl-C too), B is kept or the
+    baseline runs again."""
+    v: Verdict | None = None
+    decision = "rollback"
+    try:
+        _watch(win, new_start, s, base, hooks)
+        win.fetch()
+        before, left_a = without_warmup(side_runs(win.runs(base.start, new_start))[-1:] or base.runs, s.warmup)
+        after, left_b = without_warmup(side_runs(win.runs(new_start)), s.warmup)
+        hooks.say(f"warm-up: {left_b} proof(s) of B and {left_a} of the build before left out of the verdict "
+                  f"(--warmup {s.warmup}: the SRS loads at a daemon's first proof)", None)
+        v = verdict(before, after, win.samples(), ALPHA / LOOKS if base.looks else ALPHA)
+        if not enough(v.after, s.min_proofs):
+            hooks.say(f"B made {v.after.proofs} proofs in the window (need {s.min_proofs}): too few to judge",
+                      "bold yellow")
+        hooks.verdict(v)
+        decision = hooks.decide(v)
+    except KeyboardInterrupt:
+        hooks.say("interrupted in the window: rolling back to the build before B", "bold yellow")
+        decision, v = "rollback", None
+    finally:
+        if decision == "rollback":
+            hooks.say(f"{sw.host.name}: rolled back; {_restore(sw, running)}", "bold")
+        else:
+            hooks.say(f"{sw.host.name}: keeping B ({(outcome.new_sha or '')[:12]})", "bold")
+    return v, decision
+
+
+def _watch(win: Window, start: int, s: Settings, base: _Baseline, hooks: Hooks) -> None:
+    """Waits for the window to end, saying how B does against the baseline as it goes; with looks (proof
+    counts), it ends at the first look where a headline phase moved (verdict.moved), judged as the
+    verdict is: without B's first `warmup` proofs."""
+    looks = list(base.looks)
+    baseline = without_warmup(base.runs, s.warmup)[0]
+    deadline = time.monotonic() + s.for_s
+    base_p50 = base.runs[-1].report()["phases"].get("ntt_kernels", {}).get("p50")
+    while time.monotonic() < deadline:
+        time.sleep(min(POLL_S, max(0.0, deadline - time.monotonic())))
+        win.fetch()
+        runs = win.runs(start)
+        done = sum(r.jobs for r in runs)
+        ntt = runs[-1].report()["phases"].get("ntt_kernels", {}).get("p50") if runs else None
+        hooks.say(f"window: {done} proofs, ntt_kernels p50 {_ms(ntt)} (baseline {_ms(base_p50)})"
+                  f"{_busy(win)}, {max(0.0, deadline - time.monotonic()):.0f} s left", "dim")
+        if base.proofs is not None and done >= base.proofs:
+            return
+        if looks and done >= looks[0]:
+            while looks and done >= looks[0]:  # one judgement however many looks this poll passed
+                looks.pop(0)
+            phase = moved(baseline, without_warmup(side_runs(runs), s.warmup)[0])
+            if phase:
+                hooks.say(f"window: {phase} moved at {done} proofs (a look of {LOOKS}): ending early", None)
+                return
+
+
+def _busy(win: Window) -> str:
+    """The GPU's last ten readings: SM activity where the GPU has GPM counters, else the duty cycle."""
+    last = win.samples()[-10:]
+    act = [x.sm_act_pct for x in last if x.sm_act_pct is not None]
+    sm = [x.sm_pct for x in last if x.sm_pct is not None]
+    if act:
+        return f", SM activity {sum(act) / len(act):.0f}% (last {len(act)} readings)"
+    return f", duty cycle {sum(sm) / len(sm):.0f}% (last {len(sm)} readings)" if sm else ""
+
+
+def _ms(v: float | None) -> str:
+    return "-" if v is None else f"{v:,.0f} ms"
+
+
+def _restore(sw: Swap, baseline: Daemon) -> str:
+    """Back to the baseline itself, named by its whole sha256 (not by what `rollback` would pick), then
+    checked on the host: the daemon that runs there now must be the baseline's bytes."""
+    run_rollback(sw, sw.plan_rollback(baseline.sha256))
+    now = sw.situation().daemon
+    if now is None or now.sha256 != baseline.sha256:
+        what = f"{now.sha256[:12]} (pid {now.pid})" if now else "no daemon"
+        raise UnknownState(f"the rollback to the baseline {baseline.sha256[:12]} ended, but {what} runs now: check "
+                           f"`swapctl status {sw.host.name}`", host=sw.host.name)
+    return f"the baseline {baseline.sha256[:12]} runs again as pid {now.pid} (its sha256 checked on the host)"
