@@ -8,7 +8,6 @@ runs one host, and callbacks that show progress and confirm the canaries.
 
 from __future__ import annotations
 
-import io
 import threading
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -16,10 +15,8 @@ from dataclasses import dataclass, field
 
 from . import playbook as pb
 from .errors import BadInput, SwapctlError
-from .logs.timings import parse
 from .playbook import HostSpec
-from .remote import connect
-from .swap.deploy import Outcome, Swap
+from .swap.deploy import Outcome
 
 Result = Outcome | SwapctlError
 SKIPPED = "skipped"
@@ -108,20 +105,6 @@ class Canary:
     gpu_phase_share: float | None  # from its log: held GPU / wall, not how busy the GPU is
 
 
-def check_canary(book: pb.Playbook, name: str, outcome: Outcome) -> Canary | str:
-    """Whether the canary still runs the new build, and its first partitions' timings; or why it went down."""
-    with connect(book.hosts.get(name) or pb.resolve_host(book, name)) as host:
-        sw = Swap(host, book)
-        daemon = sw.situation().daemon
-        if not daemon or daemon.sha256 != outcome.new_sha:
-            return f"canary {name} went down: it no longer runs {(outcome.new_sha or '')[:12]}"
-        report = parse([io.BytesIO(sw.log_tail(outcome.log_offset or 0, 5000).encode())]).report()
-    p50 = {k: v["p50"] for k, v in report["phases"].items() if v["p50"]}
-    return Canary(name, daemon.pid, outcome.steps.get("ready", 0), report["partitions"],
-                  {k: p50[k] for k in ("synth_ms", "ntt_kernels", "gpu_total_ms") if k in p50},
-                  report["gpu_phase_share"])
-
-
 def _pause(seconds: float) -> None:
     threading.Event().wait(seconds)
 
@@ -131,10 +114,10 @@ class CanaryGate:
     """What decides whether the rollout goes on after its canaries."""
 
     book: pb.Playbook
+    check: Callable[[pb.Playbook, str, Outcome], Canary | str]  # a canary after its swap, or why it went down
     wait_s: float | None = None  # let the canaries run this long first
     confirm: Callable[[list[Canary]], bool] = lambda canaries: True  # shown the canaries; False stops
     waiting: Callable[[float], None] = field(default=lambda s: _pause(s))  # injectable for tests
-    check: Callable[[pb.Playbook, str, Outcome], Canary | str] = check_canary
 
     def verdict(self, results: dict[str, Result | str]) -> str:
         """Why the rollout stops after its canaries, or "" to go on."""

@@ -17,6 +17,7 @@ import typer
 from rich.table import Table
 
 from .. import playbook as pb
+from ..canary import check_canary
 from ..errors import BadInput, Refused, SwapctlError
 from ..fleet import SKIPPED, Canary, CanaryGate, Fleet, Result, Rollout, fail_budget
 from ..fleet import roll_out as core_roll_out
@@ -163,8 +164,8 @@ def roll_out(book: pb.Playbook, specs: list[HostSpec], one: One, fleet: Fleet, y
 
     Returns each host's result (or SKIPPED) and why the rollout stopped early ("" if it did not)."""
     run = _AtTerminal(one, fleet, live=len(specs) > 1 and err.is_terminal)
-    gate = CanaryGate(book, fleet.canary_wait, lambda canaries: _confirm_canaries(canaries, fleet, yes),
-                      _wait_for_canaries)
+    gate = CanaryGate(book, check_canary, fleet.canary_wait,
+                      lambda canaries: _confirm_canaries(canaries, fleet, yes), _wait_for_canaries)
     previous = signal.signal(signal.SIGINT, run.on_sigint)
     try:
         results, why = core_roll_out(specs, run.each, fleet, gate, dry_run=dry_run, batch=run.batch,
