@@ -192,6 +192,7 @@ def _deploy(targets: list[str], binary: str | None, playbook_path: str | None, y
     if binary is None:
         raise BadInput("give either --binary PATH or --build")
     local = binary
+    size = elf.inspect(local).size  # a missing or wrong file: one line, before any host is asked (kept: read once)
 
     def deploy_one(preview: Preview | None = None) -> One:
         """Each host's deploy; with `preview`, only its plan, shown and handed to `preview` (a dry run)."""
@@ -207,7 +208,6 @@ def _deploy(targets: list[str], binary: str | None, playbook_path: str | None, y
         return one
 
     if many and not (yes or dry_run):
-        size = elf.inspect(local).size  # a missing or wrong file: one line, before any host is asked
         confirm_after_plans(book, specs, deploy_one, fleet, "swap the daemon on", f"to {local} ({size / 1e6:.1f} MB)")
         yes = True
     results, why = roll_out(book, specs, deploy_one(), fleet, yes, dry_run)

@@ -1,0 +1,79 @@
+"""The CLI's presentation paths that need no host, run in-process (swapctl.cli.environment, as httpie's
+tests run `http()`): the same consoles, widths and exit codes as the console script, without a fork.
+The first test holds that to the console script itself, so the others read what a user is shown."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from swapctl.cli import VERBS
+from swapctl.cli.environment import Environment, run
+
+DATA = Path(__file__).parent / "data" / "cuzk-real"
+ONE, TWO = str(DATA / "one-gpu-nocolor.log"), str(DATA / "two-gpu-three-runs.log")
+SWAPCTL = Path(sys.executable).parent / "swapctl"
+
+
+@pytest.mark.parametrize("argv", [["timings", ONE], ["timings", TWO, "--json"], ["timings", "--compare", ONE, TWO],
+                                  ["timings", TWO, "--run", "last", "--all"]],
+                         ids=["text", "json", "compare", "last-run-all"])
+def test_in_process_a_verb_prints_what_the_console_script_prints_in_a_pipe(argv):
+    ran = run(argv, Environment(columns=80))
+    env = {**os.environ, "COLUMNS": "80"}
+    env.pop("FORCE_COLOR", None)
+    proc = subprocess.run([str(SWAPCTL), *argv], capture_output=True, text=True, env=env, timeout=60)
+    assert (ran.code, ran.stdout, ran.stderr) == (proc.returncode, proc.stdout, proc.stderr)
+    assert ran.code == 0 and ran.stdout
+
+
+def test_timings_tables_fit_80_columns_and_json_carries_every_run():
+    text = run(["timings", TWO], Environment(columns=80))
+    rows = [line for line in text.stdout.splitlines() if line[:1] in "┏┃┡│└"]
+    assert text.code == 0 and rows and max(map(len, rows)) <= 80, text.stdout
+    doc = json.loads(run(["timings", TWO, "--json"]).stdout)
+    assert doc["version"] == 1 and len(doc["runs"]) == 3  # the log holds three daemon runs
+
+
+def _playbook(tmp_path: Path, daemon: str) -> str:
+    path = tmp_path / "swapctl.toml"
+    # 192.0.2.1 is the documentation range: a verb that tried to reach it would fail on the connection,
+    # not on the input, and say so
+    path.write_text(f'[hosts.lab]\naddress = "192.0.2.1"\nport = 1\n\n[daemon]\n{daemon}\n')
+    return str(path)
+
+
+GOOD = 'binary = "/data/cuzk"\nlog = "/data/cuzk.log"'
+
+
+@pytest.mark.parametrize("argv, daemon, says", [
+    (["status", "lab"], 'binray = "/data/cuzk"', ":6: daemon.binray: unknown key (did you mean `binary`?)"),
+    (["deploy", "lab", "--binary", "/nonexistent/cuzk", "--yes"], GOOD, "/nonexistent/cuzk: no such file"),
+    (["deploy", "lab", "--binary", "/etc/hostname", "--yes"], GOOD, "/etc/hostname is not an ELF executable"),
+    (["experiment", "lab", "--binary", "/x", "--then", "maybe"], GOOD, "--then 'maybe': keep, rollback or ask"),
+    (["rollback", "nohost"], GOOD, "unknown host 'nohost' (hosts in the playbook: lab)"),
+    (["timings", "--run", "0x", ONE], GOOD, "--run '0x': give a run's number"),
+], ids=["unknown-key", "no-binary", "not-elf", "bad-then", "unknown-host", "bad-run"])
+def test_bad_input_is_one_line_naming_what_to_fix_with_exit_2_and_no_host_asked(tmp_path, argv, daemon, says):
+    ran = run([*argv, "-p", _playbook(tmp_path, daemon)] if argv[0] != "timings" else argv)
+    assert ran.code == 2, ran
+    assert ran.stdout == "" and ran.stderr.count("\n") == 1 and ran.stderr.startswith("swapctl: "), ran.stderr
+    assert says in ran.stderr and "connect" not in ran.stderr, ran.stderr
+
+
+def test_help_lists_every_verb_within_80_columns():
+    ran = run(["--help"], Environment(columns=80))
+    assert ran.code == 0 and max(map(len, ran.stdout.splitlines())) <= 80, ran.stdout
+    commands = ran.stdout.split("\nCommands:\n", 1)[1].splitlines()
+    listed = {line.split()[0] for line in commands if line[:2] == "  " and line[2:3] != " "}
+    assert set(VERBS) <= listed, set(VERBS) - listed
+
+
+def test_the_environment_is_the_callers_only_for_the_run():
+    before = dict(os.environ)
+    ran = run(["--version"], Environment(environ={"SWAPCTL_PLAYBOOK": "/nowhere.toml"}))
+    assert ran.code == 0 and ran.stdout.startswith("swapctl ")
+    assert dict(os.environ) == before
