@@ -31,6 +31,7 @@ import tempfile
 import threading
 import time
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
@@ -153,6 +154,43 @@ class Tally:
         return lines
 
 
+def collect(procs: list[subprocess.Popen], record: IO[str] | None, each: Callable[[dict], None]) -> bool:
+    """The workers' JSON lines as they come, each appended to `record` and handed to `each`, until every
+    worker has ended; True when a TERM (`timeout`) cut the campaign short. The workers are ended either way."""
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def read(out: IO[str]) -> None:
+        for line in out:
+            lines.put(line)
+        lines.put(None)  # this worker has ended
+
+    for proc in procs:
+        assert proc.stdout is not None
+        threading.Thread(target=read, args=(proc.stdout,), daemon=True).start()
+    signal.signal(signal.SIGTERM, _cut)  # `timeout` ends it: the table of what came back
+    try:
+        ended = 0
+        while ended < len(procs):
+            try:
+                line = lines.get(timeout=1)  # a timeout, so a TERM is handled while it waits
+            except queue.Empty:
+                continue
+            if line is None:
+                ended += 1
+                continue
+            if record:
+                print(line.strip(), file=record, flush=True)
+            each(json.loads(line))
+    except SystemExit:
+        return True
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.wait()
+    return False
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=40)
@@ -180,43 +218,17 @@ def main() -> int:
            "--bins", str(args.bins), *(["--resume", str(args.resume)] if args.resume else [])]
     procs = [subprocess.Popen([sys.executable, "-u", __file__, *own, f"--worker={k}/{args.jobs}"],
                               stdout=subprocess.PIPE, text=True) for k in range(args.jobs)]
-    lines: queue.Queue[str | None] = queue.Queue()
-
-    def read(out: IO[str]) -> None:
-        for line in out:
-            lines.put(line)
-        lines.put(None)  # this worker has ended
-
-    for proc in procs:
-        assert proc.stdout is not None
-        threading.Thread(target=read, args=(proc.stdout,), daemon=True).start()
-    signal.signal(signal.SIGTERM, _cut)  # `timeout` ends it: the table of what came back
     record = args.record.open("a") if args.record else None
     total = args.runs - args.first
-    try:
-        ended = 0
-        while ended < len(procs):
-            try:
-                line = lines.get(timeout=1)  # a timeout, so a TERM is handled while it waits
-            except queue.Empty:
-                continue
-            if line is None:
-                ended += 1
-                continue
-            if record:
-                print(line.strip(), file=record, flush=True)
-            r = json.loads(line)
-            said = tally.add(r)
-            print(f"run {r['i'] + 1} ({tally.done} of {total} done): {r['fault']} x {r['op']}: "
-                  f"{'landed' if r['landed'] else 'missed'}, {len(said)} violation(s)", *said, sep="\n  ",
-                  file=sys.stderr, flush=True)
-    except SystemExit:
+
+    def said(r: dict) -> None:
+        found = tally.add(r)
+        print(f"run {r['i'] + 1} ({tally.done} of {total} done): {r['fault']} x {r['op']}: "
+              f"{'landed' if r['landed'] else 'missed'}, {len(found)} violation(s)", *found, sep="\n  ",
+              file=sys.stderr, flush=True)
+
+    if collect(procs, record, said):
         print(f"cut short: {tally.done} of {total} runs done", file=sys.stderr)
-    finally:
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            proc.wait()
     failed = [f"worker {k} exited {p.returncode}" for k, p in enumerate(procs) if p.returncode not in (0, 143, -15)]
     print(table(tally.rows, tally.kinds))
     earlier = f" ({resumed} of them from {args.resume}, run before)" if resumed else ""

@@ -27,6 +27,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -129,6 +130,7 @@ struct Config {
     long partition_mib = 8;    // a/b/c vectors of one partition
     long synth_ms = 20;        // synthesis time per partition (CPU)
     long gpu_ms = 20;          // compute time per partition (GPU kernels)
+    double gpu_jitter_pct = 0; // the NTT part's spread, partition to partition (standard deviation, %)
     long jobs = 1;             // jobs to prove after start; -1 forever
     long job_interval_ms = 0;
     long start_delay_ms = 0;   // like loading the SRS
@@ -169,6 +171,7 @@ static bool load_config(const std::string& path, Config& c) {
     L("partition_mib", c.partition_mib);
     L("synth_ms", c.synth_ms);
     L("gpu_ms", c.gpu_ms);
+    if (kv.count("gpu_jitter_pct")) c.gpu_jitter_pct = atof(kv["gpu_jitter_pct"].c_str());
     L("jobs", c.jobs);
     L("job_interval_ms", c.job_interval_ms);
     L("start_delay_ms", c.start_delay_ms);
@@ -275,7 +278,7 @@ static double h2d(Gpu& g, const char* src, size_t bytes, bool pinned, char* boun
     return ms_since(t);
 }
 
-static void gpu_compute(Gpu& g, long ms) {
+static void gpu_compute(Gpu& g, double ms) {
 #ifdef USE_CUDA
     if (g_cuda) {
         auto t = Clock::now();
@@ -290,7 +293,22 @@ static void gpu_compute(Gpu& g, long ms) {
     // No GPU: the host waits while "the GPU" computes, as it does in cudaDeviceSynchronize. A busy loop
     // here would put the kernels on the CPU, where a loaded machine stretches them.
     (void)g;
-    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ms));
+}
+
+// The NTT share of a partition's compute: NTT_PCT percent of a quarter of gpu_ms (a build knob: builds whose
+// ntt_kernels differ by a known amount, for the experiment's resolution campaign), each partition varied
+// by gpu_jitter_pct (a normal spread, its standard deviation in percent: real kernels vary, a sleep does not)
+#ifndef NTT_PCT
+#define NTT_PCT 100
+#endif
+static double ntt_compute_ms(const Config& c) {
+    static std::mt19937_64 rng{std::random_device{}()};
+    static std::mutex m;
+    double ms = (double)(c.gpu_ms / 4) * NTT_PCT / 100.0;  // the quarter in whole ms, as before the knob
+    if (c.gpu_jitter_pct <= 0) return ms;
+    std::lock_guard<std::mutex> lock(m);
+    return std::max(0.0, ms * (1 + std::normal_distribution<double>(0, c.gpu_jitter_pct / 100.0)(rng)));
 }
 
 // ---- the engine: scheduler -> synthesis -> GPU queue -> GPU worker, as in cuzk-core/src/engine.rs ---
@@ -523,7 +541,7 @@ static double prove_partition(Engine& e, Job& job, int p, long i, Gpu& g, char* 
     if (pinned && !g_cuda) {
         std::thread dma([&] { h2d(g, abc, bytes, true, bounce); });
         auto tk = Clock::now();
-        gpu_compute(g, c.gpu_ms / 4);
+        gpu_compute(g, ntt_compute_ms(c));
         ntt_ms = ms_since(tk);
         auto tw = Clock::now();
         dma.join();
@@ -531,7 +549,7 @@ static double prove_partition(Engine& e, Job& job, int p, long i, Gpu& g, char* 
     } else {
         auto tk = Clock::now();
         copy_ms = h2d(g, abc, bytes, pinned, bounce);
-        gpu_compute(g, c.gpu_ms / 4);
+        gpu_compute(g, ntt_compute_ms(c));
         ntt_ms = ms_since(tk);
         sync_ms = 0;
     }
