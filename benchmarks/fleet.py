@@ -24,7 +24,10 @@ Needs root, sshd, g++, tc; `parallel-ssh` (Debian/Ubuntu: `apt-get install pssh`
 extra pins ansible-core (`bash scripts/venv` puts it in .venv/bin); --ansible DIR names another bin
 directory (default: .venv/bin, /tmp/ansible-venv/bin, else PATH). A tool that is missing is left out and
 said so.
-Usage: python3 benchmarks/fleet.py [--hosts 8,16,32] [--runs 1] [--machine-bashrc] [--deploy-only]
+Also `swapctl fetch-logs @all` against `parallel-slurp` (pssh's), and per N the controller's CPU per host,
+peak RSS and most file descriptors at once. `--parallel P` deploys P hosts at a time (Ansible with P forks).
+Usage: python3 benchmarks/fleet.py [--hosts 8,16,32] [--runs 1] [--parallel P] [--tools swapctl,pssh,ansible,collection]
+       [--machine-bashrc] [--deploy-only]
 """
 
 from __future__ import annotations
@@ -32,12 +35,12 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import resource
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -99,16 +102,49 @@ COLLECTION_SWAP = """
 """
 
 
-def timed(argv: list[str], env: dict, ok=lambda r: r.returncode == 0) -> tuple[float, float]:
-    """Wall seconds of the command, and the CPU seconds it and every process it waited for used."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t = time.perf_counter()
-    r = subprocess.run(argv, capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL)
-    wall = time.perf_counter() - t
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if not ok(r):
-        sys.exit(f"{' '.join(argv[:4])} ... failed ({r.returncode}): {(r.stderr or r.stdout).strip()[-600:]}")
-    return wall, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+# Runs argv[2:] as its child, then writes the child's CPU seconds and peak RSS (KiB) to argv[1]: the command
+# forked from a small process, since a child's ru_maxrss counts the pages it had before exec (tests/lab.py)
+MEASURE = """
+import os, sys
+pid = os.fork()
+if pid == 0:
+    os.execvp(sys.argv[2], sys.argv[2:])
+_, status, u = os.wait4(pid, 0)
+open(sys.argv[1], "w").write(f"{u.ru_utime + u.ru_stime} {u.ru_maxrss}")
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
+def timed(argv: list[str], env: dict) -> tuple[float, float, float, int]:
+    """Wall seconds of the command; the CPU seconds it and every process it waited for used; the peak RSS
+    (MiB) of the largest of them (wait4's rusage); and the most file descriptors its own process held at
+    once (sampled every 20 ms from /proc)."""
+    with tempfile.NamedTemporaryFile("r") as measured, tempfile.TemporaryFile("w+") as out:
+        t = time.perf_counter()
+        proc = subprocess.Popen([sys.executable, "-c", MEASURE, measured.name, *argv], stdout=out,
+                                stderr=subprocess.STDOUT, text=True, env=env, stdin=subprocess.DEVNULL)
+        fds = [0]
+        done = threading.Event()
+
+        def sample() -> None:
+            while not done.wait(0.02):
+                try:
+                    child = open(f"/proc/{proc.pid}/task/{proc.pid}/children").read().split()
+                    fds[0] = max(fds[0], len(os.listdir(f"/proc/{child[0]}/fd"))) if child else fds[0]
+                except OSError:
+                    pass
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        proc.wait()
+        wall = time.perf_counter() - t
+        done.set()
+        sampler.join()
+        if proc.returncode != 0:
+            out.seek(0)
+            sys.exit(f"{' '.join(argv[:4])} ... failed ({proc.returncode}): {out.read().strip()[-600:]}")
+        cpu, rss_kib = measured.read().split()
+    return wall, float(cpu), int(rss_kib) / 1024, fds[0]
 
 
 def start_by_hand(servers, binary: Path) -> None:
@@ -144,13 +180,17 @@ class Tools:
                              f"[groups]\nall = [{names}]\n\n[daemon]\nbinary = \"/data/cuzk\"\n"
                              'args = ["--config", "/data/cuzk.toml"]\nmatch = "/data/cuzk"\n'
                              'log = "/data/cuzk.log"\nready_timeout_s = 30\nstop_grace_s = 5\n\n'
-                             f"[memory]\nmin_available_gib = {MIN_AVAIL_GIB}\nrelease_timeout_s = 30\n")
+                             f"[memory]\nmin_available_gib = {MIN_AVAIL_GIB}\nrelease_timeout_s = 30\n\n"
+                             '[logs]\npaths = ["/data/cuzk.log"]\n')
         self.ssh_opts = (f"-i {s0.client_key} -o BatchMode=yes -o UserKnownHostsFile={s0.known_hosts} "
                          "-o StrictHostKeyChecking=yes")
         hosts = base / "pssh-hosts"
         hosts.write_text("".join(f"root@{s.address}:{s.port}\n" for s in lab.servers))
         self.pssh = [pssh, "-i", "-h", str(hosts), "-p", str(self.n), "-t", "60", "-x", self.ssh_opts, PROBE] \
             if pssh else None
+        slurp = shutil.which("parallel-slurp") or shutil.which("pslurp")
+        self.slurp = [slurp, "-h", str(hosts), "-p", str(self.n), "-t", "60", "-x", self.ssh_opts, "-L",
+                      str(base / "slurped"), "/data/cuzk.log", "cuzk.log"] if pssh and slurp else None
         self.ansible_bin = ansible_bin
         inventory = base / "inventory.ini"
         inventory.write_text("[all]\n" + "".join(
@@ -163,22 +203,22 @@ class Tools:
     def swapctl(self, *args: str) -> list[str]:
         return [sys.executable, "-m", "swapctl", *args, "-p", str(self.book)]
 
-    def ansible(self, tool: str, *args: str) -> list[str]:
+    def ansible(self, tool: str, *args: str, forks: int | None = None) -> list[str]:
         assert self.ansible_bin
-        return [str(self.ansible_bin / tool), "-i", str(self.inventory), "-f", str(self.n), *args]
+        return [str(self.ansible_bin / tool), "-i", str(self.inventory), "-f", str(forks or self.n), *args]
 
-    def ansible_swap(self, new: Path) -> list[str]:
+    def ansible_swap(self, new: Path, forks: int) -> list[str]:
         play = self.base / "swap.yml"
         play.write_text(ANSIBLE_SWAP.format(new=new, min_kib=MIN_AVAIL_GIB << 20))
-        return self.ansible("ansible-playbook", str(play))
+        return self.ansible("ansible-playbook", str(play), forks=forks)
 
-    def collection_swap(self, new: Path) -> list[str]:
+    def collection_swap(self, new: Path, forks: int) -> list[str]:
         import hashlib
 
         play = self.base / "collection-swap.yml"
         play.write_text(COLLECTION_SWAP.format(new=new, sha=hashlib.sha256(new.read_bytes()).hexdigest(),
                                                min_gib=MIN_AVAIL_GIB))
-        return self.ansible("ansible-playbook", str(play))
+        return self.ansible("ansible-playbook", str(play), forks=forks)
 
 
 def install_collection(ansible_bin: Path, base: Path) -> Path:
@@ -197,14 +237,18 @@ def ansible_env(env: dict) -> dict:
             "ANSIBLE_LOCAL_TEMP": str(Path(env["XDG_CACHE_HOME"]) / "ansible-tmp")}
 
 
-def one_fleet(n: int, runs: int, base: Path, builds: dict, bashrc: Path | None, env: dict,
-              ansible_bin: Path | None, pssh: str | None, deploy_only: bool = False
-              ) -> dict[str, list[tuple[float, float]]]:
+Measured = tuple[float, float, float, int]  # wall s, CPU s, peak RSS MiB, most fds at once
+
+
+def one_fleet(n: int, args: argparse.Namespace, base: Path, builds: dict, bashrc: Path | None, env: dict,
+              ansible_bin: Path | None, pssh: str | None) -> dict[str, list[Measured]]:
     (base / f"n{n}").mkdir()
     lab = NetnsLab(base / f"n{n}", n, prefix="swb", bashrc=bashrc)
-    got: dict[str, list[tuple[float, float]]] = {}
+    got: dict[str, list[Measured]] = {}
+    want = set(args.tools.split(","))
+    parallel = str(args.parallel or n)
 
-    def add(name: str, value: tuple[float, float]) -> None:
+    def add(name: str, value: Measured) -> None:
         got.setdefault(name, []).append(value)
 
     try:
@@ -212,25 +256,31 @@ def one_fleet(n: int, runs: int, base: Path, builds: dict, bashrc: Path | None, 
         for s in lab.servers:
             subprocess.run(["tc", "qdisc", "add", "dev", f"{s.netns}h", "root", "tbf", "rate", "100mbit",
                             "burst", "256kb", "latency", "100ms"], check=True)
-        t = Tools(base / f"n{n}", lab, ansible_bin, pssh)
+        t = Tools(base / f"n{n}", lab, ansible_bin if want & {"ansible", "collection"} else None, pssh)
         aenv = ansible_env(env)
-        for _ in range(runs):  # by turns: load on a shared machine falls on every tool alike
+        for _ in range(args.runs):  # by turns: load on a shared machine falls on every tool alike
             start_by_hand(lab.servers, builds["a"])
-            if not deploy_only:
+            if not args.deploy_only and "swapctl" in want:
                 add("status swapctl", timed(t.swapctl("status", "@all"), env))
-            if t.pssh and not deploy_only:
+                add("fetch-logs swapctl", timed(t.swapctl("fetch-logs", "@all", "--dest", str(base / f"n{n}" / "logs")),
+                                                env))
+            if t.pssh and not args.deploy_only and "pssh" in want:
                 add("status parallel-ssh", timed(t.pssh, env))
-            if ansible_bin and not deploy_only:
+                if t.slurp:
+                    add("fetch parallel-slurp", timed(t.slurp, env))
+            if ansible_bin and not args.deploy_only and "ansible" in want:
                 add("status ansible", timed(t.ansible("ansible", "all", "-m", "shell", "-a", PROBE), aenv))
-            add("deploy swapctl", timed(t.swapctl("deploy", "@all", "--binary", str(builds["b"]), "--parallel",
-                                                  str(n), "--yes"), env))
-            assert ready_everywhere(lab.servers, "b"), "swapctl's deploy left a host without build b ready"
-            if ansible_bin:
+            if "swapctl" in want:
+                add("deploy swapctl", timed(t.swapctl("deploy", "@all", "--binary", str(builds["b"]), "--parallel",
+                                                      parallel, "--yes"), env))
+                assert ready_everywhere(lab.servers, "b"), "swapctl's deploy left a host without build b ready"
+            if ansible_bin and "ansible" in want:
                 start_by_hand(lab.servers, builds["a"])
-                add("deploy ansible", timed(t.ansible_swap(builds["c"]), aenv))
+                add("deploy ansible", timed(t.ansible_swap(builds["c"], int(parallel)), aenv))
                 assert ready_everywhere(lab.servers, "c"), "the Ansible play left a host without build c ready"
+            if ansible_bin and "collection" in want:
                 start_by_hand(lab.servers, builds["a"])
-                add("deploy collection", timed(t.collection_swap(builds["d"]), aenv))
+                add("deploy collection", timed(t.collection_swap(builds["d"], int(parallel)), aenv))
                 assert ready_everywhere(lab.servers, "d"), "the collection's play left a host without build d ready"
     finally:
         for s in lab.servers:  # each namespace's init ignores SIGTERM: stop() would wait 10 s for each
@@ -260,16 +310,18 @@ def find_tools(ansible: str | None) -> tuple[Path | None, str | None, str]:
     return ansible_bin, pssh, ", ".join(versions)
 
 
-def report(results: dict[int, dict[str, list[tuple[float, float]]]], runs: int, shell: str, versions: str) -> None:
+def report(results: dict[int, dict[str, list[Measured]]], args: argparse.Namespace, shell: str, versions: str) -> None:
     med = statistics.median
+    forks = f"--parallel and forks {args.parallel}" if args.parallel else "--parallel and forks N"
     print(f"N namespace hosts behind 100 Mbit/s each, {shell}, stand-in prover running; {os.cpu_count()} cores "
-          f"shared by hosts and controller; median of {runs}; {versions}")
+          f"shared by hosts and controller; median of {args.runs}; deploys with {forks}; {versions}")
     print("wall = the command's wall time; CPU = the controller's CPU-seconds (the command and every process it "
           "waited for)\n")
     print(f"  {'N':>3}  {'what':<20} {'wall':>7} {'CPU':>7}   {'reference':<20} {'wall':>7} {'CPU':>7}  "
           f"{'ratio':>6}  goal")
-    rows = (("status swapctl", "status parallel-ssh", 1.0), ("status swapctl", "status ansible", None),
-            ("deploy swapctl", "deploy ansible", 0.5), ("deploy collection", "deploy ansible", None),
+    rows = (("status swapctl", "status parallel-ssh", 0.7), ("status swapctl", "status ansible", None),
+            ("fetch-logs swapctl", "fetch parallel-slurp", None),
+            ("deploy swapctl", "deploy ansible", 0.15), ("deploy collection", "deploy ansible", None),
             ("deploy swapctl", "deploy collection", None))
     for n, got in results.items():
         for mine, ref, goal in rows:
@@ -280,18 +332,17 @@ def report(results: dict[int, dict[str, list[tuple[float, float]]]], runs: int, 
             verdict = "" if goal is None else f"<= {goal:g}x: {'met' if w / rw <= goal else 'MISSED'}"
             print(f"  {n:>3}  {mine:<20} {w:>6.2f}s {c:>6.2f}s   {ref:<20} {rw:>6.2f}s {rc:>6.2f}s  "
                   f"{w / rw:>5.2f}x  {verdict}")
-    ns = sorted(results)
-    if len(ns) < 2:
-        return
-    lo, hi = ns[0], ns[-1]
-    print(f"\ncontroller CPU per extra host, from N={lo} to N={hi} (goal for swapctl <= 30 ms):")
-    for what in ("status swapctl", "status parallel-ssh", "status ansible", "deploy swapctl", "deploy ansible",
-                 "deploy collection"):
-        if what in results[lo] and what in results[hi]:
-            c_lo, c_hi = med(x[1] for x in results[lo][what]), med(x[1] for x in results[hi][what])
-            per = (c_hi - c_lo) / (hi - lo) * 1000
-            goal = f"  {'met' if per <= 30 else 'MISSED'}" if "swapctl" in what else ""
-            print(f"  {what:<20} {per:6.1f} ms{goal}")
+    whats = sorted({w for got in results.values() for w in got})
+    print("\nat each N: the wall time; the controller's CPU per host; the peak RSS of its largest process, and "
+          "the most file descriptors its own process held at once")
+    print(f"  {'what':<22}" + "".join(f"{f'N={n}':>33}" for n in results))
+    for what in whats:
+        cells = []
+        for n, got in results.items():
+            xs = got.get(what)
+            cells.append(f"{med(x[0] for x in xs):6.1f}s {med(x[1] for x in xs) / n * 1000:6.1f} ms "
+                         f"{med(x[2] for x in xs):4.0f} MiB {med(x[3] for x in xs):4.0f} fd" if xs else "-")
+        print(f"  {what:<22}" + "".join(f"{c:>33}" for c in cells))
 
 
 def main() -> None:
@@ -301,6 +352,8 @@ def main() -> None:
     ap.add_argument("--machine-bashrc", action="store_true", help="each host runs this machine's ~/.bashrc")
     ap.add_argument("--ansible", help="the directory holding ansible and ansible-playbook")
     ap.add_argument("--deploy-only", action="store_true", help="only the deploys (swapctl, Ansible, the collection)")
+    ap.add_argument("--parallel", type=int, help="the deploys' --parallel and Ansible's forks (default: N)")
+    ap.add_argument("--tools", default="swapctl,pssh,ansible,collection", help="comma-separated: which to run")
     args = ap.parse_args()
     ansible_bin, pssh, versions = find_tools(args.ansible)
     compiled(ROOT)
@@ -317,11 +370,11 @@ def main() -> None:
     results = {}
     try:
         for n in (int(x) for x in args.hosts.split(",")):
-            results[n] = one_fleet(n, args.runs, base, builds, rc, env, ansible_bin, pssh, args.deploy_only)
+            results[n] = one_fleet(n, args, base, builds, rc, env, ansible_bin, pssh)
     finally:
         shutil.rmtree(base, ignore_errors=True)
     shell = "this machine's ~/.bashrc" if args.machine_bashrc else "an empty ~/.bashrc"
-    report(results, args.runs, shell, versions)
+    report(results, args, shell, versions)
 
 
 if __name__ == "__main__":
