@@ -16,9 +16,9 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 from ..errors import RemoteCommandFailed
+from ..host import scripts
 from ..remote.cmd import Cmd
 from ..remote.host import Prepared
-from . import scripts
 from .context import Context
 from .journal_entry import CAP_BYTES, JOURNAL, KEEP, JournalEntry
 from .releases import now_iso, record_local, who_am_i

@@ -7,8 +7,8 @@ from dataclasses import replace
 from typing import TypeVar
 
 from ..errors import Refused, RemoteCommandFailed
+from ..host import scripts
 from ..remote.cmd import Cmd
-from . import scripts
 from .context import Context
 from .plan import Backup, Situation
 from .releases import Release, to_prune
