@@ -29,6 +29,8 @@ _INPUT = re.compile(r'"\$\{(\w+)\?\}"')
 # collection's build (scripts/build_collection.py) fills this in its copy, as Ansible ships only .py files.
 TEXTS: dict[str, str] = {}
 
+READER = "read_inputs.sh"  # put before a script with named inputs: it reads them from stdin (Cmd.feed)
+
 # Runs a program under another argv[0] without adding to its environment (bash's exec -a would).
 PERL_ARGV0 = 'my $exe = shift; exec {$exe} @ARGV or die "swapctl: cannot run $exe: $!\\n";'
 
@@ -121,7 +123,7 @@ def command_of(name: str, inputs: Mapping[str, Piece | int], *args: Piece, label
         raise ValueError(f"{name} takes inputs {sorted(script.inputs)}; got {sorted(inputs)} (differs in {wrong})")
     env = {k: v if isinstance(v, (str, Secret)) else str(v) for k, v in inputs.items()}
     return Cmd.script(script.body, *args, label=label or name.removesuffix(".sh").replace("_", "-"),
-                      shell="bash" if bash else script.shell, env=env)
+                      shell="bash" if bash else script.shell, env=env, reader=load(READER).body if env else "")
 
 
 def script(body: str, *args: Piece, label: str, bash: bool = False) -> Cmd:
