@@ -28,6 +28,8 @@ class Word(ReportWord):
     NOSPACE = "NOSPACE"  # free_kib: the disk filled up; the partial file is gone
     BROKEN = "BROKEN"  # why: the stream ended early or was damaged
     SHORT = "SHORT"  # bytes: the stream ended before the binary did
+    # backup.sh
+    GONE = "GONE"  # the process whose /proc/PID/exe was to be saved has exited: nothing saved
     # stop.sh, swap.sh
     KIDS = "KIDS"  # pids: the old daemon's descendants, waited for too
     SIGKILL = "SIGKILL"  # still running after the grace period
