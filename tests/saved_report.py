@@ -7,9 +7,9 @@ import sys
 from pathlib import Path
 
 from swapctl.experiment import verdict
+from swapctl.experiment.report import write_html
 from swapctl.gpu.samples import read_samples
 from swapctl.logs.timings import _Range, parse
-from swapctl.experiment.report import write_html
 
 EXP = Path(__file__).resolve().parent / "data" / "h200-gpm" / "run1" / "default"
 

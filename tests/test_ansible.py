@@ -56,7 +56,7 @@ def test_the_collection_builds_and_ansible_doc_shows_its_three_modules(collectio
                                     capture_output=True, text=True, check=True).stdout)["swapctl.cuzk.swap"]
     assert doc["doc"]["options"]["daemon"]["suboptions"]["secret_env"]  # the playbook's names, from the fragment
     assert "rolled_back" in doc["return"] and "swapctl.cuzk.swap" in doc["examples"]
-    shipped = collection / "ansible_collections/swapctl/cuzk/plugins/module_utils/swapctl/swap/sh_texts.py"
+    shipped = collection / "ansible_collections/swapctl/cuzk/plugins/module_utils/swapctl/host/sh_texts.py"
     assert "swap.sh" in shipped.read_text()  # the host scripts travel inside the module's Python
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from swapctl.facts.daemon_view import config_path, parse_view, status_url_of
-from swapctl.swap import scripts
+from swapctl.host import scripts
 from swapctl.swap.report import InFlight, parse_swap
 
 DATA = Path(__file__).parent / "data" / "status"

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from swapctl.host import scripts
 from swapctl.remote.host import LocalHost
-from swapctl.swap import scripts
 from swapctl.swap.journal_entry import parse
 
 from lab import session_of, swapctl, wait_until

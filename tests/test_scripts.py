@@ -9,13 +9,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from swapctl.host import scripts
 from swapctl.remote import LocalHost, Secret
-from swapctl.swap import scripts
 
 
 @pytest.mark.parametrize("name", scripts.names())
 @pytest.mark.parametrize("shell", ["sh", "bash"])
 def test_every_loaded_script_parses(name, shell):
+    if shell == "sh" and scripts.load(name).shell == "bash":
+        pytest.skip("a bash script (the GPU sampler's: process substitution, read -t), as scripts/lint checks it")
     body = scripts.load(name).body
     r = subprocess.run([shell, "-n", "-c", body], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
@@ -59,7 +61,7 @@ def test_any_value_reaches_a_script_as_data(tmp_path_factory, text):
 
 def test_importing_the_scripts_pulls_in_no_ssh_library():
     """The scripts and their reports are plain data: no paramiko or fabric behind them."""
-    code = ("import sys, swapctl.swap.scripts, swapctl.swap.report; "
+    code = ("import sys, swapctl.host.scripts, swapctl.swap.report; "
             "print(sorted({'paramiko', 'fabric'} & set(sys.modules)))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

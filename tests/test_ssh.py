@@ -9,9 +9,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from swapctl.errors import ExitCode, HostKeyError, Refused, Unreachable
+from swapctl.host import scripts
 from swapctl.playbook import HostSpec
 from swapctl.remote import Cmd, Secret, SshHost
-from swapctl.swap import scripts
 
 from lab import NetnsLab, keygen, wait_until
 

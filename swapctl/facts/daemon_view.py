@@ -9,19 +9,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-# How the host reads it: curl where there is one (every GPU box we know has it), else wget, else python3;
-# the body, or nothing. One line of shell, for the status script (drain.sh's status_get does the same).
-# Each has 2 s for the whole answer: curl's -m is one, but wget's -T and python's timeout bound each read, and
-# a server that sent a byte a second (any user can listen on the port while the daemon is down) held status
-# to its own deadline, which it then failed.
-FETCH = (
-    'lim() { if command -v timeout >/dev/null 2>&1; then timeout 2 "$@"; else "$@"; fi; }; '
-    'if command -v curl >/dev/null 2>&1; then curl -fsS -m 2 -- "$url"; '
-    'elif command -v wget >/dev/null 2>&1; then lim wget -q -T 2 -O - -- "$url"; '
-    'elif command -v python3 >/dev/null 2>&1; then lim python3 -c \'import sys, urllib.request as u; '
-    'sys.stdout.write(u.urlopen(sys.argv[1], timeout=2).read().decode())\' "$url"; '
-    'else echo "no curl, wget or python3 on the host" >&2; fi'
-)
+# The host reads it with host/facts/status_get.sh (status.sh, drain.sh).
 BEGUN = ("synthesizing", "synth_done", "gpu", "done")  # a partition in these states has had work done on it
 
 

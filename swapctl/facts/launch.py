@@ -6,22 +6,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from ..host import scripts
 from ..remote import Cmd
 from .status import split_sections
 
-# Its argv, its stdout's and its cwd's paths are any user's text: each item ends in NUL and tr swaps NUL and
-# newline, so an item is one line and a newline in it a NUL (none holds one), swapped back by the parser. A
-# section named again later (a log line `==> cwd`) is forged: split_sections keeps the first.
-LAUNCH_SCRIPT = r"""
-pid=$1
-printf '==> argv\n'; tr '\n\0' '\0\n' < "/proc/$pid/cmdline"
-printf '\n==> stdout\n'; readlink -z "/proc/$pid/fd/1" | tr '\n\0' '\0\n'
-printf '==> cwd\n'; readlink -z "/proc/$pid/cwd" | tr '\n\0' '\0\n'
-printf '==> ready\n'
-log=$(readlink "/proc/$pid/fd/1")
-case $log in /*) [ -f "$log" ] && grep -a -m 5 -i -E 'ready|listening|serving' -- "$log";; esac
-exit 0
-"""
+SECTIONS = ("argv", "stdout", "cwd", "ready")  # what launch.sh prints, in its order
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _WORD_READY = re.compile(r"\b(ready|listening|serving)\b", re.I)
 
@@ -35,10 +24,12 @@ class Launch:
 
 
 def launch_cmd(pid: int) -> Cmd:
-    return Cmd.script(LAUNCH_SCRIPT, str(pid), label="launch")
+    """launch.sh for process `pid`."""
+    return scripts.command("launch.sh", pid=pid)
 
 
 def parse_launch(text: str) -> Launch:
+    """launch.sh's output as a Launch."""
     s = split_sections(text)
     stdout = _item(s.get("stdout", ""))
     return Launch(

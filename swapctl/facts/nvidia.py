@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from importlib import resources
 
 # Asked for under the names every driver since 2020 accepts; newer drivers answer under new names.
 QUERY_FIELDS = (
@@ -20,10 +19,8 @@ QUERY_FIELDS = (
 )
 QUERY_APPS = "pid,process_name,used_memory,gpu_uuid"
 
-# Shell functions for a host script (swapctl/swap/sh/smi.sh): `smi ARGS...` is nvidia-smi with a time limit
-# ($smi_cs, in 1/100 s). Every script that calls nvidia-smi on the host calls it through this: a wedged GPU
-# never answers.
-BOUNDED_SMI = "\n" + resources.files("swapctl.swap").joinpath("sh", "smi.sh").read_text(encoding="utf-8")
+# Every host script that calls nvidia-smi (status.sh, the swap's memory wait) calls it through smi.sh's
+# `smi`, which swapctl.host.scripts puts in place of its `. ./smi.sh` line: a wedged GPU never answers.
 
 
 _ALIASES = {

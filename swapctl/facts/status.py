@@ -3,80 +3,23 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
+from typing import Any
 
+from ..host import scripts
 from ..playbook import DaemonSpec, GpuSpec
 from ..remote import Cmd, Host
 from . import daemon_view, nvidia, system
 from . import systemd as sd
 from .system import Process
 
-STATUS_SCRIPT = r"""
-bin=$1; state=$2; PS_FORMAT=$3; GPU_FIELDS=$4; GPU_APPS=$5; smi_cs=$6; user=$7; unit=$8; url=$9; shift 9
-sec() { printf '\n==> %s\n' "$1"; }
-""" + nvidia.BOUNDED_SMI + r"""
-sec host; uname -m; uname -n
-sec self; echo "$$"
-sec ps; ps -ww -eo "$PS_FORMAT" | cut -c 1-65536  # any user's argv: a line of it is enough
-# a link's target is any user's path, newlines and all: each entry ends in NUL, and tr swaps NUL and newline,
-# so an entry is one line and a newline in it a NUL (no path holds one), swapped back by the parser
-sec links; find /proc/[0-9]*/exe /proc/[0-9]*/cwd -maxdepth 0 -printf '%p\t%l\0' 2>/dev/null | tr '\n\0' '\0\n'
-sec ids; grep -s -E '^(Uid|Gid):' /proc/[0-9]*/status
-# who the daemon may run as: daemon.user, else root or the owner of the binary; and the binary's directory
-# as /proc/PID/exe names it (symlinks resolved)
-sec daemon-user; [ -n "$user" ] && printf '%s %s\n' "$(id -u -- "$user" 2>/dev/null)" "$(id -g -- "$user" 2>/dev/null)"
-sec binary-owner; [ -n "$bin" ] && stat -L -c %u -- "$bin" 2>/dev/null
-sec binary-dir; [ -n "$bin" ] && readlink -f -- "${bin%/*}"
-sec meminfo; cat /proc/meminfo
-sec loadavg; cat /proc/loadavg
-sec who; who 2>/dev/null
-sec df; df -P -k -- "$@" 2>/dev/null
-sec gpu
-if command -v nvidia-smi >/dev/null 2>&1; then
-  # one that hung once would hang again: the GPU's processes are not asked then
-  smi --query-gpu="$GPU_FIELDS" --format=csv && { sec gpu-apps; smi --query-compute-apps="$GPU_APPS" --format=csv; }
-else
-  echo missing
-fi
-sec current; [ -n "$bin" ] && readlink -- "$bin"
-sec swapping; [ -e "$state/swap.lock" ] && ! flock -n "$state/swap.lock" true 2>/dev/null && echo yes &&
-  head -n 1 -c 4096 -- "$state/swap.info" 2>/dev/null
-sec last-swap  # the journal's last line (swapctl.swap.journal_entry reads it): the host may have written it alone
-[ -n "$state" ] && tail -c 65536 -- "$state/journal.jsonl" 2>/dev/null | tail -n 1
-sec gpu-sampler  # swapctl.gpu.sampler: whether it runs, and its last note
-g="$state/gpu"
-if [ -n "$state" ] && [ -d "$g" ]; then
-  if [ -f "$g/gpu-sampler.lock" ] && ! flock -n "$g/gpu-sampler.lock" true 2>/dev/null; then
-    echo "running $(cat -- "$g/gpu-sampler.pid" 2>/dev/null)"; else echo idle; fi
-  tail -n 1 -- "$g/gpu-sampler.notes" 2>/dev/null
-fi
-sec unit  # swapctl.facts.systemd: the playbook's unit, else the one a process running the binary is in
-if [ -d /run/systemd/system ] && command -v systemctl >/dev/null 2>&1; then
-  if [ -z "$unit" ] && [ -n "$bin" ] && real=$(readlink -f -- "$bin"); then
-    p=$(find /proc/[0-9]*/exe -maxdepth 0 -lname "$real" -printf '%h\n' 2>/dev/null | head -n 1)
-    [ -n "$p" ] && unit=$(grep -o '[^/]*\.service$' "$p/cgroup" 2>/dev/null | grep -v '^user@' | head -n 1)
-  fi
-  # none runs it (a unit crashed, waiting to restart, or stopped): a unit file that names the binary
-  if [ -z "$unit" ] && [ -n "$bin" ]; then
-    f=$(grep -lsF -- "$bin" /etc/systemd/system/*.service /run/systemd/system/*.service \
-      /lib/systemd/system/*.service /usr/lib/systemd/system/*.service 2>/dev/null | head -n 1)
-    unit=${f##*/}
-  fi
-  if [ -n "$unit" ]; then
-    systemctl show -p """ + ",".join(sd.PROPERTIES) + r""" -- "$unit" 2>/dev/null
-    echo "--- cat"; systemctl cat -- "$unit" 2>/dev/null | head -c 65536
-  fi
-fi
-sec releases
-# a manifest over 1 MiB is no manifest swapctl wrote: cut, it does not parse, and is not shown
-for m in "$state"/releases/*/manifest.json; do [ -f "$m" ] && { head -c 1048576 -- "$m" | tr -d '\n'; echo; }; done
-# the daemon's own view (daemon.status_url), read here: no port opens to the controller. Last: whoever
-# answers on that port writes what it likes, and a section line in it comes after the real one (ignored)
-sec daemon-view; [ -n "$url" ] && { """ + daemon_view.FETCH + r"""; } 2>&1 | head -c 4194304
-exit 0
-"""
+# The sections status.sh prints, in its order: parse_status reads these and no other.
+SECTIONS = ("host", "self", "ps", "links", "ids", "daemon-user", "binary-owner", "binary-dir", "meminfo", "loadavg",
+            "who", "df", "gpu", "gpu-apps", "current", "swapping", "last-swap", "gpu-sampler", "unit", "releases",
+            "daemon-view")
 
 
 @dataclass(frozen=True)
@@ -94,7 +37,7 @@ class HostStatus:
     disks: tuple[system.Disk, ...]
     load: tuple[float, float, float]
     current_release: str | None  # the binary path's symlink target, when swapctl manages it
-    releases: tuple[dict, ...] = field(default=())
+    releases: tuple[dict[str, Any], ...] = field(default=())
     processes: tuple[system.Process, ...] = field(default=(), repr=False)
     swapping: bool = False  # a swap script runs on the host now (it holds swap.lock)
     swap_info: str = ""  # its swap.info: who started it, since when (JSON, as the host wrote it)
@@ -112,21 +55,22 @@ class HostStatus:
         return tuple(s for s in self.sessions if not s.own)
 
 
-DF_ARG = 13  # where the status script's df paths start in its argv (sh -c SCRIPT $0 $1...$9)
-
-
 DEFAULT_GPU = GpuSpec()  # frozen: one default for every call
 
 
-def status_cmd(daemon: DaemonSpec, gpu: GpuSpec = DEFAULT_GPU) -> Cmd:
+def df_paths(daemon: DaemonSpec) -> list[str]:
+    """The directories whose disks status reports: the binary's and the log's (when it is a file), else /."""
     files = (daemon.binary, None if daemon.journal else daemon.log)
-    dirs = [str(PurePosixPath(p).parent) for p in files if p] or ["/"]
-    state = daemon.state_dir if daemon.binary else ""
-    smi_cs = max(1, round(gpu.nvidia_smi_timeout_s * 100))
-    return Cmd.script(STATUS_SCRIPT, daemon.binary or "", state, system.PS_FORMAT, nvidia.QUERY_FIELDS,
-                      nvidia.QUERY_APPS, str(smi_cs), daemon.user or "", daemon.unit or "", daemon.status_url or "",
-                      *dict.fromkeys(dirs),
-                      label="status")
+    return list(dict.fromkeys([str(PurePosixPath(p).parent) for p in files if p] or ["/"]))
+
+
+def status_cmd(daemon: DaemonSpec, gpu: GpuSpec = DEFAULT_GPU) -> Cmd:
+    """status.sh for `daemon`, its disks' directories as arguments."""
+    return scripts.command(
+        "status.sh", *df_paths(daemon), bin=daemon.binary or "", state=daemon.state_dir if daemon.binary else "",
+        ps_format=system.PS_FORMAT, gpu_fields=nvidia.QUERY_FIELDS, gpu_apps=nvidia.QUERY_APPS,
+        smi_cs=max(1, round(gpu.nvidia_smi_timeout_s * 100)), user=daemon.user or "", unit=daemon.unit or "",
+        url=daemon.status_url or "", props=",".join(sd.PROPERTIES))
 
 
 def split_sections(text: str) -> dict[str, str]:
@@ -197,11 +141,48 @@ def parse_status(host: str, text: str, daemon: DaemonSpec, df_paths: list[str]) 
                               system.parse_ids(s.get("ids", "")))
     own = int(s.get("self", "0").strip() or 0)
     mine = {own, *system.descendants(procs, own)} if own > 1 else set()  # the status script itself
-    regex = daemon.match_regex
+    user = _ids(s.get("daemon-user", ""))
+    daemons, not_daemons = _daemons(procs, mine, daemon.match_regex, _the_daemon(daemon, s, user))
+    others = sorted((p for p in procs if p not in daemons and p.pid not in mine), key=lambda p: -p.rss_kib)[:5]
+    gpus, apps, gpu_error, hung = _gpu_facts(s)
+    disks = [
+        system.Disk(path=path, filesystem=d.filesystem, size_kib=d.size_kib, avail_kib=d.avail_kib, mount=d.mount)
+        for path, d in zip(df_paths, system.parse_df(s.get("df", "")), strict=False)
+    ]
+    return HostStatus(
+        host=host,
+        arch=host_lines[0].strip(),
+        hostname=host_lines[1].strip(),
+        daemons=daemons,
+        memory=system.parse_meminfo(s.get("meminfo", "")),
+        top_processes=tuple(others),
+        gpus=tuple(gpus),
+        gpu_processes=tuple(apps),
+        gpu_error=gpu_error,
+        sessions=tuple(system.parse_who(s.get("who", ""))) + tuple(system.ssh_sessions(procs, own)),
+        disks=tuple(disks),
+        load=system.parse_loadavg(s.get("loadavg", "")),
+        current_release=s.get("current", "").strip() or None,
+        releases=_releases(s.get("releases", "")),
+        processes=tuple(procs),
+        swapping=s.get("swapping", "").strip().startswith("yes"),
+        swap_info="".join(s.get("swapping", "").strip().splitlines()[1:2]),
+        last_journal_line=s.get("last-swap", "").strip(),
+        gpu_sampler=_sampler_line(s.get("gpu-sampler", "")),
+        gpu_hung=hung is not None,
+        unit=_own_unit(sd.parse_unit(s.get("unit", "")), daemon, daemons),
+        daemon_user=user,
+        not_daemons=not_daemons,
+        **_view(daemon, s.get("daemon-view", "")),
+    )
+
+
+def _daemons(procs: list[Process], mine: set[int], regex: re.Pattern[str] | None,
+             is_it: Callable[[Process], bool]) -> tuple[tuple[Process, ...], tuple[Process, ...]]:
+    """The daemons among `procs`, and the processes that match daemon.match but are not the daemon (another
+    program, another user). `mine`: the status script and its children, never a match."""
     # a zombie has exited: it holds no memory and serves nothing, whatever its name
     matched = [p for p in procs if regex and p.pid not in mine and not p.state.startswith("Z") and regex.search(p.args)]
-    user = _ids(s.get("daemon-user", ""))
-    is_it = _the_daemon(daemon, s, user)
     matches = {p.pid: p for p in matched if is_it(p)}
     # a forked worker carries its parent's command line: only the topmost match is a daemon
     parent = {p.pid: p.ppid for p in procs}
@@ -220,51 +201,23 @@ def parse_status(host: str, text: str, daemon: DaemonSpec, df_paths: list[str]) 
         running_it = tuple(p for p in daemons if regex.search(p.args.split(" ", 1)[0]) or
                            (p.exe and regex.search(p.exe)))
         daemons = running_it or daemons
-    others = sorted((p for p in procs if p not in daemons and p.pid not in mine), key=lambda p: -p.rss_kib)[:5]
+    return daemons, tuple(p for p in matched if p.pid not in matches)
 
-    gpus, apps, gpu_error, hung = _gpu_facts(s)
 
-    disks = [
-        system.Disk(path=path, filesystem=d.filesystem, size_kib=d.size_kib, avail_kib=d.avail_kib, mount=d.mount)
-        for path, d in zip(df_paths, system.parse_df(s.get("df", "")), strict=False)
-    ]
+def _releases(text: str) -> tuple[dict[str, Any], ...]:
+    """The releases section's manifests (one JSON object a line), oldest first."""
     releases = []
-    for line in s.get("releases", "").splitlines():
+    for line in text.splitlines():
         try:
             manifest = json.loads(line)
         except json.JSONDecodeError:
             continue  # a manifest being rewritten; the next status shows it
         if isinstance(manifest, dict):  # read from the host: what is no JSON object is no manifest
             releases.append(manifest)
-    return HostStatus(
-        host=host,
-        arch=host_lines[0].strip(),
-        hostname=host_lines[1].strip(),
-        daemons=daemons,
-        memory=system.parse_meminfo(s.get("meminfo", "")),
-        top_processes=tuple(others),
-        gpus=tuple(gpus),
-        gpu_processes=tuple(apps),
-        gpu_error=gpu_error,
-        sessions=tuple(system.parse_who(s.get("who", ""))) + tuple(system.ssh_sessions(procs, own)),
-        disks=tuple(disks),
-        load=system.parse_loadavg(s.get("loadavg", "")),
-        current_release=s.get("current", "").strip() or None,
-        releases=tuple(sorted(releases, key=lambda r: str(r.get("created", "")))),
-        processes=tuple(procs),
-        swapping=s.get("swapping", "").strip().startswith("yes"),
-        swap_info="".join(s.get("swapping", "").strip().splitlines()[1:2]),
-        last_journal_line=s.get("last-swap", "").strip(),
-        gpu_sampler=_sampler_line(s.get("gpu-sampler", "")),
-        gpu_hung=hung is not None,
-        unit=_own_unit(sd.parse_unit(s.get("unit", "")), daemon, daemons),
-        daemon_user=user,
-        not_daemons=tuple(p for p in matched if p.pid not in matches),
-        **_view(daemon, s.get("daemon-view", "")),
-    )
+    return tuple(sorted(releases, key=lambda r: str(r.get("created", ""))))
 
 
-def _view(daemon: DaemonSpec, text: str) -> dict:
+def _view(daemon: DaemonSpec, text: str) -> dict[str, Any]:
     """daemon_view and daemon_view_error from the daemon-view section (empty without status_url)."""
     if not daemon.status_url:
         return {}
@@ -333,6 +286,5 @@ def _sampler_line(text: str) -> str | None:
 def gather(host: Host, daemon: DaemonSpec, gpu: GpuSpec = DEFAULT_GPU) -> HostStatus:
     """One round trip: the status script, parsed. Its two nvidia-smi calls have `gpu`'s limit each, so
     a wedged GPU is reported with the rest, not taken for a host that does not answer."""
-    cmd = status_cmd(daemon, gpu)
-    result = host.run(cmd, timeout=60 + 2 * gpu.nvidia_smi_timeout_s)
-    return parse_status(host.name, result.stdout, daemon, [str(p) for p in cmd.argv[DF_ARG:]])
+    result = host.run(status_cmd(daemon, gpu), timeout=60 + 2 * gpu.nvidia_smi_timeout_s)
+    return parse_status(host.name, result.stdout, daemon, df_paths(daemon))

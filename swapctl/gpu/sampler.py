@@ -1,6 +1,6 @@
 """The GPU sampler on the host: start, stop and ask it, with one fixed script each way.
 
-The sampler (sampler.sh, package data) runs detached like the daemon, records `nvidia-smi dmon -s ut
+The sampler (swapctl/host/gpu/sampler.sh) runs detached like the daemon, records `nvidia-smi dmon -s ut
 -o DT` with the GPU's activity counters where dmon has them (`--gpm-metrics 2,3,20,21`: SM activity, SM
 occupancy, PCIe TX/RX; its notes say once where not) and, asked, `--query-gpu ... -lms 500`, with
 TZ=UTC while the daemon's pid lives, and ends when it exits. Its files live in `<state dir>/gpu/` on the host:
@@ -14,26 +14,48 @@ fetch-logs brings the segments and the notes into DEST/<host>/ under the same na
 from __future__ import annotations
 
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import PurePosixPath
 
 from ..errors import Refused
-from ..remote import Cmd, Host
+from ..host import scripts
+from ..host.scripts import ReportWord
+from ..playbook import DaemonSpec
+from ..remote import Host
 from .samples import DMON_GLOB, QUERY_FIELDS, QUERY_GLOB
 
 DEFAULT_MAX_BYTES = 64 << 20  # per kind of samples: dmon for 8 GPUs writes ~60 MB a day
 DEFAULT_QUIET_S = 10.0  # nvidia-smi answers within a second or two; silence this long is a hang
 NOTES = "gpu-sampler.notes"
+_SAMPLER_INPUTS = ("pid", "max", "quiet", "interval", "query", "fields")  # sampler.sh's, through sampler-ctl.sh
 
-# outcome words the control script prints -> what they mean
+
+
+class CtlWord(ReportWord):
+    """Every word sampler-ctl.sh starts a report line with."""
+
+    UNSAFE = "UNSAFE"  # dir owner mode: a directory others may change; nothing was done
+    STARTED = "STARTED"
+    RESTARTED = "RESTARTED"  # the running one followed another pid (the daemon before a swap)
+    ALREADY = "ALREADY"
+    NO_NVIDIA_SMI = "NO_NVIDIA_SMI"
+    FAILED = "FAILED"  # why
+    STOPPED = "STOPPED"
+    NOT_RUNNING = "NOT_RUNNING"
+    RUNNING = "RUNNING"  # sampler_pid daemon_pid started_utc
+    IDLE = "IDLE"
+    FILE = "FILE"  # size name: a sample segment
+    NOTE = "NOTE"  # its last note line
+
+
+# the action's outcome words -> what they mean
 OUTCOMES = {
-    "STARTED": "started",
-    "RESTARTED": "restarted",  # the running one followed another pid (the daemon before a swap)
-    "ALREADY": "already running",
-    "NO_NVIDIA_SMI": "no nvidia-smi",
-    "FAILED": "failed",
-    "STOPPED": "stopped",
-    "NOT_RUNNING": "not running",
+    CtlWord.STARTED: "started",
+    CtlWord.RESTARTED: "restarted",
+    CtlWord.ALREADY: "already running",
+    CtlWord.NO_NVIDIA_SMI: "no nvidia-smi",
+    CtlWord.FAILED: "failed",
+    CtlWord.STOPPED: "stopped",
+    CtlWord.NOT_RUNNING: "not running",
 }
 
 
@@ -75,21 +97,18 @@ def fetch_patterns(state_dir: str) -> list[str]:
     return [f"{d}/{DMON_GLOB}", f"{d}/{QUERY_GLOB}", f"{d}/{NOTES}"]
 
 
-def _script(name: str) -> str:
-    return resources.files(__package__).joinpath(name).read_text()
-
-
-def _ctl(host: Host, action: str, state_dir: str, user: str, *args: str, stdin: bytes | None = None) -> SamplerStatus:
+def _ctl(host: Host, action: str, state_dir: str, user: str, start: dict[str, str] | None = None) -> SamplerStatus:
+    """sampler-ctl.sh's `action`; `start`: the sampler's inputs, its body on stdin after them."""
     from ..swap.preflight import why_unsafe  # the swap package starts samplers: imported when used
-    from ..swap.scripts import inline
 
     d = sampler_dir(state_dir)
-    cmd = Cmd.script(inline(_script("sampler-ctl.sh")), action, d, user, *args, label=f"gpu-sampler-{action}",
-                     shell="bash")
-    result = host.run(cmd, stdin=stdin, timeout=60)
-    first = result.stdout.partition("\n")[0]
-    if first.startswith("UNSAFE "):  # a directory others may change: nothing was done there
-        raise Refused(why_unsafe(first.removeprefix("UNSAFE "), state_dir), host=host.name)
+    inputs = start or dict.fromkeys(_SAMPLER_INPUTS, "")
+    cmd = scripts.command_of("sampler-ctl.sh", {"action": action, "dir": d, "user": user, **inputs},
+                             label=f"gpu-sampler-{action}")
+    result = host.run(cmd, stdin=scripts.load("sampler.sh").body.encode() if start else None, timeout=60)
+    word, rest = CtlWord.of(result.stdout.partition("\n")[0])
+    if word is CtlWord.UNSAFE:  # a directory others may change: nothing was done there
+        raise Refused(why_unsafe(rest, state_dir), host=host.name)
     return parse_ctl(host.name, d, result.stdout)
 
 
@@ -99,19 +118,19 @@ def parse_ctl(host: str, directory: str, text: str) -> SamplerStatus:
     running, pid, daemon_pid, since, note = False, None, None, None, None
     files = []
     for line in text.splitlines():
-        word, _, rest = line.partition(" ")
+        word, rest = CtlWord.of(line)
         if word in OUTCOMES:
             outcome, reason = OUTCOMES[word], rest.strip()
-        elif word == "RUNNING":
+        elif word is CtlWord.RUNNING:
             parts = rest.split()
             running = True
             pid = int(parts[0]) if parts and parts[0].isdigit() else None
             daemon_pid = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else None
             since = parts[2] if len(parts) > 2 else None
-        elif word == "FILE":
+        elif word is CtlWord.FILE:
             size, _, name = rest.partition(" ")
             files.append(SampleFile(name=name, size=int(size)))
-        elif word == "NOTE":
+        elif word is CtlWord.NOTE:
             note = rest.strip() or None
     files.sort(key=lambda f: f.name)  # by kind, then run, then segment
     return SamplerStatus(host=host, directory=directory, running=running, pid=pid, daemon_pid=daemon_pid,
@@ -127,8 +146,9 @@ def start_sampler(host: Host, state_dir: str, pid: int, *, max_bytes: int = DEFA
     if pid <= 1 or max_bytes < 2048 or quiet_s <= 0 or interval_s < 1:
         raise ValueError("pid > 1, max_bytes >= 2048, quiet_s > 0 and interval_s >= 1 are needed")
     quiet = f"{quiet_s:g}" if quiet_s == int(quiet_s) else f"{quiet_s:.3f}"
-    return _ctl(host, "start", state_dir, user, str(pid), str(max_bytes), quiet, str(interval_s), "1" if query else "0",
-                QUERY_FIELDS, stdin=_script("sampler.sh").encode())
+    return _ctl(host, "start", state_dir, user, {"pid": str(pid), "max": str(max_bytes), "quiet": quiet,
+                                                 "interval": str(interval_s), "query": "1" if query else "0",
+                                                 "fields": QUERY_FIELDS})
 
 
 def stop_sampler(host: Host, state_dir: str, user: str = "") -> SamplerStatus:
@@ -141,7 +161,7 @@ def sampler_status(host: Host, state_dir: str, user: str = "") -> SamplerStatus:
     return _ctl(host, "status", state_dir, user)
 
 
-def daemon_pid(host: Host, daemon) -> int:
+def daemon_pid(host: Host, daemon: DaemonSpec) -> int:
     """The running daemon's pid, found as `status` finds it; Refused when none or several run."""
     from ..facts.status import gather
 
@@ -154,5 +174,5 @@ def daemon_pid(host: Host, daemon) -> int:
     return found[0].pid
 
 
-__all__ = ["DEFAULT_MAX_BYTES", "DEFAULT_QUIET_S", "SampleFile", "SamplerStatus", "daemon_pid", "fetch_patterns",
-           "parse_ctl", "sampler_dir", "sampler_status", "start_sampler", "stop_sampler"]
+__all__ = ["DEFAULT_MAX_BYTES", "DEFAULT_QUIET_S", "CtlWord", "SampleFile", "SamplerStatus", "daemon_pid",
+           "fetch_patterns", "parse_ctl", "sampler_dir", "sampler_status", "start_sampler", "stop_sampler"]

@@ -15,55 +15,17 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import zstandard
 
 from ..errors import BadInput, RemoteCommandFailed, RemoteOutputTooLarge
-from ..remote import Cmd, Host
+from ..host import scripts
+from ..remote import Host
 
-# The listing is NUL-separated: a file name may hold any byte but NUL, newlines included, and a name
-# holding "\nFILE 1 99 .profile\n" once made a newline-separated listing name root's ~/.profile. Each
-# file is `FILE <inode> <size>\0<path as globbed>\0<path resolved>\0`; the resolved path (symlinks
-# followed) is what is read, and both must match a configured pattern (checked here, not trusted).
-LIST = r"""
-IFS='
-'
-has() { command -v "$1" >/dev/null 2>&1 && echo "$1"; }
-printf 'TOOLS %s %s\0' "$(has zstd)" "$(has gzip)"
-for pat; do for f in $pat; do
-  [ -f "$f" ] || continue
-  real=$(readlink -f -- "$f" && echo x) || continue
-  real=${real%?x}  # kept whole: $(...) alone would drop a name's trailing newlines
-  info=$(stat -L -c '%i %s' -- "$real") || continue
-  printf 'FILE %s\0%s\0%s\0' "$info" "$f" "$real"
-done; done
-exit 0
-"""
-
-# Reads what it opened, not what the name says a moment later: the file is opened once, and the path
-# /proc/self/fd names must still be the listed one and a regular file (a symlink swapped in meanwhile,
-# or a FIFO that would block, is refused).
-READ = r"""
-f=$1; off=$2; len=$3; method=$4
-[ -f "$f" ] && [ ! -L "$f" ] || { echo "$f is no longer a regular file" >&2; exit 3; }
-exec 3< "$f" || exit 3
-opened=$(readlink "/proc/$$/fd/3" && echo x); opened=${opened%?x}
-[ "$opened" = "$f" ] && [ -f "/proc/$$/fd/3" ] || { echo "$f changed while it was opened" >&2; exit 3; }
-tail -c "+$((off + 1))" <&3 | head -c "$len" | case "$method" in
-  zstd) zstd -q -c -3 ;;
-  gzip) gzip -1 -c ;;
-  *) cat ;;
-esac
-"""
-
-# A unit's journal, from after the cursor the last fetch ended at (all of it the first time); its last line
-# is `-- cursor: ...`, where the next fetch goes on.
-JOURNAL = r"""
-unit=$1; cursor=$2
-if [ -n "$cursor" ]; then exec journalctl -q -o cat --no-pager --show-cursor -u "$unit" --after-cursor="$cursor"
-else exec journalctl -q -o cat --no-pager --show-cursor -u "$unit"; fi
-"""
+# The host's halves are swapctl/host/logs/: list_logs.sh's listing (NUL-separated records, each name checked
+# here against the patterns, never trusted), read_log.sh's bytes, read_journal.sh's journal, whose last line is
+# `-- cursor: ...`, where the next fetch goes on.
 CURSOR = b"-- cursor: "
 
 MAX_LISTING = 16 << 20  # bytes of listing read back: some 100,000 files
@@ -91,7 +53,7 @@ def within(path: str, patterns: list[str]) -> bool:
 
 
 def parse_listing(raw: bytes, patterns: list[str]) -> tuple[list[str], list[tuple[int, int, str, str]], list[str]]:
-    """LIST's output -> (tools, [(inode, size, path, resolved)], refused names). A record whose names are
+    """list_logs.sh's output -> (tools, [(inode, size, path, resolved)], refused names). A record whose names are
     not UTF-8 or lie outside `patterns` is refused, never fetched."""
     fields = raw.split(b"\0")
     tools = fields[0].decode("ascii", "replace").split()[1:] if fields and fields[0].startswith(b"TOOLS") else []
@@ -189,11 +151,11 @@ class LogFetcher:
         self.since = since or {}
         self.dir.mkdir(parents=True, exist_ok=True)
         self.state_path = self.dir / RECORD
-        self.state: dict[str, dict] = self._load()
+        self.state: dict[str, dict[str, Any]] = self._load()
         self.on_bytes = on_bytes or (lambda name, n: None)
         self.refused: list[str] = []  # names the last listing held that are outside the patterns
 
-    def _load(self) -> dict[str, dict]:
+    def _load(self) -> dict[str, dict[str, Any]]:
         """The record of which remote file each local copy mirrors; one that is no such record is named."""
         if not self.state_path.exists():
             return {}
@@ -237,7 +199,7 @@ class LogFetcher:
                 raise RemoteOutputTooLarge(f"the log listing is over {MAX_LISTING >> 20} MiB; narrow logs.paths",
                                            host=self.host.name)
 
-        cmd = Cmd.script(LIST, *patterns, label="list-logs")
+        cmd = scripts.command("list_logs.sh", *patterns)
         code, err = self.host.stream_bytes(cmd, keep)
         if code != 0:
             raise RemoteCommandFailed(self.host.name, str(cmd), code, err.decode("utf-8", "replace"))
@@ -292,12 +254,12 @@ class LogFetcher:
                 decode(chunk)
 
             code, err = self.host.stream_bytes(
-                Cmd.script(READ, real, str(offset), str(length), method, label="read-log"), take, timeout=3600)
+                scripts.command("read_log.sh", f=real, off=offset, len=length, method=method), take, timeout=3600)
         if code != 0:
             raise RemoteCommandFailed(self.host.name, f"read {remote}", code, err.decode(errors="replace"))
         return wire
 
-    def _undo(self, key: str, before: dict | None, local: Path, had: int | None) -> None:
+    def _undo(self, key: str, before: dict[str, Any] | None, local: Path, had: int | None) -> None:
         """Puts the local copy and the record back as they were before a fetch the host sent too much for."""
         if had is None:
             local.unlink(missing_ok=True)
@@ -332,7 +294,7 @@ class _CursorSplitter:
         self.pending = b""
 
 
-def _read_journal(fetcher: LogFetcher, unit: str, entry: dict) -> tuple[int, bytes, str]:
+def _read_journal(fetcher: LogFetcher, unit: str, entry: dict[str, Any]) -> tuple[int, bytes, str]:
     """One journalctl run after `entry`'s cursor, appended to its local file: (exit code, stderr, new cursor)."""
     with open(fetcher.dir / entry["local"], "ab") as f:
         def write(data: bytes) -> None:
@@ -341,7 +303,7 @@ def _read_journal(fetcher: LogFetcher, unit: str, entry: dict) -> tuple[int, byt
             fetcher.on_bytes(f"journal -u {unit}", len(data))
 
         split = _CursorSplitter(write)
-        code, err = fetcher.host.stream_bytes(Cmd.script(JOURNAL, unit, entry["cursor"], label="read-journal"),
+        code, err = fetcher.host.stream_bytes(scripts.command("read_journal.sh", unit=unit, cursor=entry["cursor"]),
                                               split.feed, timeout=3600)
         split.finish()
     return code, err, split.cursor
@@ -352,7 +314,7 @@ def fetch_journal(fetcher: LogFetcher, unit: str) -> Fetched:
     resumed from the cursor the last fetch ended at. A cursor the journal no longer has (vacuumed) begins
     a new local copy from what the journal holds."""
     key = f"journal:{unit}"
-    entry: dict = fetcher.state.get(key) or {"cursor": "", "local": fetcher._new_name(f"{unit}.log")}
+    entry: dict[str, Any] = fetcher.state.get(key) or {"cursor": "", "local": fetcher._new_name(f"{unit}.log")}
     local = fetcher.dir / entry["local"]
     before = local.stat().st_size if local.exists() else 0
     code, err, cursor = _read_journal(fetcher, unit, entry)

@@ -2,7 +2,8 @@
 
 A script's named inputs never reach a command line: any user on the host can read every process's
 argv (/proc/PID/cmdline), and auditd's execve logging keeps them. They travel on the command's stdin
-instead, ahead of anything else it reads there (Cmd.feed), and the script's first lines read them."""
+instead, ahead of anything else it reads there (Cmd.feed), and the script's first lines read them (the loader,
+swapctl.host.scripts, puts host/remote/read_inputs.sh there)."""
 
 from __future__ import annotations
 
@@ -29,16 +30,6 @@ Piece = str | Secret
 
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # a shell variable's name, and so an environment key swapctl sets
 
-# Reads the inputs block Cmd.feed sends: its line count, then that many lines of `name='value'`, quoted
-# once by shlex.quote. `read` takes no byte past its line, so what follows on stdin stays for the script
-# (receive.sh's GO and stream, lock.sh's open end). The inputs are shell variables, not exported.
-READ_INPUTS = (
-    'IFS= read -r swapctl_n || { echo "swapctl: no inputs on stdin" >&2; exit 2; }; swapctl_in=; '
-    'while [ "$swapctl_n" -gt 0 ]; do IFS= read -r swapctl_l || { echo "swapctl: inputs cut short" >&2; exit 2; }; '
-    'swapctl_in="$swapctl_in$swapctl_l\n"; swapctl_n=$((swapctl_n - 1)); done; eval "$swapctl_in"; '
-    'unset swapctl_n swapctl_l swapctl_in\n')
-
-
 @dataclass(frozen=True)
 class Cmd:
     """A command line: `Cmd("kill", "-TERM", "4242")` renders as `kill -TERM 4242`."""
@@ -61,10 +52,10 @@ class Cmd:
 
     @classmethod
     def script(cls, body: str, *args: Piece, label: str, shell: str = "sh",
-               env: Mapping[str, Piece] | None = None) -> Cmd:
+               env: Mapping[str, Piece] | None = None, reader: str = "") -> Cmd:
         """A fixed shell script; values reach it as positional parameters ($1...) or, named, as shell
-        variables read from its stdin (READ_INPUTS), never pasted in. Anything secret is a named input:
-        positional parameters are on the host's command line for every user to read.
+        variables read from its stdin by `reader` (put before `body`), never pasted in. Anything secret is
+        a named input: positional parameters are on the host's command line for every user to read.
 
         bash gets --norc: started under sshd's session it would read ~/.bashrc a second time (the
         login shell already did), and a .bashrc running `pyenv init` or `conda init` costs 0.1-1 s."""
@@ -74,8 +65,10 @@ class Cmd:
         if any(isinstance(a, Secret) for a in args):
             raise ValueError("a secret goes as a named input (on stdin), never as an argument (a command line)")
         inputs = tuple((env or {}).items())
+        if inputs and not reader:
+            raise ValueError("named inputs need the script that reads them (swapctl.host.scripts sends it)")
         shell_argv = ("bash", "--norc") if shell == "bash" else (shell,)
-        return cls(*shell_argv, "-c", READ_INPUTS + body if inputs else body, f"swapctl-{label}", *args,
+        return cls(*shell_argv, "-c", reader + body if inputs else body, f"swapctl-{label}", *args,
                    label=label, inputs=inputs)
 
     def render(self) -> str:

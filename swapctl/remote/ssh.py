@@ -1,200 +1,37 @@
-"""SSH hosts: paramiko opens the connection (ssh_config, keys, the agent), fabric when ssh_config gives the
-host a ProxyJump or ProxyCommand; paramiko channels do the work.
-
-fabric's Connection installs paramiko's AutoAddPolicy, which trusts any host key silently; swapctl
-replaces it with its own policy (strict or accept-new) on the connection and on every gateway hop.
-"""
+"""SSH hosts: commands over paramiko channels, on a connection ssh_connection opens (once, on first use)."""
 
 from __future__ import annotations
 
-import base64
-import functools
-import getpass
-import hashlib
-import importlib.util
-import logging
-import os
 import re
 import select
 import shlex
 import socket
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import BinaryIO
 
+from ..errors import Refused, RemoteTimeout, Unreachable
+from ..host import scripts
+from ..playbook import HostSpec
+from . import become
+from .cmd import Cmd
+from .host import MAX_LINE, MAX_OUTPUT, Held, Host, Prepared, Progress, Result, keep_tail
+from .ssh_connection import (
+    CONNECT_TIMEOUT_S,
+    STALL_S,
+    WINDOW_SIZE,
+    Connection,
+    broken,
+    close_quietly,
+    open_connection,
+    paramiko,
+)
 
-class _InvokeWhenUsed:
-    """paramiko imports invoke (fabric's base) as it is imported, for ssh_config's `Match exec` alone: with
-    what invoke pulls in (unittest.mock, asyncio, yaml) 60-90 ms of every SSH verb (issue 23). paramiko is
-    imported with invoke held back, and this stands in for it in paramiko.config: `Match exec` imports
-    invoke when it runs, as does a ProxyJump host's fabric."""
-
-    def __getattr__(self, name: str) -> Any:
-        import invoke
-
-        paramiko.config.invoke = invoke  # type: ignore[attr-defined]
-        return getattr(invoke, name)
-
-
-def _paramiko_without_invoke() -> None:
-    if "paramiko" in sys.modules or "invoke" in sys.modules:
-        return
-    sys.modules["invoke"] = None  # type: ignore[assignment] # paramiko's `import invoke` fails, and goes on
-    try:
-        import paramiko.config
-    finally:
-        del sys.modules["invoke"]
-    if importlib.util.find_spec("invoke") is not None:
-        paramiko.config.invoke = _InvokeWhenUsed()  # type: ignore[attr-defined]
-
-
-_paramiko_without_invoke()
-
-import paramiko  # noqa: E402 (after its invoke is held back)
-
-from ..errors import BadInput, HostKeyError, Refused, RemoteTimeout, Unreachable  # noqa: E402
-from ..playbook import SSH_CONFIGS, HostSpec  # noqa: E402
-from . import become  # noqa: E402
-from .cmd import Cmd  # noqa: E402
-from .host import MAX_LINE, MAX_OUTPUT, Held, Host, Prepared, Progress, Result, keep_tail  # noqa: E402
-
-if TYPE_CHECKING:
-    import fabric
-
-CONNECT_TIMEOUT_S = 15  # the TCP connect and sshd's banner; `swapctl --connect-timeout S` sets another
-# paramiko's transport thread logs a failed handshake with its traceback; swapctl says it in one line
-logging.getLogger("paramiko").addHandler(logging.NullHandler())
-WINDOW_SIZE = 64 << 20  # paramiko's 2 MiB default window starves bulk transfers
-# sshd's MaxStartups (10:30:100 by default) drops new connections while 10 are unauthenticated: a fleet
-# command opens at most this many at once, across all hosts (a bastion sees them all).
-MAX_HANDSHAKES = 8
-_handshakes = threading.BoundedSemaphore(MAX_HANDSHAKES)
-STALL_S = 60  # a transfer that moves no byte for this long has lost its connection
-# The command's first stderr line: the session it runs in (its pid, sshd made it a session leader).
-_REPORT_SESSION = 'echo "swapctl-session $$" >&2; exec "$@"'
+# The command's first stderr line (host/remote/report_session.sh): the session it runs in (its pid, sshd
+# made it a session leader).
 _SESSION_LINE = re.compile(rb"swapctl-session (\d+)\n")
-# Ends a session swapctl stopped waiting for: every process in it (what the command started in other
-# process groups too), not those that left it with setsid (a daemon, the GPU sampler).
-_END_SESSION = 'pkill -KILL -s "$1" 2>/dev/null; kill -KILL -- "-$1" 2>/dev/null; exit 0'
 END_SESSION_TIMEOUT_S = 10
-# put() on a host where swapctl writes as root (sudo): the bytes go through a root command's stdin, as
-# SFTP would write them as the login user. $1 the file, $2 the bytes it must already hold (a resume).
-_WRITE = ('umask 077; have=$(stat -c %s -- "$1" 2>/dev/null || echo 0); if [ "$2" = 0 ]; then exec cat > "$1"; fi; '
-          '[ "$have" = "$2" ] || { echo "$1 holds $have bytes, not $2" >&2; exit 1; }; exec cat >> "$1"')
-
-
-def connect_timeout() -> float:
-    """How long a connection may take to reach sshd's banner: $SWAPCTL_CONNECT_TIMEOUT (`--connect-timeout`)."""
-    value = os.environ.get("SWAPCTL_CONNECT_TIMEOUT")
-    try:
-        seconds = float(value) if value else CONNECT_TIMEOUT_S
-    except ValueError:
-        seconds = 0
-    if not seconds > 0:
-        raise BadInput(f"--connect-timeout (SWAPCTL_CONNECT_TIMEOUT) {value!r}: give seconds, more than 0")
-    return seconds
-
-
-def _tcp(host: str, port: int) -> socket.socket:
-    """A TCP connection with Nagle's algorithm off, as OpenSSH's ssh sets it. paramiko leaves it on: then
-    each small request (open a channel, EOF) waits for the host's delayed ACK, 40 ms, so a trivial command
-    took 48 ms on a zero-latency link instead of 5 ms, and the handshake 80 ms instead of 37."""
-    sock = socket.create_connection((host, port), timeout=connect_timeout())
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    return sock
-
-
-def fingerprint(key: paramiko.PKey) -> str:
-    """OpenSSH's SHA256 fingerprint, as `ssh-keygen -lf` prints it."""
-    digest = hashlib.sha256(key.asbytes()).digest()
-    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
-
-
-class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
-    """strict: refuse unknown keys; accept-new: record them. A changed key is refused by paramiko itself."""
-
-    def __init__(self, spec: HostSpec, known_hosts: Path):
-        self.spec, self.known_hosts = spec, known_hosts
-
-    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
-        if self.spec.host_key_policy == "accept-new":
-            self.known_hosts.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            with open(self.known_hosts, "a", encoding="ascii") as f:
-                f.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
-            client.get_host_keys().add(hostname, key.get_name(), key)
-            return
-        port = self.spec.port or 22
-        raise HostKeyError(
-            f"unknown host key {key.get_name()} {fingerprint(key)} for {hostname}; if that is the host's key, "
-            f"set host_key_policy = \"accept-new\" for it once, or run "
-            f"`ssh-keyscan -p {port} {self.spec.address} >> {self.known_hosts}`",
-            host=self.spec.name,
-        )
-
-
-@functools.cache
-def _ssh_config() -> paramiko.SSHConfig:
-    """~/.ssh/config, then /etc/ssh/ssh_config, into one SSHConfig, as fabric reads them; once a process."""
-    config = paramiko.SSHConfig()
-    for path in SSH_CONFIGS:
-        path = os.path.expanduser(path)
-        if os.path.isfile(path):
-            with open(path) as f:
-                config.parse(f)
-    return config
-
-
-class _Direct:
-    """What fabric's Connection does for a host without a gateway, with paramiko alone: the host's ssh_config
-    (HostName, Port, User, IdentityFile after the playbook's identity_file), then SSHClient.connect, which
-    tries the agent and ~/.ssh's keys as it does under fabric. fabric itself costs invoke's import."""
-
-    gateway = None
-
-    def __init__(self, address: str, user: str | None, port: int | None, key_filename: list[str],
-                 ssh_config: paramiko.SSHConfigDict):
-        self.ssh_config = ssh_config
-        self.host = ssh_config.get("hostname", address)
-        self.user = user or ssh_config.get("user") or getpass.getuser()
-        self.port = port or int(ssh_config.get("port", 22))
-        keys = [*key_filename, *ssh_config.get("identityfile", [])]
-        self.connect_kwargs: dict[str, Any] = {"key_filename": keys} if keys else {}
-        self.client = paramiko.SSHClient()
-
-    @property
-    def is_connected(self) -> bool:
-        transport = self.client.get_transport()
-        return bool(transport and transport.is_active())
-
-    def open(self) -> None:
-        limit = connect_timeout()
-        self.client.connect(hostname=self.host, port=self.port, username=self.user, timeout=limit,
-                            banner_timeout=limit, **self.connect_kwargs)
-
-    def close(self) -> None:
-        transport = self.client.get_transport()
-        if transport is not None:
-            # a Ctrl-C (KeyboardInterrupt) that lands inside paramiko's open_channel, between registering the
-            # channel and linking it to the transport, leaves one whose close raises AttributeError: link it
-            for chan in list(transport._channels.values()):  # type: ignore[attr-defined]
-                if chan.transport is None:
-                    chan._set_transport(transport)
-        self.client.close()
-
-
-def _open_with(spec: HostSpec) -> _Direct | fabric.Connection:
-    """The connection object for `spec`: paramiko's own, or fabric's when ssh_config names a gateway."""
-    keys = [os.path.expanduser(spec.identity_file)] if spec.identity_file else []
-    config = _ssh_config().lookup(spec.address)
-    if "proxyjump" not in config and "proxycommand" not in config:
-        return _Direct(spec.address, spec.user, spec.port, keys, config)
-    import fabric  # a gateway: fabric walks the ProxyJump chain (and imports invoke)
-
-    return fabric.Connection(spec.address, user=spec.user, port=spec.port, connect_timeout=connect_timeout(),
-                             connect_kwargs={"key_filename": keys} if keys else {})
 
 
 class SshHost(Host):
@@ -202,119 +39,22 @@ class SshHost(Host):
 
     def __init__(self, spec: HostSpec):
         self.spec, self.name = spec, spec.name
-        self._conn: _Direct | fabric.Connection | None = None
+        self._conn: Connection | None = None
         self._sftp: paramiko.SFTPClient | None = None
         self._lock = threading.Lock()
         self._sudo = False  # every command through `sudo -n`: become = "sudo" and a login that is not root
 
     # -- connecting ------------------------------------------------------------------------------
 
-    def _known_hosts(self, conn: _Direct | fabric.Connection) -> Path:
-        if self.spec.known_hosts:
-            return Path(self.spec.known_hosts).expanduser()
-        configured = conn.ssh_config.get("userknownhostsfile")
-        if configured:
-            return Path(configured.split()[0]).expanduser()
-        return Path("~/.ssh/known_hosts").expanduser()
-
-    def _secure(self, conn: _Direct | fabric.Connection) -> None:
-        known = self._known_hosts(conn)
-        if known.exists():
-            conn.client.load_host_keys(str(known))
-        conn.client.set_missing_host_key_policy(_HostKeyPolicy(self.spec, known))
-        if conn.gateway is not None and not isinstance(conn.gateway, str):  # a ProxyJump hop, not a command
-            self._secure(conn.gateway)
-
-    def _connection(self) -> _Direct | fabric.Connection:
+    def _connection(self) -> Connection:
         with self._lock:
-            if self._conn is not None and self._conn.is_connected:
-                return self._conn
-            conn = _open_with(self.spec)
-            self._secure(conn)
-            where = f"{conn.user}@{conn.host}:{conn.port}"
-            try:
-                with _handshakes:
-                    if conn.gateway is None:  # direct: the socket is made here, to turn Nagle off first
-                        conn.connect_kwargs["sock"] = _tcp(conn.host, conn.port)
-                    conn.open()
-            except HostKeyError:
-                raise
-            except paramiko.BadHostKeyException as exc:
-                raise HostKeyError(
-                    f"host key for {where} CHANGED (now {fingerprint(exc.key)}); refusing to connect. If the host "
-                    f"was reinstalled, remove the old key: `ssh-keygen -R '[{conn.host}]:{conn.port}' -f "
-                    f"{self._known_hosts(conn)}`",
-                    host=self.name,
-                ) from None
-            except paramiko.AuthenticationException as exc:
-                raise Refused(
-                    f"authentication failed as {where} ({exc}); check identity_file, ssh-agent and the "
-                    f"host's authorized_keys",
-                    host=self.name,
-                ) from None
-            except (OSError, paramiko.SSHException, EOFError) as exc:
-                reason = str(exc) or type(exc).__name__
-                raise Unreachable(
-                    f"cannot connect to {where}: {reason}; check address, port and that sshd runs",
-                    host=self.name,
-                ) from None
-            transport = conn.client.get_transport()
-            assert transport is not None
-            transport.set_keepalive(15)
-            transport.default_window_size = WINDOW_SIZE
-            self._sudo = self.spec.become == "sudo" and conn.user != "root"
-            if self._sudo:
-                self._check_sudo(conn, transport)
-            self._conn = conn
-            return conn
+            if self._conn is None or not self._conn.is_connected:
+                self._conn, self._sudo = open_connection(self.spec)
+            return self._conn
 
     def shown(self, cmd: Cmd) -> str:
         """As the host runs it: through `sudo -n --` where swapctl becomes root (known once connected)."""
         return f"{' '.join(become.SUDO)} {cmd}" if self._sudo else str(cmd)
-
-    def _check_sudo(self, conn: _Direct | fabric.Connection, transport: paramiko.Transport) -> None:
-        """`sudo -n true` before any other command: a sudo that would ask for a password refuses the host
-        here, exit 3, before anything on it changed. One deadline for the whole call (twice the connect
-        timeout): a limit per read let a sudo that kept talking hold the connection for ever."""
-        what = f"the {become.PROBE.label} step"
-        limit = 2 * connect_timeout()
-        late = RemoteTimeout(f"`{become.PROBE}` did not finish within {limit:g} s (twice --connect-timeout); run it "
-                             f"there as {conn.user} to see what it waits for", host=self.name)
-        deadline = time.monotonic() + limit
-
-        def remaining() -> float:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError
-            return left
-
-        err = bytearray()
-        try:
-            chan = transport.open_session(timeout=remaining())
-            chan.exec_command(become.PROBE.render())
-            chan.shutdown_write()
-            # to the channel's EOF, not its exit status: sshd may send that before the last of stderr
-            while True:
-                chan.settimeout(remaining())
-                if not (data := chan.recv_stderr(1 << 16)):
-                    break
-                keep_tail(err, data)
-            ended = chan.status_event.wait(remaining())
-            code = chan.recv_exit_status() if ended else -1
-            self._close(chan)
-        except TimeoutError:
-            conn.close()
-            raise late from None
-        except (paramiko.SSHException, OSError, EOFError) as exc:
-            conn.close()
-            raise self._broken(what, exc) from None
-        if not ended:
-            conn.close()
-            raise late
-        refused = become.refusal(self.name, conn.user, code, err.decode("utf-8", "replace"))
-        if refused:
-            conn.close()
-            raise refused
 
     def _transport(self) -> paramiko.Transport:
         transport = self._connection().client.get_transport()
@@ -326,13 +66,6 @@ class SshHost(Host):
         """A command as an error names it: a script by its step, not its arguments."""
         return f"the {cmd.label} step" if cmd.label else str(cmd)
 
-    @staticmethod
-    def _close(chan: paramiko.Channel) -> None:
-        try:
-            chan.close()
-        except (OSError, EOFError, paramiko.SSHException):
-            pass  # the connection is gone already: so is the channel
-
     def _lost(self, what: str, transport: paramiko.Transport) -> Unreachable:
         """The error for a command cut off: it says whether the link went or the host ended the session."""
         if transport.is_active():
@@ -340,11 +73,6 @@ class SshHost(Host):
         else:
             exc = transport.get_exception()  # what stopped paramiko's reader, if it was an error
             why = str(exc) if exc and str(exc) else "the connection closed"
-        return Unreachable(f"connection lost during {what} ({why})", host=self.name)
-
-    def _broken(self, what: str, exc: BaseException) -> Unreachable:
-        """The error for a command whose channel raised `exc`."""
-        why = f"no byte moved for {STALL_S} s" if isinstance(exc, TimeoutError) else str(exc) or type(exc).__name__
         return Unreachable(f"connection lost during {what} ({why})", host=self.name)
 
     def _open_channel(self, cmd: Cmd, report_session: bool = False) -> paramiko.Channel:
@@ -355,13 +83,13 @@ class SshHost(Host):
             transport = self._transport()  # connects first: then whether it runs through sudo is known
             line = become.as_root(cmd) if self._sudo else cmd.render()
             if report_session:
-                line = f"exec sh -c {shlex.quote(_REPORT_SESSION)} swapctl {line}"
+                line = f"exec sh -c {shlex.quote(scripts.load('report_session.sh').body)} swapctl {line}"
             chan = transport.open_session(window_size=WINDOW_SIZE, timeout=CONNECT_TIMEOUT_S)
             chan.exec_command(line)
             if feed := cmd.feed():  # its named inputs, ahead of anything else on its stdin
                 chan.sendall(feed)
         except (paramiko.SSHException, OSError, EOFError) as exc:  # "Channel closed.": sshd could not start it
-            raise self._broken(self._what(cmd), exc) from None
+            raise broken(self.name, self._what(cmd), exc) from None
         return chan
 
     # -- commands --------------------------------------------------------------------------------
@@ -410,18 +138,18 @@ class SshHost(Host):
                     self._end_session(err.session)
             raise
         except (OSError, EOFError, paramiko.SSHException) as exc:
-            raise self._broken(self._what(cmd), exc) from None
+            raise broken(self.name, self._what(cmd), exc) from None
         finally:
-            self._close(chan)
+            close_quietly(chan)
 
     def _end_session(self, session: int) -> None:
         """Kills what is left of a command's session on the host, best effort: a connection lost meanwhile
         must not hide the deadline it was cut off by."""
         try:
-            chan = self._open_channel(Cmd.script(_END_SESSION, str(session), label="end-session"))
+            chan = self._open_channel(scripts.command("end_session.sh", session=session))
             chan.shutdown_write()
             chan.status_event.wait(END_SESSION_TIMEOUT_S)
-            self._close(chan)
+            close_quietly(chan)
         except (Unreachable, OSError, EOFError, paramiko.SSHException):
             pass
 
@@ -433,7 +161,8 @@ class SshHost(Host):
 
     def prepare(self, cmd: Cmd) -> Prepared:
         chan = self._open_channel(cmd)
-        return Prepared(cmd, lambda chunks, timeout: self._send(chan, cmd, chunks, timeout), lambda: self._close(chan))
+        return Prepared(cmd, lambda chunks, timeout: self._send(chan, cmd, chunks, timeout),
+                        lambda: close_quietly(chan))
 
     def _send(self, chan: paramiko.Channel, cmd: Cmd, chunks: Iterable[bytes], timeout: float) -> Result:
         chan.settimeout(STALL_S)
@@ -474,9 +203,9 @@ class SshHost(Host):
                 raise self._lost(self._what(cmd), transport)
             return Result(cmd, code, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
         except (OSError, EOFError, paramiko.SSHException) as exc:
-            raise self._broken(self._what(cmd), exc) from None
+            raise broken(self.name, self._what(cmd), exc) from None
         finally:
-            self._close(chan)
+            close_quietly(chan)
 
     def put(self, local: BinaryIO, remote_path: str, size: int, progress: Progress | None = None,
             offset: int = 0) -> None:
@@ -502,7 +231,7 @@ class SshHost(Host):
         except (OSError, EOFError, paramiko.SSHException) as exc:
             transport = self._conn.client.get_transport() if self._conn else None  # as it is: no new connection
             if isinstance(exc, TimeoutError) or transport is None:
-                raise self._broken(f"upload to {remote_path}", exc) from None
+                raise broken(self.name, f"upload to {remote_path}", exc) from None
             if isinstance(exc, OSError) and transport.is_active():  # SFTP's own errors: the host said no
                 raise Refused(f"cannot write {remote_path}: {exc}", host=self.name) from None
             raise self._lost(f"upload to {remote_path}", transport) from None
@@ -519,7 +248,8 @@ class SshHost(Host):
                 if progress:
                     progress(done)
 
-        result = self.send(Cmd.script(_WRITE, remote_path, str(offset), label="write"), chunks(), timeout=STALL_S)
+        result = self.send(scripts.command("write_root.sh", path=remote_path, offset=offset, label="write"), chunks(),
+                           timeout=STALL_S)
         if not result.ok:  # a full disk, or a resume whose bytes changed: upload.py tells them apart
             why = result.stderr.strip().splitlines()[-1:] or [f"exit {result.exit_code}"]
             raise Refused(f"cannot write {remote_path}: {why[0][:200]}", host=self.name)
@@ -536,13 +266,13 @@ class SshHost(Host):
             if b"\n" in buf or chan.eof_received or len(buf) >= MAX_LINE:
                 break
             if ended:
-                self._close(chan)
+                close_quietly(chan)
                 raise self._lost(self._what(cmd), transport)
             if time.monotonic() > deadline:
-                self._close(chan)
+                close_quietly(chan)
                 raise RemoteTimeout(f"`{cmd}` said nothing within {timeout:.0f} s", host=self.name)
             select.select([chan], [], [], 0.5)
-        return Held(bytes(buf[:MAX_LINE]).split(b"\n", 1)[0].decode("utf-8", "replace"), lambda: self._close(chan),
+        return Held(bytes(buf[:MAX_LINE]).split(b"\n", 1)[0].decode("utf-8", "replace"), lambda: close_quietly(chan),
                     chan.sendall)
 
     def close(self) -> None:

@@ -16,21 +16,18 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 from ..errors import RemoteCommandFailed
+from ..host import scripts
 from ..remote.cmd import Cmd
 from ..remote.host import Prepared
-from . import scripts
 from .context import Context
 from .journal_entry import CAP_BYTES, JOURNAL, KEEP, JournalEntry
 from .releases import now_iso, record_local, who_am_i
 
-# Reads commands from its stdin and runs them as they come, stopping at the first that fails. Nothing it
-# runs reads that stdin (each gets /dev/null): the rest of the commands stay for the shell.
-# The epilogue's shell runs its script only once it has come whole, to its last line: a controller that dies
-# while sending (or a link that goes silent until TCP gives up) must not leave the host running part of a
-# line, such as an `rm -rf` of a release cut short to its parent directory, at the EOF that comes later.
+# The epilogue (host/swap/epilogue.sh) reads commands from its stdin and runs them, stopping at the first that
+# fails, once they have all come: its script ends in this line. Nothing it runs reads that stdin (each gets
+# /dev/null or its own here-document).
 EPILOGUE_END = "#swapctl-epilogue-end"
-EPILOGUE = Cmd("sh", "-c", 's=$(cat) || exit 3; case $s in *"$1") eval "$s" ;; *) echo "the epilogue arrived cut '
-               'short: nothing of it was run" >&2; exit 3 ;; esac', "sh", EPILOGUE_END, label="journal")
+EPILOGUE = scripts.command("epilogue.sh", end=EPILOGUE_END, label="journal")
 
 
 def journal_cmd(ctx: Context, entry: JournalEntry) -> Cmd:

@@ -10,9 +10,9 @@ import os
 import threading
 
 from ..errors import LockHeld, Refused
+from ..host import scripts
 from ..remote.cmd import Cmd
 from ..remote.host import Held
-from . import scripts
 from .context import Context
 from .preflight import swapping, unsafe
 from .releases import now_iso, who_am_i

@@ -13,7 +13,8 @@ from typing import Any
 from ..errors import BadInput, LockHeld, Refused
 from ..facts.status import HostStatus, gather, split_sections
 from ..facts.system import Process
-from . import elf, scripts
+from ..host import scripts
+from . import elf
 from .context import Context
 from .environ import carried
 from .journal_entry import JOURNAL

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from enum import StrEnum
 from typing import Any
 
 from ..facts.daemon_view import Proof, summary
+from ..host.scripts import ReportWord
 
 
-class Word(StrEnum):
-    """Every word a script starts a report line with."""
+class Word(ReportWord):
+    """Every word a swap script starts a report line with."""
 
     # lock.sh
     LOCKED = "LOCKED"  # the deploy lock is ours until the channel closes
@@ -28,6 +28,8 @@ class Word(StrEnum):
     NOSPACE = "NOSPACE"  # free_kib: the disk filled up; the partial file is gone
     BROKEN = "BROKEN"  # why: the stream ended early or was damaged
     SHORT = "SHORT"  # bytes: the stream ended before the binary did
+    # backup.sh
+    GONE = "GONE"  # the process whose /proc/PID/exe was to be saved has exited: nothing saved
     # stop.sh, swap.sh
     KIDS = "KIDS"  # pids: the old daemon's descendants, waited for too
     SIGKILL = "SIGKILL"  # still running after the grace period
@@ -54,15 +56,6 @@ class Word(StrEnum):
     NOSTATUS = "NOSTATUS"  # why: its status did not answer; the stop goes on as a plain one
     DRAINED = "DRAINED"  # ms: nothing in flight, SIGINT sent: the stop loses no work
     UNDRAINED = "UNDRAINED"  # ms n: still n in flight at the drain's limit
-
-    @classmethod
-    def of(cls, line: str) -> tuple[Word | None, str]:
-        """A report line's word (None for a line that is not a report) and the rest of the line."""
-        head, _, rest = line.partition(" ")
-        try:
-            return cls(head), rest
-        except ValueError:
-            return None, line
 
 
 DAMAGED = (Word.MISMATCH, Word.BROKEN, Word.SHORT)

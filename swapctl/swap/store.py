@@ -7,11 +7,12 @@ from dataclasses import replace
 from typing import TypeVar
 
 from ..errors import Refused, RemoteCommandFailed
+from ..host import scripts
 from ..remote.cmd import Cmd
-from . import scripts
 from .context import Context
 from .plan import Backup, Situation
 from .releases import Release, to_prune
+from .report import Word
 from .session import manifest
 
 S = TypeVar("S", bound=Situation)
@@ -32,7 +33,7 @@ def backup(ctx: Context, sit: S) -> S:
             saved = ctx.run(backup_cmd(ctx, b)).stdout.strip()
         except RemoteCommandFailed as exc:  # nothing has stopped yet: a refusal, not an error of swapctl's
             raise not_written(ctx, f"a backup of {b.source} in {b.release.dir(ctx.state)}", exc) from None
-        if saved == "GONE" and sit.daemon:
+        if saved == Word.GONE and sit.daemon:
             return backup(ctx, without_daemon(ctx, sit))
     return sit
 

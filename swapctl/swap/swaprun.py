@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 from ..errors import LockHeld, Refused, SwapctlError, UnknownState
 from ..facts.status import HostStatus
+from ..host import scripts
 from ..remote.cmd import NAME, Cmd, Piece, Secret
-from . import scripts
 from .context import Context
 from .journal_entry import CAP_BYTES, KEEP, Upload
 from .plan import Daemon

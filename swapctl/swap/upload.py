@@ -24,8 +24,8 @@ from pathlib import Path
 import zstandard
 
 from ..errors import Refused
+from ..host import scripts
 from ..remote import Cmd, Host, Piece, Prepared
-from . import scripts
 from .journal_entry import Upload
 from .report import InstallReport, Word, parse_install
 

@@ -23,14 +23,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.host import scripts, sh_texts
 from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.masking import MASK, looks_secret
 from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.remote.cmd import NAME, Cmd, Secret
 from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.swap import (
     environ,
     journal_entry,
     report,
-    scripts,
-    sh_texts,
 )
 from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.swap.journal_entry import (
     CAP_BYTES,

@@ -7,7 +7,7 @@ module: swap
 short_description: Swap a new build of the GPU daemon in on the host, with swapctl's safe swap
 description:
   - Runs C(swapctl deploy)'s host side on the target host, through the same host scripts
-    (swapctl/swap/sh), in the same order - lock, release, adopt, swap, auto-rollback, journal.
+    (swapctl/host/swap), in the same order - lock, release, adopt, swap, auto-rollback, journal.
   - I(src) is a file already on the host (after M(ansible.builtin.copy) or M(ansible.builtin.get_url)
     with its checksum); it becomes a release under C(<binary dir>/.swapctl/<name>/releases/).
   - The running daemon is saved as a release first (adopt), stopped (SIGTERM, SIGKILL after

@@ -1,24 +1,15 @@
 # shellcheck shell=sh
 # The daemon's own view (cuzk's GET /status, read on the host: no port opens to the controller) and the
-# drain before a stop. The swap script includes this file; status.sh reads the view with status_get too.
+# drain before a stop. The swap script includes this file; status.sh reads the view with status_get too
+# (status_get.sh).
 # Needs lib.sh (now). Report words (swapctl/swap/report.py):
 #   INFLIGHT ms queue q n [job:done/total:age_s ...] the proofs in flight as the daemon says, q queued
 #   NOSTATUS why                                      the daemon's status did not answer
 #   DRAINED ms                                        nothing in flight: stopped now, nothing lost
 #   UNDRAINED ms n                                    still n in flight after drain_ms
 
-# status_get URL: the body of GET URL on stdout. curl where there is one (every GPU box we know has it),
-# else wget, else python3; none of them: returns 2. 2 s for the whole answer, as curl's -m 2: wget's -T and
-# python's timeout bound each read, not the call (swapctl/facts/daemon_view.py FETCH).
-status_get() {
-  if command -v curl >/dev/null 2>&1; then curl -fsS -m 2 -- "$1" 2>/dev/null
-  elif command -v wget >/dev/null 2>&1; then status_limit wget -q -T 2 -O - -- "$1" 2>/dev/null
-  elif command -v python3 >/dev/null 2>&1; then
-    status_limit python3 -c 'import sys, urllib.request as u; sys.stdout.write(u.urlopen(sys.argv[1], timeout=2).read().decode())' \
-      "$1" 2>/dev/null
-  else return 2; fi
-}
-status_limit() { if command -v timeout >/dev/null 2>&1; then timeout 2 "$@"; else "$@"; fi; }
+# shellcheck source=status_get.sh
+. ./status_get.sh
 
 # in_flight: a StatusSnapshot (stdin, one line of JSON as serde_json writes it) as `queue N` then one
 # `job_id done total age_s` line per proof in flight: a pipeline with a partition begun, partitions left
@@ -46,7 +37,7 @@ in_flight() {
 # in_flight_line URL BEGIN_MS: the INFLIGHT line for the daemon's status now (ms since BEGIN_MS), or a
 # NOSTATUS line (and returns 1)
 in_flight_line() {
-  body=$(status_get "$1") || { echo "NOSTATUS no answer from $1 (or no curl, wget or python3 on the host)"; return 1; }
+  body=$(status_get "$1" 2>/dev/null) || { echo "NOSTATUS no answer from $1 (or no curl, wget or python3 on the host)"; return 1; }
   [ -n "$body" ] || { echo "NOSTATUS $1 answered nothing"; return 1; }
   now
   printf '%s\n' "$body" | in_flight | awk -v ms=$(( NOW - $2 )) 'NR == 1 { q = $2; next }
@@ -136,7 +127,7 @@ before_stop() {
 # starts it before the status server) or shows a completed proof (probe "proof": counters.total_completed
 # above 0, a fresh daemon's count)
 probe_ready() {
-  body=$(status_get "$1") || return 1
+  body=$(status_get "$1" 2>/dev/null) || return 1
   case $2 in
     status) printf '%s' "$body" | grep -q '"uptime_secs"' ;;
     proof) n=$(printf '%s' "$body" | sed -n 's/.*"total_completed":\([0-9]*\).*/\1/p'); [ "${n:-0}" -gt 0 ] ;;

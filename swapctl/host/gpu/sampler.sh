@@ -2,18 +2,17 @@
 # swapctl's GPU sampler: records nvidia-smi's periodic output while one daemon process lives.
 #
 # Run by sampler-ctl.sh (start), detached (setsid, its own process group, every fd away from the SSH
-# session), in its directory, as
-# `swapctl-gpu-sampler DAEMON_PID MAX_BYTES QUIET_S INTERVAL_S QUERY FIELDS`:
-# - DAEMON_PID: the pid it follows, with that process's start time (a reused pid is not the daemon);
-# - MAX_BYTES: the bound on each kind's files: KEEP segments of MAX_BYTES/KEEP, the oldest removed;
-# - QUIET_S: an nvidia-smi that prints nothing for this long is hung: it is killed, and that is noted;
-# - INTERVAL_S: dmon's -d; QUERY: 1 to record --query-gpu=FIELDS every 500 ms as well.
+# session), in its directory, as `swapctl-gpu-sampler`, its inputs by name in its environment:
+# - pid: the daemon it follows, with that process's start time (a reused pid is not the daemon);
+# - max: the bound in bytes on each kind's files: KEEP segments of max/KEEP, the oldest removed;
+# - quiet: an nvidia-smi that prints nothing for this many seconds is hung: it is killed, and that is noted;
+# - interval: dmon's -d; query: 1 to record --query-gpu=$fields every 500 ms as well.
 # Segments are append-only and never renamed, so fetch-logs copies each one incrementally by name.
 # It holds gpu-sampler.lock (fd 9) while it runs; nvidia-smi never inherits it, so a hung nvidia-smi
 # (a driver fault can leave it unkillable) never keeps the next sampler out.
 # Every event is one line in gpu-sampler.notes, where `gpu-sampler status` and fetch-logs read it.
 export LC_ALL=C  # ${#line} counts bytes
-pid=$1; max=$2; quiet=$3; interval=$4; query=$5; fields=$6
+: "${pid?}" "${max?}" "${quiet?}" "${interval?}" "${query?}" "${fields?}"
 KEEP=4
 seg=$(( max / KEEP )); [ "$seg" -ge 512 ] || seg=512
 run=$(date -u +%Y%m%dT%H%M%SZ)

@@ -1,11 +1,15 @@
-"""The remote halves of the swap steps: fixed shell scripts shipped beside this module (`sh/*.sh`).
+"""The one loader of host scripts: fixed shell scripts shipped beside this module, a folder per family
+(`swap/`, `facts/`, `logs/`, `gpu/`, `remote/`), each file name used once across them.
 
-A script takes its inputs by name, as environment variables it declares at its top (`: "${pid?}"`), and
-lists (config files, a command line) as arguments; every value reaches it quoted once by `Cmd`, never
-pasted into its text. Functions several scripts share live in library files (`lib.sh`, `daemon.sh`,
-`release.sh`) that a script includes by name (`. ./lib.sh`); the host has no copy of them, so `load`
-puts each library's text in place of its include line. Each script prints report lines (`WORD args...`,
-the words of `report.Word`) that the local side parses.
+A script takes its inputs by name, as shell variables it declares at its top (`: "${pid?}"`), read from its
+stdin by `read_inputs.sh`, which `command` puts before it (the GPU sampler, which sampler-ctl.sh starts, finds
+its own in its environment), and lists (config files, a command line) as arguments; every value reaches it
+quoted once by `Cmd`, never pasted into its text. Functions several scripts share live in library files
+(`lib.sh`, `daemon.sh`, `release.sh`, `smi.sh`, `status_get.sh`) that a script includes by name (`. ./lib.sh`,
+from any family); the host has no copy of them, so `load` puts each library's text in place of its include
+line. A script whose output is parsed prints report
+lines (`WORD args...`) in words its parser declares as a `ReportWord` (swap.report.Word, gpu.sampler.CtlWord),
+or `==> name` sections (`split_sections`) that its parser lists.
 """
 
 from __future__ import annotations
@@ -14,7 +18,9 @@ import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 from importlib import resources
+from typing import Self
 
 from ..remote.cmd import Cmd, Piece, Secret
 
@@ -24,6 +30,8 @@ _INPUT = re.compile(r'"\$\{(\w+)\?\}"')
 # The scripts' texts by file name when they travel inside Python rather than beside it: the Ansible
 # collection's build (scripts/build_collection.py) fills this in its copy, as Ansible ships only .py files.
 TEXTS: dict[str, str] = {}
+
+READER = "read_inputs.sh"  # put before a script with named inputs: it reads them from stdin (Cmd.feed)
 
 # Runs a program under another argv[0] without adding to its environment (bash's exec -a would).
 PERL_ARGV0 = 'my $exe = shift; exec {$exe} @ARGV or die "swapctl: cannot run $exe: $!\\n";'
@@ -35,14 +43,42 @@ class Script:
 
     name: str
     body: str
-    shell: str  # sh | bash
+    shell: str  # sh | bash: bash where its first line (#! or `# shellcheck shell=`) names it
     inputs: frozenset[str]  # the names it declares with `: "${name?}"`
+
+
+class ReportWord(StrEnum):
+    """The words one script (or family) starts its report lines with: a subclass lists them."""
+
+    @classmethod
+    def of(cls, line: str) -> tuple[Self | None, str]:
+        """A report line's word (None for a line that is not a report) and the rest of the line."""
+        head, _, rest = line.partition(" ")
+        try:
+            return cls(head), rest
+        except ValueError:
+            return None, line
+
+
+@functools.cache
+def _families() -> dict[str, str]:
+    """Each shipped script's family folder, by file name; a name in two families is refused."""
+    found: dict[str, str] = {}
+    for family in sorted(resources.files(__package__).iterdir(), key=lambda p: p.name):
+        if not family.is_dir() or family.name.startswith(("_", ".")):
+            continue
+        for p in family.iterdir():
+            if p.name.endswith(".sh"):
+                if p.name in found:
+                    raise RuntimeError(f"host script {p.name} is in {found[p.name]}/ and {family.name}/: name it once")
+                found[p.name] = family.name
+    return found
 
 
 def _text(name: str) -> str:
     if TEXTS:
         return TEXTS[name]
-    return resources.files(__package__).joinpath("sh", name).read_text(encoding="utf-8")
+    return resources.files(__package__).joinpath(_families()[name], name).read_text(encoding="utf-8")
 
 
 def _inline(text: str, seen: set[str]) -> str:
@@ -58,26 +94,19 @@ def _inline(text: str, seen: set[str]) -> str:
     return _INCLUDE.sub(include, text)
 
 
-def inline(text: str) -> str:
-    """A script from elsewhere in the package (the GPU sampler's) with its `. ./lib.sh` lines put in place."""
-    return _inline(text, set())
-
-
 @functools.cache
 def load(name: str) -> Script:
     """The script `name` (e.g. "swap.sh"), read from the package's data."""
     text = _text(name)
     first, _, _ = text.partition("\n")
-    shell = "bash" if first.startswith("#!") and first.endswith("bash") else "sh"
+    shell = "bash" if first.startswith(("#!", "# shellcheck shell=")) and first.endswith("bash") else "sh"
     declared = frozenset(n for line in text.splitlines() if line.startswith(': "') for n in _INPUT.findall(line))
     return Script(name, _inline(text, set()), shell, declared)
 
 
 def names() -> list[str]:
     """Every shipped script and library, for the linters and tests."""
-    if TEXTS:
-        return sorted(TEXTS)
-    return sorted(p.name for p in resources.files(__package__).joinpath("sh").iterdir() if p.name.endswith(".sh"))
+    return sorted(TEXTS) if TEXTS else sorted(_families())
 
 
 def command(name: str, /, *args: Piece, label: str | None = None, bash: bool = False, **inputs: Piece | int) -> Cmd:
@@ -96,7 +125,7 @@ def command_of(name: str, inputs: Mapping[str, Piece | int], *args: Piece, label
         raise ValueError(f"{name} takes inputs {sorted(script.inputs)}; got {sorted(inputs)} (differs in {wrong})")
     env = {k: v if isinstance(v, (str, Secret)) else str(v) for k, v in inputs.items()}
     return Cmd.script(script.body, *args, label=label or name.removesuffix(".sh").replace("_", "-"),
-                      shell="bash" if bash else script.shell, env=env)
+                      shell="bash" if bash else script.shell, env=env, reader=load(READER).body if env else "")
 
 
 def script(body: str, *args: Piece, label: str, bash: bool = False) -> Cmd:

@@ -1,14 +1,16 @@
 # shellcheck shell=bash
-# swapctl's control of the GPU sampler (sampler.sh): `start DIR USER PID MAX QUIET INTERVAL QUERY FIELDS`
-# (the sampler's body on stdin), `stop DIR USER`, `status DIR USER`. USER: daemon.user, who may own the
-# binary's directory and those above it (empty: root only). One sampler per host: it holds DIR's
-# gpu-sampler.lock while it runs. Prints machine-readable lines: the action's outcome, then the state:
+# swapctl's control of the GPU sampler (sampler.sh). Inputs: action (start | stop | status), dir (the
+# sampler's directory), user (daemon.user, who may own the binary's directory and those above it; empty:
+# root only), and for a start the sampler's inputs pid max quiet interval query fields (sampler.sh says
+# what they are; empty for stop and status), the sampler's body on stdin after them. One sampler per host:
+# it holds DIR's gpu-sampler.lock while it runs. Prints report lines (swapctl.gpu.sampler.CtlWord): the
+# action's outcome, then the state:
 #   UNSAFE dir owner mode (and nothing else: a directory others may change, nothing done)
 #   STARTED | ALREADY | RESTARTED | NO_NVIDIA_SMI | FAILED why | STOPPED | NOT_RUNNING
 #   RUNNING sampler_pid daemon_pid started_utc   (or IDLE)
 #   FILE size name ...   NOTE last-note-line
+: "${action?}" "${dir?}" "${user?}" "${pid?}" "${max?}" "${quiet?}" "${interval?}" "${query?}" "${fields?}"
 export LC_ALL=C
-action=$1; dir=$2; user=$3; shift 3
 
 note() { printf '%s %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$*" >> gpu-sampler.notes; }
 pgone() { s=; { read -r s < "/proc/$1/stat"; } 2>/dev/null; s=${s##*) }; [ -z "$s" ] || [ "${s%% *}" = Z ]; }
@@ -55,7 +57,6 @@ if [ "$action" != start ]; then
   state
 fi
 
-pid=$1; max=$2; quiet=$3; interval=$4; query=$5; fields=$6
 # shellcheck disable=SC2174 # 700 for the sampler's directory itself; its parent is the state directory
 why=$(mkdir -p -m 700 -- "$dir" 2>&1) || { echo "FAILED $why" | head -n 1; exit 0; }
 cd -- "$dir" || exit 1
@@ -80,9 +81,10 @@ fi
 # bash makes and unlinks itself.
 body=$(cat)
 rm -f gpu-sampler.pid gpu-sampler.sh  # an older swapctl's copy of the script: not run, not kept
-# detached as the daemon is: its own session, no fd left on this SSH channel, HUP ignored
-( trap '' HUP; exec setsid bash --norc -c 'exec -a swapctl-gpu-sampler bash --norc /dev/fd/3 "$@"' \
-    swapctl-gpu-sampler "$pid" "$max" "$quiet" "$interval" "$query" "$fields" 3<<<"$body" ) \
+# detached as the daemon is: its own session, no fd left on this SSH channel, HUP ignored; its inputs by name,
+# in its environment (sampler.sh declares them)
+( trap '' HUP; export pid max quiet interval query fields
+  exec setsid bash --norc -c 'exec -a swapctl-gpu-sampler bash --norc /dev/fd/3' swapctl-gpu-sampler 3<<<"$body" ) \
   < /dev/null > /dev/null 2> gpu-sampler.err 8>&- &
 child=$!
 i=0

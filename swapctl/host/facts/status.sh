@@ -1,0 +1,73 @@
+#!/bin/sh
+# A host's status in one round trip (swapctl.facts.status parses it): sections `==> name`, each printed once,
+# in the order of status.SECTIONS. Inputs: bin (daemon.binary, may be empty), state (its state directory, empty
+# without a binary), ps_format (system.PS_FORMAT), gpu_fields and gpu_apps (nvidia.QUERY_FIELDS, QUERY_APPS),
+# smi_cs (each nvidia-smi call's limit, 1/100 s), user (daemon.user), unit (daemon.unit), url
+# (daemon.status_url), props (the systemd properties systemd.PROPERTIES reads, comma-separated);
+# arguments: the directories whose disks `df` reports.
+: "${bin?}" "${state?}" "${ps_format?}" "${gpu_fields?}" "${gpu_apps?}" "${smi_cs?}" "${user?}" "${unit?}" "${url?}"
+: "${props?}"
+# shellcheck source=smi.sh
+. ./smi.sh
+# shellcheck source=status_get.sh
+. ./status_get.sh
+sec() { printf '\n==> %s\n' "$1"; }
+sec host; uname -m; uname -n
+sec self; echo "$$"
+sec ps; ps -ww -eo "$ps_format" | cut -c 1-65536  # any user's argv: a line of it is enough
+# a link's target is any user's path, newlines and all: each entry ends in NUL, and tr swaps NUL and newline,
+# so an entry is one line and a newline in it a NUL (no path holds one), swapped back by the parser
+sec links; find /proc/[0-9]*/exe /proc/[0-9]*/cwd -maxdepth 0 -printf '%p\t%l\0' 2>/dev/null | tr '\n\0' '\0\n'
+sec ids; grep -s -E '^(Uid|Gid):' /proc/[0-9]*/status
+# who the daemon may run as: daemon.user, else root or the owner of the binary; and the binary's directory
+# as /proc/PID/exe names it (symlinks resolved)
+sec daemon-user; [ -n "$user" ] && printf '%s %s\n' "$(id -u -- "$user" 2>/dev/null)" "$(id -g -- "$user" 2>/dev/null)"
+sec binary-owner; [ -n "$bin" ] && stat -L -c %u -- "$bin" 2>/dev/null
+sec binary-dir; [ -n "$bin" ] && readlink -f -- "${bin%/*}"
+sec meminfo; cat /proc/meminfo
+sec loadavg; cat /proc/loadavg
+sec who; who 2>/dev/null
+sec df; df -P -k -- "$@" 2>/dev/null
+sec gpu
+if command -v nvidia-smi >/dev/null 2>&1; then
+  # one that hung once would hang again: the GPU's processes are not asked then
+  smi --query-gpu="$gpu_fields" --format=csv && { sec gpu-apps; smi --query-compute-apps="$gpu_apps" --format=csv; }
+else
+  echo missing
+fi
+sec current; [ -n "$bin" ] && readlink -- "$bin"
+sec swapping; [ -e "$state/swap.lock" ] && ! flock -n "$state/swap.lock" true 2>/dev/null && echo yes &&
+  head -n 1 -c 4096 -- "$state/swap.info" 2>/dev/null
+sec last-swap  # the journal's last line (swapctl.swap.journal_entry reads it): the host may have written it alone
+[ -n "$state" ] && tail -c 65536 -- "$state/journal.jsonl" 2>/dev/null | tail -n 1
+sec gpu-sampler  # swapctl.gpu.sampler: whether it runs, and its last note
+g="$state/gpu"
+if [ -n "$state" ] && [ -d "$g" ]; then
+  if [ -f "$g/gpu-sampler.lock" ] && ! flock -n "$g/gpu-sampler.lock" true 2>/dev/null; then
+    echo "running $(cat -- "$g/gpu-sampler.pid" 2>/dev/null)"; else echo idle; fi
+  tail -n 1 -- "$g/gpu-sampler.notes" 2>/dev/null
+fi
+sec unit  # swapctl.facts.systemd: the playbook's unit, else the one a process running the binary is in
+if [ -d /run/systemd/system ] && command -v systemctl >/dev/null 2>&1; then
+  if [ -z "$unit" ] && [ -n "$bin" ] && real=$(readlink -f -- "$bin"); then
+    p=$(find /proc/[0-9]*/exe -maxdepth 0 -lname "$real" -printf '%h\n' 2>/dev/null | head -n 1)
+    [ -n "$p" ] && unit=$(grep -o '[^/]*\.service$' "$p/cgroup" 2>/dev/null | grep -v '^user@' | head -n 1)
+  fi
+  # none runs it (a unit crashed, waiting to restart, or stopped): a unit file that names the binary
+  if [ -z "$unit" ] && [ -n "$bin" ]; then
+    f=$(grep -lsF -- "$bin" /etc/systemd/system/*.service /run/systemd/system/*.service \
+      /lib/systemd/system/*.service /usr/lib/systemd/system/*.service 2>/dev/null | head -n 1)
+    unit=${f##*/}
+  fi
+  if [ -n "$unit" ]; then
+    systemctl show -p "$props" -- "$unit" 2>/dev/null
+    echo "--- cat"; systemctl cat -- "$unit" 2>/dev/null | head -c 65536
+  fi
+fi
+sec releases
+# a manifest over 1 MiB is no manifest swapctl wrote: cut, it does not parse, and is not shown
+for m in "$state"/releases/*/manifest.json; do [ -f "$m" ] && { head -c 1048576 -- "$m" | tr -d '\n'; echo; }; done
+# the daemon's own view (daemon.status_url), read here: no port opens to the controller. Last: whoever
+# answers on that port writes what it likes, and a section line in it comes after the real one (ignored)
+sec daemon-view; [ -n "$url" ] && { status_get "$url"; } 2>&1 | head -c 4194304
+exit 0
