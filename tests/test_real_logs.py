@@ -5,6 +5,8 @@ really printed, not against a second parser."""
 
 from __future__ import annotations
 
+import io
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -128,3 +130,31 @@ def _same(a, b) -> bool:
     if isinstance(a, float) or isinstance(b, float):
         return a == pytest.approx(b, rel=1e-9)
     return a == b
+
+
+def _interleaved(prove_first: str, prove_3_ms: int) -> bytes:
+    """two-gpu-three-runs.log with two calls of run 2 that ended together, as two GPUs' calls can: worker 3's
+    (GPU 1: mutex_held_ms=30 total_start_fn_ms=31, lines 10418 and 10420) and worker 1's (GPU 0: 21 and 32,
+    lines 10460-10461). Worker 1's C++ line is moved to before worker 3's prove_start line; `prove_first`
+    says whose prove_start line comes next, and worker 3's prove_start_ms reads `prove_3_ms` (32: Rust's
+    clock wraps the C++ one, so it reads 1 ms more when a ms boundary falls between the two)."""
+    lines = (DATA / "two-gpu-three-runs.log").read_bytes().split(b"\n")
+    held_3, prove_3, held_1, prove_1 = (lines[i] for i in (10417, 10419, 10459, 10460))
+    assert held_3 == b"CUZK_TIMING: mutex_held_ms=30 total_start_fn_ms=31"
+    assert held_1 == b"CUZK_TIMING: mutex_held_ms=21 total_start_fn_ms=32"
+    assert b"prove_start" in prove_3 and b"\x1b[2m=\x1b[0m3 " in prove_3 and b"\x1b[2m=\x1b[0m1 " in prove_1
+    prove_3 = re.sub(rb"(prove_start_ms(?:\x1b\[[0-9;]*m)*=(?:\x1b\[[0-9;]*m)*)31\b", rb"\g<1>%d" % prove_3_ms, prove_3)
+    assert b"=\x1b[0m%d" % prove_3_ms in prove_3
+    proves = [prove_3, prove_1] if prove_first == "3" else [prove_1, prove_3]
+    return b"\n".join(lines[:10418] + [held_1] + lines[10418:10419] + proves + lines[10420:10459] + lines[10461:])
+
+
+# worker 3's line first, reading 1 ms more: nearest-first gave it worker 1's call (32 ms); in the other order
+# the times alone tell the calls apart
+@pytest.mark.parametrize("prove_first,prove_3_ms", [("3", 32), ("1", 31)])
+def test_calls_of_two_gpus_that_end_together_keep_their_own_gpu(prove_first, prove_3_ms):
+    log = parse([io.BytesIO(_interleaved(prove_first, prove_3_ms))])
+    run, want = log.runs[1], manifest("two-gpu-three-runs")[1]
+    assert {g: d["held_ms"] for g, d in run.gpus().items()} == dict(want["held"])
+    for g, share in run.report()["gpus"].items():
+        assert share["gpu_phase_share"] == pytest.approx(want["held"][g] / run.wall_ms)

@@ -9,6 +9,7 @@ Unknown lines are counted, never fatal. Phase values are kept as float32 arrays 
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 from array import array
@@ -225,25 +226,33 @@ class Run:
     def _calls_in(self, chunk: bytes) -> None:
         """Gives each C++ call's mutex_held_ms to the worker whose prove_start line follows it."""
         # two searches with a literal each (one alternation of both would try every position), in log order
-        events = sorted([(m.start(), m) for m in HELD.finditer(chunk)]
-                        + [(m.start(), m) for m in PROVE_STARTED.finditer(chunk)], key=lambda e: e[0])
-        for _, m in events:
+        events: list[tuple[int, re.Match[bytes]]] = sorted(
+            [(m.start(), m) for m in HELD.finditer(chunk)] + [(m.start(), m) for m in PROVE_STARTED.finditer(chunk)],
+            key=lambda e: e[0])
+        proves = [None if m.re is HELD else _prove_start(m[1]) for _, m in events]
+        for i, (_, m) in enumerate(events):
             if m.re is HELD:
                 self._calls.append([float(m[2]), float(m[1])])
                 if len(self._calls) > PENDING_CALLS:  # never matched: its worker is not known
                     self.unmatched_held_ms += self._calls.pop(0)[1]
                 continue
-            fields = strip_ansi(m[1])
-            worker, prove_start = WORKER.search(fields), PROVE_START.search(fields)
-            if worker and prove_start and not self._match(worker[1], float(prove_start[1])):
-                self._unheld.append((worker[1], float(prove_start[1])))
+            found = proves[i]
+            if found is None:
+                continue
+            # the prove_start lines right after this one, before another call's line: calls that ended
+            # together are matched together
+            ahead = [p[1] for p in itertools.takewhile(lambda p: p is not None, proves[i + 1:i + 1 + GROUP])]
+            if not self._match(found[0], found[1], ahead):
+                self._unheld.append(found)
 
-    def _match(self, worker: bytes, prove_start: float) -> bool:
-        """The pending call whose C++ time is nearest the Rust time around it (within 2 ms + 5%)."""
-        best = min(self._calls, key=lambda c: abs(c[0] - prove_start), default=None)
-        if best is None or abs(best[0] - prove_start) > 2 + 0.05 * prove_start:
+    def _match(self, worker: bytes, prove_start: float, ahead: list[float] | None = None) -> bool:
+        """Gives `worker` the pending call its Rust time fits (within 2 ms + 5% of the C++ time). Where
+        several fit, the prove_start lines `ahead` are matched with it: the assignment of fewest misses,
+        then least time apart, then in log order (the calls' threads print in the order they ended)."""
+        choice = _assign([prove_start, *(ahead or [])], [c[0] for c in self._calls])
+        if choice is None:
             return False
-        self._calls.remove(best)
+        best = self._calls.pop(choice)
         self.held[worker] = self.held.get(worker, 0.0) + best[1]
         return True
 
@@ -360,6 +369,46 @@ class Run:
 
     def report(self) -> dict:
         return _report([self])
+
+
+GROUP = 3  # prove_start lines looked ahead at: calls of more GPUs than that seldom end in one ms
+
+
+def _fits(call_ms: float, prove_start: float) -> bool:
+    return abs(call_ms - prove_start) <= 2 + 0.05 * prove_start
+
+
+def _prove_start(fields: bytes) -> tuple[bytes, float] | None:
+    """(worker, prove_start_ms) of a `GPU_TIMING spawn_blocking prove_start` line's fields."""
+    fields = strip_ansi(fields)
+    worker, prove_start = WORKER.search(fields), PROVE_START.search(fields)
+    return (worker[1], float(prove_start[1])) if worker and prove_start else None
+
+
+def _assign(proves: list[float], calls: list[float]) -> int | None:
+    """The index in `calls` (C++ times, in log order) that `proves[0]` gets when `proves` (Rust times,
+    in log order) are matched together: fewest unmatched, then least total difference, then fewest
+    pairs out of log order. Nearest-first alone swaps two calls whose times are 1 ms apart when the
+    first one's Rust clock read 1 ms more (it wraps the C++ one)."""
+    # each line's few nearest fits (a stable sort: ties stay in log order), so the search stays small
+    fits = [sorted((j for j, c in enumerate(calls) if _fits(c, r)), key=lambda j, r=r: abs(calls[j] - r))[:GROUP + 1]
+            for r in proves]
+    if not fits[0]:
+        return None
+    if len(fits[0]) == 1:
+        return fits[0][0]
+    best: tuple[tuple[int, float, int], int] | None = None
+    for picks in itertools.product(*[[*f, None] for f in fits]):
+        taken = [j for j in picks if j is not None]
+        if picks[0] is None or len(set(taken)) < len(taken):
+            continue
+        missed = len(picks) - len(taken)
+        apart = sum(abs(calls[j] - r) for j, r in zip(picks, proves, strict=True) if j is not None)
+        crossed = sum(1 for a, b in itertools.combinations(taken, 2) if a > b)
+        key = (missed, apart, crossed)
+        if best is None or key < best[0]:
+            best = (key, picks[0])
+    return best[1] if best else None
 
 
 def _joined(lines: list[bytes]) -> bytes:
