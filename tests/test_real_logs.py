@@ -158,3 +158,38 @@ def test_calls_of_two_gpus_that_end_together_keep_their_own_gpu(prove_first, pro
     assert {g: d["held_ms"] for g, d in run.gpus().items()} == dict(want["held"])
     for g, share in run.report()["gpus"].items():
         assert share["gpu_phase_share"] == pytest.approx(want["held"][g] / run.wall_ms)
+
+
+def _idle_gaps(name: str) -> list[list[float]]:
+    """Per run, the gaps the log shows: at a worker's GPU_START with none of its GPU phases open, the time
+    since its last GPU_END. The finalizer writes GPU_END (engine.rs:3196), often after the worker's next
+    GPU_START: in one-gpu-nocolor.log worker 0 starts partition 4 at 81 ms while partition 1 ends at 86."""
+    runs: list[list[float]] = []
+    open_, last_end = defaultdict(set), {}
+    for line in timings.lines([open(DATA / f"{name}.log", "rb")]):
+        if b"cuzk-daemon starting" in line:
+            runs.append([])
+            open_.clear()
+            last_end.clear()
+        if not line.startswith(b"TIMELINE,") or b",GPU_START," not in line and b",GPU_END," not in line:
+            continue
+        _, offset, event, job, detail = line.decode().split(",", 4)
+        fields = dict(kv.split("=") for kv in detail.split(","))
+        worker, key = fields["worker"], (job, fields["partition"])
+        if event == "GPU_START":
+            if not open_[worker] and worker in last_end:
+                runs[-1].append(float(offset) - last_end[worker])
+            open_[worker].add(key)
+        else:
+            open_[worker].discard(key)
+            last_end[worker] = float(offset)
+    return runs
+
+
+@pytest.mark.parametrize("name", LOGS)
+def test_gaps_between_partitions_count_only_time_a_worker_had_nothing_on_the_gpu(name):
+    log, expected = read(name), _idle_gaps(name)
+    assert len(log.runs) == len(expected)
+    for run, gaps in zip(log.runs, expected, strict=True):
+        assert run.report()["starved"]["gap_between_partitions_ms"] == summarize(gaps)
+    assert sum(map(len, expected)) == (1 if name == "one-gpu-nocolor" else 42)  # 9 and 42 counted before

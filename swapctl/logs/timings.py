@@ -10,6 +10,7 @@ Unknown lines are counted, never fatal. Phase values are kept as float32 arrays 
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import re
 from array import array
@@ -123,8 +124,6 @@ class Run:
     queued: array = field(default_factory=lambda: array("d"))  # GPU_QUEUE offsets: a partition for the GPUs
     picked: array = field(default_factory=lambda: array("d"))  # GPU_PICKUP offsets: a worker took one
     _open: dict = field(default_factory=dict, repr=False)  # (job, worker, partition) -> GPU_START offset
-    _gaps: array = field(default_factory=lambda: array("d"), repr=False)
-    _last_end: dict = field(default_factory=dict, repr=False)  # worker -> last GPU_END offset
     _calls: list = field(default_factory=list, repr=False)  # C++ calls not matched yet: [total_fn, held]
     unmatched_held_ms: float = 0.0  # held time of calls no prove_start line matched
     _workers_seen: set = field(default_factory=set, repr=False)  # workers of GPU phases so far
@@ -134,7 +133,6 @@ class Run:
     # key -> offset of the first GPU_END without a start: only a first one can close a phase the part
     # before left open, so the others are not kept (a dict, not a list that grows with the log)
     _orphan_ends: dict = field(default_factory=dict, repr=False)
-    _first_start: dict = field(default_factory=dict, repr=False)  # worker -> a GPU_START before any GPU_END
 
     def add_fields(self, text: bytes, kind: str, where: bytes = b"", prefix: str = "",
                    rename: dict | None = None) -> None:
@@ -268,24 +266,20 @@ class Run:
         self.timeline_first_ms, self.timeline_last_ms = first, last
         for offset, event in TL_QUEUE.findall(text):
             (self.queued if event == b"GPU_QUEUE" else self.picked).append(float(offset))
-        opened, last_end, gaps, intervals = self._open, self._last_end, self._gaps, self.intervals
+        opened, intervals, ended = self._open, self.intervals, set()
         for offset, event, job, worker, partition in TL_GPU.findall(text):
             offset = float(offset)
             key = (job, worker, partition)
             if event == b"GPU_START":
                 opened[key] = offset
-                if worker in last_end:
-                    gaps.append(offset - last_end[worker])
-                else:
-                    self._first_start.setdefault(worker, offset)
             else:
                 start = opened.pop(key, None)
                 if start is not None:
                     intervals.setdefault(worker, array("d")).extend((start, offset))
                 else:
                     self._orphan_ends.setdefault(key, offset)
-                last_end[worker] = offset
-        self._workers_seen.update(last_end.keys())
+                ended.add(worker)
+        self._workers_seen.update(ended)
 
     def merge(self, b: Run) -> None:
         """Adds what `b`, the part of this run right after this one, says: as if one pass had read both."""
@@ -318,14 +312,7 @@ class Run:
                 self._orphan_ends.setdefault(key, end)
             else:
                 self.intervals.setdefault(key[1], array("d")).extend((start, end))
-        for worker, start in b._first_start.items():
-            if worker in self._last_end:
-                self._gaps.append(start - self._last_end[worker])
-            else:
-                self._first_start.setdefault(worker, start)
-        self._gaps.extend(b._gaps)
         self._open.update(b._open)
-        self._last_end.update(b._last_end)
         if b._first_seen_ms is None:
             return
         if self._first_seen_ms is None:
@@ -366,6 +353,26 @@ class Run:
             d["timeline_ms"] = _union(spans)
             d["workers"].sort()
         return dict(sorted(by_gpu.items()))
+
+    def gaps(self) -> list[float]:
+        """Per worker, from the end of all its earlier GPU phases to the start of its next one, where it
+        had none open. The finalizer writes a partition's GPU_END, often after the worker's next GPU_START
+        (engine.rs:3196): a gap from the last GPU_END alone would count time the worker was busy."""
+        spans: dict[bytes, list[tuple[float, float]]] = {w: _pairs(flat) for w, flat in self.intervals.items()}
+        for (_, worker, _), start in self._open.items():  # open at the end: no gap after its start
+            spans.setdefault(worker, []).append((start, math.inf))
+        reach: dict[bytes, float] = {}  # worker -> the end of its phases so far
+        for (_, worker, _), end in self._orphan_ends.items():  # phases begun before the log
+            reach[worker] = max(reach.get(worker, end), end)
+            spans.setdefault(worker, [])
+        gaps = []
+        for worker, phases in spans.items():
+            last = reach.get(worker)
+            for start, end in sorted(phases):
+                if last is not None and start >= last:
+                    gaps.append(start - last)
+                last = end if last is None else max(last, end)
+        return gaps
 
     def report(self) -> dict:
         return _report([self])
@@ -625,7 +632,7 @@ def _report(runs: list[Run]) -> dict:
     for i, r in enumerate(runs):
         wall = r.wall_ms or 0.0
         wall_total += wall
-        gaps.extend(r._gaps)
+        gaps.extend(r.gaps())
         gpus = r.gpus()
         barrier = float(sum(r.phases.get("barrier_wait_ms", ())))
         barrier_total += barrier
