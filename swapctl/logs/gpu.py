@@ -22,7 +22,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ..gpu.samples import DMON, Sample
-from .timings import Run, _pairs
+from .timings import Run
 
 GPM_LAG = timedelta(milliseconds=500)  # a GPM reading stamped t: [t - 1 s - GPM_LAG, t - GPM_LAG)
 DUTY_S = 1.0  # a duty-cycle reading stamped t: the second before t
@@ -119,7 +119,7 @@ def run_window(run: Run) -> tuple[datetime, datetime] | None:
 
 def gpu_starts(run: Run, workers: Iterable[int]) -> list[float]:
     """The offsets at which the GPU's partitions began (GPU_START), in order."""
-    return sorted(s for w in workers for s, _ in _pairs(run.intervals.get(str(w).encode(), ())))
+    return sorted(s for w in workers for s, _ in run.timeline.phases_of(w))
 
 
 def cycle_ms(starts: Sequence[float]) -> dict | None:
@@ -143,7 +143,7 @@ def _copy_ms(run: Run, gpus: dict[str, dict], d: dict) -> float | None:
 def log_parts(run: Run, gpus: dict[str, dict], d: dict) -> dict[str, float]:
     """Where one GPU's wall time went, in ms, from the log's phases alone."""
     first, last = run.timeline_first_ms or 0.0, run.timeline_last_ms or 0.0
-    phases = clip(merged(iv for w in d["workers"] for iv in _pairs(run.intervals.get(str(w).encode(), ()))),
+    phases = clip(merged(iv for w in d["workers"] for iv in run.timeline.phases_of(w)),
                   first, last)
     in_phase = length(phases)
     outside = minus([(first, last)], phases)
@@ -165,7 +165,7 @@ def log_parts(run: Run, gpus: dict[str, dict], d: dict) -> dict[str, float]:
 def partitions(run: Run, d: dict) -> list[tuple[float, float, float]] | None:
     """Each of one GPU's partitions as (GPU_START, GPU_END, copy ms), in order: the log's h2d_copy_ms
     lines follow the GPU phases one for one (one GPU). None where they do not pair up."""
-    spans = sorted((e, s) for w in d["workers"] for s, e in _pairs(run.intervals.get(str(w).encode(), ())))
+    spans = sorted((e, s) for w in d["workers"] for s, e in run.timeline.phases_of(w))
     copies = run.phases.get("h2d_copy_ms")
     if copies is None or len(copies) != len(spans):
         return None
