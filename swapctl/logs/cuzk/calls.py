@@ -30,7 +30,9 @@ class Calls:
         events: list[tuple[int, re.Match[bytes]]] = sorted(
             [(m.start(), m) for m in HELD.finditer(chunk)] + [(m.start(), m) for m in PROVE_STARTED.finditer(chunk)],
             key=lambda e: e[0])
-        proves = [None if m.re is HELD else prove_start_of(m[1]) for _, m in events]
+        # the prove_start lines' fields, stripped of their colour at once
+        stripped = iter(strip_ansi(b"\n".join(m[1] for _, m in events if m.re is not HELD)).split(b"\n"))
+        proves = [None if m.re is HELD else prove_start_of(next(stripped)) for _, m in events]
         for i, (_, m) in enumerate(events):
             if m.re is HELD:
                 self.pending.append((float(m[2]), float(m[1])))
@@ -80,8 +82,8 @@ def fits(call_ms: float, prove_start: float) -> bool:
 
 
 def prove_start_of(fields: bytes) -> tuple[bytes, float] | None:
-    """(worker, prove_start_ms) of a `GPU_TIMING spawn_blocking prove_start` line's fields."""
-    fields = strip_ansi(fields)
+    """(worker, prove_start_ms) of a `GPU_TIMING spawn_blocking prove_start` line's fields, ANSI codes
+    stripped."""
     worker, prove_start = WORKER.search(fields), PROVE_START.search(fields)
     return (worker[1], float(prove_start[1])) if worker and prove_start else None
 
