@@ -88,14 +88,19 @@ def prove_start_of(fields: bytes) -> tuple[bytes, float] | None:
     return (worker[1], float(prove_start[1])) if worker and prove_start else None
 
 
+def _nearest_fits(calls: list[float], prove_start: float) -> list[int]:
+    """The indexes of the few calls nearest `prove_start` that fit it (a stable sort: ties stay in log
+    order), so the search in assign() stays small."""
+    return sorted((j for j, c in enumerate(calls) if fits(c, prove_start)),
+                  key=lambda j: abs(calls[j] - prove_start))[:GROUP + 1]
+
+
 def assign(proves: list[float], calls: list[float]) -> int | None:
     """The index in `calls` (C++ times, in log order) that `proves[0]` gets when `proves` (Rust times,
     in log order) are matched together: fewest unmatched, then least total difference, then fewest
     pairs out of log order. Nearest-first alone swaps two calls whose times are 1 ms apart when the
     first one's Rust clock read 1 ms more (it wraps the C++ one)."""
-    # each line's few nearest fits (a stable sort: ties stay in log order), so the search stays small
-    fitting = [sorted((j for j, c in enumerate(calls) if fits(c, r)), key=lambda j, r=r: abs(calls[j] - r))[:GROUP + 1]
-               for r in proves]
+    fitting = [_nearest_fits(calls, r) for r in proves]
     if len(fitting[0]) <= 1:
         return fitting[0][0] if fitting[0] else None
     best: tuple[tuple[int, float, int], int] | None = None
