@@ -11,9 +11,10 @@ from rich.table import Table
 
 from .. import playbook as pb
 from ..errors import BadInput
+from ..logs.cuzk.report import RunRow, Summary
 from ..logs.gpu import PARTS
 from ..logs.gpu import report as gpu_report
-from ..logs.timings import PHASE_SHARE, by_release, compare, parse_files
+from ..logs.timings import PHASE_SHARE, RunReport, by_release, compare, parse_files
 from ..remote import connect
 from ..swap.deploy import Swap
 from .common import JsonOpt, PlaybookOpt, err, guarded, out, print_json, select_hosts, text, warn
@@ -107,13 +108,16 @@ def _samples(logs: list[Path], given: list[Path] | None) -> list[Sample]:
     return [s for d in sorted({p.parent for p in logs}) for s in samples_in(d)]
 
 
-def _read(paths: list[Path], run: str = "all", samples: list[Sample] | None = None) -> dict[str, Any]:
+def _read(paths: list[Path], run: str = "all",
+          samples: list[Sample] | None = None) -> tuple[RunReport, dict[str, Any]]:
+    """The runs' figures, and the report --json prints: those with the GPU's own (logs.gpu.report)."""
     _readable(paths)
     log = parse_files([str(p) for p in paths])
     try:
-        return gpu_report(log, run, samples)
+        figures = log.figures(run)
     except IndexError:
         raise BadInput(f"--run {run}: {', '.join(map(str, paths))} holds {len(log.runs)} daemon run(s)") from None
+    return figures, gpu_report(log, run, samples, figures)
 
 
 def _plot(paths: list[Path], png: Path, run: str, samples: list[Sample]) -> None:
@@ -211,22 +215,22 @@ def _mbps(v: float | None) -> str:
     return "-" if v is None else f"{v:,.0f} MB/s"
 
 
-def _per_gpu(report: dict[str, Any], key: str) -> str:
-    gpus = report["gpus"]
-    if len(gpus) <= 1:
-        return _pct(report[key])
-    each = ", ".join(f"GPU {g} {_pct(d[key])}" for g, d in gpus.items())
-    return f"{each}; mean {_pct(report[key])}"
+def _per_gpu(figures: RunReport, key: str) -> str:
+    """A share (`key`: gpu_phase_share, timeline_share), and each GPU's where there are several."""
+    overall: float | None = getattr(figures, key)
+    if len(figures.gpus) <= 1:
+        return _pct(overall)
+    each = ", ".join(f"GPU {g} {_pct(getattr(d, key))}" for g, d in figures.gpus.items())
+    return f"{each}; mean {_pct(overall)}"
 
 
-def _runs_table(runs: list[dict[str, Any]]) -> Table:
+def _runs_table(runs: list[RunRow]) -> Table:
     t = Table(title="daemon runs in the log", title_justify="left")
     for col in ("run", "first line (UTC)", "wall", "proofs", "partitions", "GPU phase share"):
         t.add_column(col, justify="left" if col in ("run", "first line (UTC)") else "right")
     for r in runs:
-        wall = "-" if r["wall_ms"] is None else f"{r['wall_ms'] / 1000:.1f} s"
-        t.add_row(str(r["run"]), (r["first_ts"] or "-")[:19], wall, str(r["jobs"]), str(r["partitions"]),
-                  _pct(r["gpu_phase_share"]))
+        wall = "-" if r.wall_ms is None else f"{r.wall_ms / 1000:.1f} s"
+        t.add_row(str(r.run), (r.first_ts or "-")[:19], wall, str(r.jobs), str(r.partitions), _pct(r.gpu_phase_share))
     return t
 
 
@@ -245,55 +249,54 @@ def _timings(paths: list[Path], pair: tuple[Path, Path] | None, all_phases: bool
     if not paths:
         raise BadInput("give log files to read, or --compare BEFORE AFTER")
     found = _samples(paths, sample_paths)
-    report = _read(paths, run, found)
+    figures, report = _read(paths, run, found)
     if plot:
         _plot(paths, plot, run, found)
     if as_json:
         print_json(report)
         return 0
-    _phases_table(report, all_phases)
-    if len(report["runs"]) > 1:
-        out.print(_runs_table(report["runs"]))
-    out.print(f"GPU phase share: {_per_gpu(report, 'gpu_phase_share')}")
+    _phases_table(figures.phases, all_phases)
+    if len(figures.runs) > 1:
+        out.print(_runs_table(figures.runs))
+    out.print(f"GPU phase share: {_per_gpu(figures, 'gpu_phase_share')}")
     out.print(text(f"  = {PHASE_SHARE}"), style="dim", soft_wrap=True)
-    out.print(f"GPU_START..GPU_END share: {_per_gpu(report, 'timeline_share')} "
+    out.print(f"GPU_START..GPU_END share: {_per_gpu(figures, 'timeline_share')} "
               "(overstates: it counts the host's waits inside the GPU phase)", soft_wrap=True)
     _gpu_said(report)
-    if report["pageable_share"] is not None:
-        out.print(f"partitions from pageable memory (is_pinned=false): {_pct(report['pageable_share'])} "
-                  f"of {report['partitions']}")
-    if report["synth_to_gpu_ratio"] is not None:
-        out.print(f"synthesis workers to keep one GPU fed (p50 synth / p50 GPU): {report['synth_to_gpu_ratio']:.2f}")
-    s = report["starved"]
-    gaps = s["gap_between_partitions_ms"]
-    if s["likely"]:
-        out.print(text(f"starved GPU: mutex_wait p50 {_ms(s['mutex_wait_p50_ms'])} ms with gaps of "
-                       f"{_ms(gaps['p50'])} ms (p50) between partitions"), style="bold yellow")
-    if s["barrier_wait_nonzero"]:
-        out.print(text(f"barrier_wait > 0 in {s['barrier_wait_nonzero']} partitions: the GPU waits for CPU prep"),
+    if figures.pageable_share is not None:
+        out.print(f"partitions from pageable memory (is_pinned=false): {_pct(figures.pageable_share)} "
+                  f"of {figures.partitions}")
+    if figures.synth_to_gpu_ratio is not None:
+        out.print(f"synthesis workers to keep one GPU fed (p50 synth / p50 GPU): {figures.synth_to_gpu_ratio:.2f}")
+    s = figures.starved
+    if s.likely and s.gap_between_partitions_ms:
+        out.print(text(f"starved GPU: mutex_wait p50 {_ms(s.mutex_wait_p50_ms)} ms with gaps of "
+                       f"{_ms(s.gap_between_partitions_ms.p50)} ms (p50) between partitions"), style="bold yellow")
+    if s.barrier_wait_nonzero:
+        out.print(text(f"barrier_wait > 0 in {s.barrier_wait_nonzero} partitions: the GPU waits for CPU prep"),
                   style="yellow")
-    out.print(f"{report['lines']} lines, {report['jobs']} proofs, {report['skipped_lines']} lines not understood")
+    out.print(f"{figures.lines} lines, {figures.jobs} proofs, {figures.skipped_lines} lines not understood")
     return 0
 
 
-def _phases_table(report: dict[str, Any], all_phases: bool) -> None:
+def _phases_table(summaries: dict[str, Summary], all_phases: bool) -> None:
     """Each phase's count and percentiles, longest p50 first, with a bar of its p50."""
-    phases = {k: v for k, v in report["phases"].items() if all_phases or (v["max"] or 0) > 0}
-    top = max((v["p50"] or 0 for v in phases.values()), default=0) or 1
+    phases = {k: v for k, v in summaries.items() if all_phases or (v.max or 0) > 0}
+    top = max((v.p50 or 0 for v in phases.values()), default=0) or 1
     t = Table(title="phases (ms)", title_justify="left")
     for col in ("phase", "count", "p50", "p95", "max", ""):
         t.add_column(col, justify="left" if col in ("phase", "") else "right")
-    for name, v in sorted(phases.items(), key=lambda kv: -(kv[1]["p50"] or 0)):
-        t.add_row(name, str(v["count"]), _ms(v["p50"]), _ms(v["p95"]), _ms(v["max"]),
-                  "█" * max(1, round((v["p50"] or 0) / top * BAR)) if v["p50"] else "")
+    for name, v in sorted(phases.items(), key=lambda kv: -(kv[1].p50 or 0)):
+        t.add_row(name, str(v.count), _ms(v.p50), _ms(v.p95), _ms(v.max),
+                  "█" * max(1, round((v.p50 or 0) / top * BAR)) if v.p50 else "")
     out.print(t)
 
 
 def _compare(pair: tuple[Path, Path], all_phases: bool, as_json: bool, run: str,
              sample_paths: list[Path] | None) -> int:
     """`--compare BEFORE AFTER`: each phase's p50 before and after, the shares, and GPU busy."""
-    before = _read([pair[0]], run, _samples([pair[0]], sample_paths))
-    after = _read([pair[1]], run, _samples([pair[1]], sample_paths))
+    _, before = _read([pair[0]], run, _samples([pair[0]], sample_paths))
+    _, after = _read([pair[1]], run, _samples([pair[1]], sample_paths))
     result = compare(before, after)
     if as_json:
         print_json(result)

@@ -22,7 +22,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ..gpu.samples import DMON, Sample
-from .timings import GpuTime, Log, Run
+from .timings import GpuTime, Log, Run, RunReport
 
 GPM_LAG = timedelta(milliseconds=500)  # a GPM reading stamped t: [t - 1 s - GPM_LAG, t - GPM_LAG)
 DUTY_S = 1.0  # a duty-cycle reading stamped t: the second before t
@@ -354,11 +354,13 @@ def combine(views: list[dict[str, dict[str, Any]]], walls: list[float]) -> dict[
     return result
 
 
-def report(log: Log, which: str | int = "all", samples: list[Sample] | None = None) -> dict[str, Any]:
-    """The log's report (timings.Log.report) with the three figures per GPU and run (`gpu` in each run's
-    row, in full; `gpu_busy`, `duty_cycle`, `kernel_share` by GPU) and over the runs chosen (`gpu_busy`:
-    per GPU, every figure; None without GPU samples), and `where_time_goes` from the log's phases."""
-    result: dict[str, Any] = log.report(which)
+def report(log: Log, which: str | int = "all", samples: list[Sample] | None = None,
+           figures: RunReport | None = None) -> dict[str, Any]:
+    """The log's report (timings.Log.report; `figures`, where its caller has them already) with the three
+    figures per GPU and run (`gpu` in each run's row, in full; `gpu_busy`, `duty_cycle`, `kernel_share` by
+    GPU) and over the runs chosen (`gpu_busy`: per GPU, every figure; None without GPU samples), and
+    `where_time_goes` from the log's phases."""
+    result = (figures or log.figures(which)).as_dict()
     samples = samples or []
     runs = log.select(which)
     views = [gpu_view(r, samples) for r in runs]

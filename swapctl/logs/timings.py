@@ -11,7 +11,7 @@ from .cuzk.files import by_release, parse, release_segments
 from .cuzk.log import Log
 from .cuzk.mender import lines
 from .cuzk.patterns import RESTART_MS, START, WHOLE
-from .cuzk.report import PHASE_SHARE, compare, summarize
+from .cuzk.report import PHASE_SHARE, RunReport, RunRow, Summary, compare, summarize
 from .cuzk.run import GpuTime, Run
 from .format import ByteRange, Readable
 
@@ -19,7 +19,8 @@ PARALLEL_MIN = files.PARALLEL_MIN  # files this large are read in pieces on ever
 
 __all__ = [
     "PARALLEL_MIN", "PHASE_SHARE", "RESTART_MS", "START", "WHOLE", "ByteRange", "GpuTime", "Log", "Readable", "Run",
-    "by_release", "compare", "lines", "parse", "parse_files", "release_segments", "summarize",
+    "RunReport", "RunRow", "Summary", "by_release", "compare", "lines", "parse", "parse_files", "release_segments",
+    "summarize",
 ]
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from .mender import Mender
 from .patterns import RESTART_MS, START, TIMELINE, TL_OFFSET, joined
-from .report import report
+from .report import RunReport, report
 from .run import Run
 
 
@@ -87,9 +87,13 @@ class Log:
             raise IndexError(n)
         return [self.runs[n - 1]]
 
+    def figures(self, which: str | int = "all") -> RunReport:
+        """The figures of the runs `which` selects (see select)."""
+        return report(self.select(which))
+
     def report(self, which: str | int = "all") -> dict[str, Any]:
         """The figures of the runs `which` selects, as `swapctl timings --json` prints them."""
-        return report(self.select(which))
+        return self.figures(which).as_dict()
 
 
 def _nth(data: bytes, needle: bytes, n: int) -> int:

@@ -24,7 +24,7 @@ from .patterns import (
     strip_ansi,
     timestamp,
 )
-from .report import report
+from .report import RunReport, report
 from .timeline import Timeline, union
 
 
@@ -198,7 +198,11 @@ class Run:
         """The gaps between each worker's GPU phases, in ms (Timeline.gaps)."""
         return self.timeline.gaps()
 
+    def figures(self) -> RunReport:
+        """This run's figures."""
+        return report([self])
+
     def report(self) -> dict[str, Any]:
         """This run's figures, as `swapctl timings --json` prints them."""
-        return report([self])
+        return self.figures().as_dict()
 
