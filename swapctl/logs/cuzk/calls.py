@@ -42,10 +42,10 @@ class Calls:
             found = proves[i]
             if found is None:
                 continue
-            # the prove_start lines right after this one, before another call's line: calls that ended
-            # together are matched together
-            ahead = [p[1] for p in itertools.takewhile(lambda p: p is not None, proves[i + 1:i + 1 + GROUP])
-                     if p is not None]
+            # with several calls waiting, the prove_start lines right after this one, before another call's
+            # line: calls that ended together are matched together
+            ahead = [] if len(self.pending) < 2 else [
+                p[1] for p in itertools.takewhile(lambda p: p is not None, proves[i + 1:i + 1 + GROUP]) if p]
             if not self.match(found[0], found[1], ahead):
                 self.unheld.append(found)
 
@@ -53,7 +53,10 @@ class Calls:
         """Gives `worker` the pending call its Rust time fits (within 2 ms + 5% of the C++ time). Where
         several fit, the prove_start lines `ahead` are matched with it: the assignment of fewest misses,
         then least time apart, then in log order (the calls' threads print in the order they ended)."""
-        choice = assign([prove_start, *(ahead or [])], [c[0] for c in self.pending])
+        if len(self.pending) == 1:  # the usual case: a call's line, then its prove_start line
+            choice: int | None = 0 if fits(self.pending[0][0], prove_start) else None
+        else:
+            choice = assign([prove_start, *(ahead or [])], [c[0] for c in self.pending])
         if choice is None:
             return False
         best = self.pending.pop(choice)
