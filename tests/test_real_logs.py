@@ -193,3 +193,15 @@ def test_gaps_between_partitions_count_only_time_a_worker_had_nothing_on_the_gpu
     for run, gaps in zip(log.runs, expected, strict=True):
         assert run.report()["starved"]["gap_between_partitions_ms"] == summarize(gaps)
     assert sum(map(len, expected)) == (1 if name == "one-gpu-nocolor" else 42)  # 9 and 42 counted before
+
+
+def test_the_cuzk_format_reads_what_the_parser_reads_and_its_typed_report_is_the_json():
+    from swapctl.logs.cuzk import FORMAT
+
+    with open(DATA / "two-gpu-three-runs.log", "rb") as f:
+        log = FORMAT.parse([f])
+    assert FORMAT.name == "cuzk" and _same(log.report(), read("two-gpu-three-runs").report())
+    figures = read("two-gpu-three-runs").figures("last")
+    assert figures.as_dict() == read("two-gpu-three-runs").report("last")
+    assert figures.runs[0].gpus["1"].gpu_phase_share == figures.as_dict()["runs"][0]["gpus"]["1"]["gpu_phase_share"]
+    assert figures.phases["synth_ms"].count == 18 and figures.starved.gap_between_partitions_ms.count == 14
