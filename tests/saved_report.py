@@ -9,7 +9,7 @@ from pathlib import Path
 from swapctl.experiment import verdict
 from swapctl.experiment.report import write_html
 from swapctl.gpu.samples import read_samples
-from swapctl.logs.timings import _Range, parse
+from swapctl.logs.timings import ByteRange, parse
 
 EXP = Path(__file__).resolve().parent / "data" / "h200-gpm" / "run1" / "default"
 
@@ -22,7 +22,7 @@ class SavedWindow:
     def runs(self, start: int, end: int | None = None):
         with open(self.local, "rb") as f:
             size = f.seek(0, 2)
-            return parse([_Range(f, start, size if end is None else min(end, size))]).runs
+            return parse([ByteRange(f, start, size if end is None else min(end, size))]).runs
 
     def samples(self) -> list:
         return read_samples([EXP / "gpu-samples.dmon"])

@@ -5,6 +5,8 @@ really printed, not against a second parser."""
 
 from __future__ import annotations
 
+import io
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -128,3 +130,78 @@ def _same(a, b) -> bool:
     if isinstance(a, float) or isinstance(b, float):
         return a == pytest.approx(b, rel=1e-9)
     return a == b
+
+
+def _interleaved(prove_first: str, prove_3_ms: int) -> bytes:
+    """two-gpu-three-runs.log with two calls of run 2 that ended together, as two GPUs' calls can: worker 3's
+    (GPU 1: mutex_held_ms=30 total_start_fn_ms=31, lines 10418 and 10420) and worker 1's (GPU 0: 21 and 32,
+    lines 10460-10461). Worker 1's C++ line is moved to before worker 3's prove_start line; `prove_first`
+    says whose prove_start line comes next, and worker 3's prove_start_ms reads `prove_3_ms` (32: Rust's
+    clock wraps the C++ one, so it reads 1 ms more when a ms boundary falls between the two)."""
+    lines = (DATA / "two-gpu-three-runs.log").read_bytes().split(b"\n")
+    held_3, prove_3, held_1, prove_1 = (lines[i] for i in (10417, 10419, 10459, 10460))
+    assert held_3 == b"CUZK_TIMING: mutex_held_ms=30 total_start_fn_ms=31"
+    assert held_1 == b"CUZK_TIMING: mutex_held_ms=21 total_start_fn_ms=32"
+    assert b"prove_start" in prove_3 and b"\x1b[2m=\x1b[0m3 " in prove_3 and b"\x1b[2m=\x1b[0m1 " in prove_1
+    prove_3 = re.sub(rb"(prove_start_ms(?:\x1b\[[0-9;]*m)*=(?:\x1b\[[0-9;]*m)*)31\b", rb"\g<1>%d" % prove_3_ms, prove_3)
+    assert b"=\x1b[0m%d" % prove_3_ms in prove_3
+    proves = [prove_3, prove_1] if prove_first == "3" else [prove_1, prove_3]
+    return b"\n".join(lines[:10418] + [held_1] + lines[10418:10419] + proves + lines[10420:10459] + lines[10461:])
+
+
+# worker 3's line first, reading 1 ms more: nearest-first gave it worker 1's call (32 ms); in the other order
+# the times alone tell the calls apart
+@pytest.mark.parametrize("prove_first,prove_3_ms", [("3", 32), ("1", 31)])
+def test_calls_of_two_gpus_that_end_together_keep_their_own_gpu(prove_first, prove_3_ms):
+    log = parse([io.BytesIO(_interleaved(prove_first, prove_3_ms))])
+    run, want = log.runs[1], manifest("two-gpu-three-runs")[1]
+    assert {g: d["held_ms"] for g, d in run.gpus().items()} == dict(want["held"])
+    for g, share in run.report()["gpus"].items():
+        assert share["gpu_phase_share"] == pytest.approx(want["held"][g] / run.wall_ms)
+
+
+def _idle_gaps(name: str) -> list[list[float]]:
+    """Per run, the gaps the log shows: at a worker's GPU_START with none of its GPU phases open, the time
+    since its last GPU_END. The finalizer writes GPU_END (engine.rs:3196), often after the worker's next
+    GPU_START: in one-gpu-nocolor.log worker 0 starts partition 4 at 81 ms while partition 1 ends at 86."""
+    runs: list[list[float]] = []
+    open_, last_end = defaultdict(set), {}
+    for line in timings.lines([open(DATA / f"{name}.log", "rb")]):
+        if b"cuzk-daemon starting" in line:
+            runs.append([])
+            open_.clear()
+            last_end.clear()
+        if not line.startswith(b"TIMELINE,") or b",GPU_START," not in line and b",GPU_END," not in line:
+            continue
+        _, offset, event, job, detail = line.decode().split(",", 4)
+        fields = dict(kv.split("=") for kv in detail.split(","))
+        worker, key = fields["worker"], (job, fields["partition"])
+        if event == "GPU_START":
+            if not open_[worker] and worker in last_end:
+                runs[-1].append(float(offset) - last_end[worker])
+            open_[worker].add(key)
+        else:
+            open_[worker].discard(key)
+            last_end[worker] = float(offset)
+    return runs
+
+
+@pytest.mark.parametrize("name", LOGS)
+def test_gaps_between_partitions_count_only_time_a_worker_had_nothing_on_the_gpu(name):
+    log, expected = read(name), _idle_gaps(name)
+    assert len(log.runs) == len(expected)
+    for run, gaps in zip(log.runs, expected, strict=True):
+        assert run.report()["starved"]["gap_between_partitions_ms"] == summarize(gaps)
+    assert sum(map(len, expected)) == (1 if name == "one-gpu-nocolor" else 42)  # 9 and 42 counted before
+
+
+def test_the_cuzk_format_reads_what_the_parser_reads_and_its_typed_report_is_the_json():
+    from swapctl.logs.cuzk import FORMAT
+
+    with open(DATA / "two-gpu-three-runs.log", "rb") as f:
+        log = FORMAT.parse([f])
+    assert FORMAT.name == "cuzk" and _same(log.report(), read("two-gpu-three-runs").report())
+    figures = read("two-gpu-three-runs").figures("last")
+    assert figures.as_dict() == read("two-gpu-three-runs").report("last")
+    assert figures.runs[0].gpus["1"].gpu_phase_share == figures.as_dict()["runs"][0]["gpus"]["1"]["gpu_phase_share"]
+    assert figures.phases["synth_ms"].count == 18 and figures.starved.gap_between_partitions_ms.count == 14

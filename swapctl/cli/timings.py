@@ -4,19 +4,23 @@ from __future__ import annotations
 
 import os
 from pathlib import Path, PurePosixPath
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
 
 from .. import playbook as pb
 from ..errors import BadInput
+from ..logs.cuzk.report import RunRow, Summary
 from ..logs.gpu import PARTS
 from ..logs.gpu import report as gpu_report
-from ..logs.timings import PHASE_SHARE, by_release, compare, parse_files
+from ..logs.timings import PHASE_SHARE, RunReport, by_release, compare, parse_files
 from ..remote import connect
 from ..swap.deploy import Swap
 from .common import JsonOpt, PlaybookOpt, err, guarded, out, print_json, select_hosts, text, warn
+
+if TYPE_CHECKING:
+    from ..gpu.samples import Sample
 
 BAR = 30
 
@@ -93,7 +97,7 @@ def _readable(paths: list[Path]) -> None:
             raise BadInput(f"{p}: cannot read ({reason})")
 
 
-def _samples(logs: list[Path], given: list[Path] | None) -> list:
+def _samples(logs: list[Path], given: list[Path] | None) -> list[Sample]:
     """The GPU samples named, or those fetch-logs saved beside the logs (DEST/<host>/)."""
     from ..gpu.samples import read_samples, samples_in
 
@@ -104,16 +108,19 @@ def _samples(logs: list[Path], given: list[Path] | None) -> list:
     return [s for d in sorted({p.parent for p in logs}) for s in samples_in(d)]
 
 
-def _read(paths: list[Path], run: str = "all", samples: list | None = None) -> dict:
+def _read(paths: list[Path], run: str = "all",
+          samples: list[Sample] | None = None) -> tuple[RunReport, dict[str, Any]]:
+    """The runs' figures, and the report --json prints: those with the GPU's own (logs.gpu.report)."""
     _readable(paths)
     log = parse_files([str(p) for p in paths])
     try:
-        return gpu_report(log, run, samples)
+        figures = log.figures(run)
     except IndexError:
         raise BadInput(f"--run {run}: {', '.join(map(str, paths))} holds {len(log.runs)} daemon run(s)") from None
+    return figures, gpu_report(log, run, samples, figures)
 
 
-def _plot(paths: list[Path], png: Path, run: str, samples: list) -> None:
+def _plot(paths: list[Path], png: Path, run: str, samples: list[Sample]) -> None:
     from ..logs import plot as timeline
 
     streams = [open(p, "rb") for p in paths]
@@ -145,7 +152,7 @@ SHORT = {"kernels": "kernels", "gpu_phase": "GPU phase (copy not timed)", "copy"
          "barrier": "barrier waits", "queued": "queued, not started", "synthesis": "waiting for synthesis"}
 
 
-def _gpu_said(report: dict) -> None:
+def _gpu_said(report: dict[str, Any]) -> None:
     """The three figures, PCIe RX and where each GPU's time went (from the log's phases): one block per
     run where the log holds several (a figure over builds mixed is no figure), else one."""
     runs = report["runs"]
@@ -159,7 +166,7 @@ def _gpu_said(report: dict) -> None:
     _gpu_block(report.get("gpu_figures") or {}, "")
 
 
-def _gpu_block(views: dict[str, dict], pad: str) -> None:
+def _gpu_block(views: dict[str, dict[str, Any]], pad: str) -> None:
     if not any(v["samples"] for v in views.values()):
         out.print(text(f"{pad}GPU busy: no GPU samples (the sampler's files, fetched with the log; --samples FILE)"),
                   style="dim", soft_wrap=True)
@@ -192,7 +199,7 @@ def _gpu_block(views: dict[str, dict], pad: str) -> None:
                       soft_wrap=True)
 
 
-def _busy(v: dict) -> str:
+def _busy(v: dict[str, Any]) -> str:
     if v["busy_mean"] is None:
         return "GPU busy (SM activity): - (no GPM counters here)" if v["samples"] else ""
     iv = v.get("busy_interval")
@@ -208,22 +215,22 @@ def _mbps(v: float | None) -> str:
     return "-" if v is None else f"{v:,.0f} MB/s"
 
 
-def _per_gpu(report: dict, key: str) -> str:
-    gpus = report["gpus"]
-    if len(gpus) <= 1:
-        return _pct(report[key])
-    each = ", ".join(f"GPU {g} {_pct(d[key])}" for g, d in gpus.items())
-    return f"{each}; mean {_pct(report[key])}"
+def _per_gpu(figures: RunReport, key: str) -> str:
+    """A share (`key`: gpu_phase_share, timeline_share), and each GPU's where there are several."""
+    overall: float | None = getattr(figures, key)
+    if len(figures.gpus) <= 1:
+        return _pct(overall)
+    each = ", ".join(f"GPU {g} {_pct(getattr(d, key))}" for g, d in figures.gpus.items())
+    return f"{each}; mean {_pct(overall)}"
 
 
-def _runs_table(runs: list[dict]) -> Table:
+def _runs_table(runs: list[RunRow]) -> Table:
     t = Table(title="daemon runs in the log", title_justify="left")
     for col in ("run", "first line (UTC)", "wall", "proofs", "partitions", "GPU phase share"):
         t.add_column(col, justify="left" if col in ("run", "first line (UTC)") else "right")
     for r in runs:
-        wall = "-" if r["wall_ms"] is None else f"{r['wall_ms'] / 1000:.1f} s"
-        t.add_row(str(r["run"]), (r["first_ts"] or "-")[:19], wall, str(r["jobs"]), str(r["partitions"]),
-                  _pct(r["gpu_phase_share"]))
+        wall = "-" if r.wall_ms is None else f"{r.wall_ms / 1000:.1f} s"
+        t.add_row(str(r.run), (r.first_ts or "-")[:19], wall, str(r.jobs), str(r.partitions), _pct(r.gpu_phase_share))
     return t
 
 
@@ -238,67 +245,77 @@ def _ms(v: float | None) -> str:
 def _timings(paths: list[Path], pair: tuple[Path, Path] | None, all_phases: bool, as_json: bool,
              plot: Path | None, run: str, sample_paths: list[Path] | None) -> int:
     if pair:
-        before = _read([pair[0]], run, _samples([pair[0]], sample_paths))
-        after = _read([pair[1]], run, _samples([pair[1]], sample_paths))
-        result = compare(before, after)
-        if as_json:
-            print_json(result)
-            return 0
-        t = Table(title=f"before {pair[0]}  ->  after {pair[1]}", title_justify="left")
-        for col in ("phase", "p50 before (ms)", "p50 after (ms)", "change"):
-            t.add_column(col, justify="left" if col == "phase" else "right")
-        for name, row in result["phases"].items():
-            if not all_phases and not (row["before_p50"] or row["after_p50"]):
-                continue
-            change = row["change_pct"]
-            style = None if change is None or abs(change) < 5 else ("green" if change < 0 else "red")
-            t.add_row(name, _ms(row["before_p50"]), _ms(row["after_p50"]),
-                      "-" if change is None else f"{change:+.1f}%", style=style)
-        out.print(t)
-        for key, label in (("gpu_phase_share", "GPU phase share (held GPU / wall; not how busy the GPU is)"),
-                           ("timeline_share", "GPU_START..GPU_END share (overstates)")):
-            out.print(f"{label}: {_pct(result[key]['before'])} -> {_pct(result[key]['after'])}")
-        for g in sorted(set(before.get("gpu_busy") or {}) | set(after.get("gpu_busy") or {})):
-            b, a = ((side.get("gpu_busy") or {}).get(g, {}).get("busy_mean") for side in (before, after))
-            out.print(f"GPU busy, GPU {g} (SM activity): {_pct1(b)} -> {_pct1(a)}", style="bold")
-        return 0
+        return _compare(pair, all_phases, as_json, run, sample_paths)
     if not paths:
         raise BadInput("give log files to read, or --compare BEFORE AFTER")
     found = _samples(paths, sample_paths)
-    report = _read(paths, run, found)
+    figures, report = _read(paths, run, found)
     if plot:
         _plot(paths, plot, run, found)
     if as_json:
         print_json(report)
         return 0
-    phases = {k: v for k, v in report["phases"].items() if all_phases or (v["max"] or 0) > 0}
-    top = max((v["p50"] or 0 for v in phases.values()), default=0) or 1
+    _phases_table(figures.phases, all_phases)
+    if len(figures.runs) > 1:
+        out.print(_runs_table(figures.runs))
+    out.print(f"GPU phase share: {_per_gpu(figures, 'gpu_phase_share')}")
+    out.print(text(f"  = {PHASE_SHARE}"), style="dim", soft_wrap=True)
+    out.print(f"GPU_START..GPU_END share: {_per_gpu(figures, 'timeline_share')} "
+              "(overstates: it counts the host's waits inside the GPU phase)", soft_wrap=True)
+    _gpu_said(report)
+    if figures.pageable_share is not None:
+        out.print(f"partitions from pageable memory (is_pinned=false): {_pct(figures.pageable_share)} "
+                  f"of {figures.partitions}")
+    if figures.synth_to_gpu_ratio is not None:
+        out.print(f"synthesis workers to keep one GPU fed (p50 synth / p50 GPU): {figures.synth_to_gpu_ratio:.2f}")
+    s = figures.starved
+    if s.likely and s.gap_between_partitions_ms:
+        out.print(text(f"starved GPU: mutex_wait p50 {_ms(s.mutex_wait_p50_ms)} ms with gaps of "
+                       f"{_ms(s.gap_between_partitions_ms.p50)} ms (p50) between partitions"), style="bold yellow")
+    if s.barrier_wait_nonzero:
+        out.print(text(f"barrier_wait > 0 in {s.barrier_wait_nonzero} partitions: the GPU waits for CPU prep"),
+                  style="yellow")
+    out.print(f"{figures.lines} lines, {figures.jobs} proofs, {figures.skipped_lines} lines not understood")
+    return 0
+
+
+def _phases_table(summaries: dict[str, Summary], all_phases: bool) -> None:
+    """Each phase's count and percentiles, longest p50 first, with a bar of its p50."""
+    phases = {k: v for k, v in summaries.items() if all_phases or (v.max or 0) > 0}
+    top = max((v.p50 or 0 for v in phases.values()), default=0) or 1
     t = Table(title="phases (ms)", title_justify="left")
     for col in ("phase", "count", "p50", "p95", "max", ""):
         t.add_column(col, justify="left" if col in ("phase", "") else "right")
-    for name, v in sorted(phases.items(), key=lambda kv: -(kv[1]["p50"] or 0)):
-        t.add_row(name, str(v["count"]), _ms(v["p50"]), _ms(v["p95"]), _ms(v["max"]),
-                  "█" * max(1, round((v["p50"] or 0) / top * BAR)) if v["p50"] else "")
+    for name, v in sorted(phases.items(), key=lambda kv: -(kv[1].p50 or 0)):
+        t.add_row(name, str(v.count), _ms(v.p50), _ms(v.p95), _ms(v.max),
+                  "█" * max(1, round((v.p50 or 0) / top * BAR)) if v.p50 else "")
     out.print(t)
-    s = report["starved"]
-    if len(report["runs"]) > 1:
-        out.print(_runs_table(report["runs"]))
-    out.print(f"GPU phase share: {_per_gpu(report, 'gpu_phase_share')}")
-    out.print(text(f"  = {PHASE_SHARE}"), style="dim", soft_wrap=True)
-    out.print(f"GPU_START..GPU_END share: {_per_gpu(report, 'timeline_share')} "
-              "(overstates: it counts the host's waits inside the GPU phase)", soft_wrap=True)
-    _gpu_said(report)
-    if report["pageable_share"] is not None:
-        out.print(f"partitions from pageable memory (is_pinned=false): {_pct(report['pageable_share'])} "
-                  f"of {report['partitions']}")
-    if report["synth_to_gpu_ratio"] is not None:
-        out.print(f"synthesis workers to keep one GPU fed (p50 synth / p50 GPU): {report['synth_to_gpu_ratio']:.2f}")
-    gaps = s["gap_between_partitions_ms"]
-    if s["likely"]:
-        out.print(text(f"starved GPU: mutex_wait p50 {_ms(s['mutex_wait_p50_ms'])} ms with gaps of "
-                       f"{_ms(gaps['p50'])} ms (p50) between partitions"), style="bold yellow")
-    if s["barrier_wait_nonzero"]:
-        out.print(text(f"barrier_wait > 0 in {s['barrier_wait_nonzero']} partitions: the GPU waits for CPU prep"),
-                  style="yellow")
-    out.print(f"{report['lines']} lines, {report['jobs']} proofs, {report['skipped_lines']} lines not understood")
+
+
+def _compare(pair: tuple[Path, Path], all_phases: bool, as_json: bool, run: str,
+             sample_paths: list[Path] | None) -> int:
+    """`--compare BEFORE AFTER`: each phase's p50 before and after, the shares, and GPU busy."""
+    _, before = _read([pair[0]], run, _samples([pair[0]], sample_paths))
+    _, after = _read([pair[1]], run, _samples([pair[1]], sample_paths))
+    result = compare(before, after)
+    if as_json:
+        print_json(result)
+        return 0
+    t = Table(title=f"before {pair[0]}  ->  after {pair[1]}", title_justify="left")
+    for col in ("phase", "p50 before (ms)", "p50 after (ms)", "change"):
+        t.add_column(col, justify="left" if col == "phase" else "right")
+    for name, row in result["phases"].items():
+        if not all_phases and not (row["before_p50"] or row["after_p50"]):
+            continue
+        change = row["change_pct"]
+        style = None if change is None or abs(change) < 5 else ("green" if change < 0 else "red")
+        t.add_row(name, _ms(row["before_p50"]), _ms(row["after_p50"]),
+                  "-" if change is None else f"{change:+.1f}%", style=style)
+    out.print(t)
+    for key, label in (("gpu_phase_share", "GPU phase share (held GPU / wall; not how busy the GPU is)"),
+                       ("timeline_share", "GPU_START..GPU_END share (overstates)")):
+        out.print(f"{label}: {_pct(result[key]['before'])} -> {_pct(result[key]['after'])}")
+    for g in sorted(set(before.get("gpu_busy") or {}) | set(after.get("gpu_busy") or {})):
+        b, a = ((side.get("gpu_busy") or {}).get(g, {}).get("busy_mean") for side in (before, after))
+        out.print(f"GPU busy, GPU {g} (SM activity): {_pct1(b)} -> {_pct1(a)}", style="bold")
     return 0

@@ -12,7 +12,7 @@ from typing import Protocol
 from ..gpu.samples import Sample
 from ..logs import plot
 from ..logs.gpu import PARTS
-from ..logs.timings import Run, _Range
+from ..logs.timings import ByteRange, Run
 from .judge import Side, Verdict
 
 STYLE = """body{font:14px/1.4 system-ui,sans-serif;margin:2em;max-width:1200px}
@@ -76,7 +76,7 @@ def write_html(path: Path, v: Verdict, host: str, binary: str, win: Fetched, off
     with open(win.local, "rb") as f:
         size = f.seek(0, 2)
         for label, (lo, hi) in (("before", (offsets[0], offsets[1])), ("B", (offsets[1], size))):
-            lanes = plot.runs([_Range(f, lo, hi)])[-1:]
+            lanes = plot.runs([ByteRange(f, lo, hi)])[-1:]
             views = None
             side_runs = win.runs(lo, hi)[-1:]
             if samples and side_runs and side_runs[0].epoch:

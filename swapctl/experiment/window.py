@@ -9,7 +9,7 @@ from .. import playbook as pb
 from ..gpu.sampler import fetch_patterns
 from ..gpu.samples import Sample, samples_in
 from ..logs.fetch import LogFetcher
-from ..logs.timings import Run, _Range, parse
+from ..logs.timings import ByteRange, Run, parse
 from ..remote import Host
 
 
@@ -31,7 +31,7 @@ class Window:
             return []
         with open(self.local, "rb") as f:
             size = f.seek(0, 2)
-            return parse([_Range(f, start, size if end is None else min(end, size))]).runs
+            return parse([ByteRange(f, start, size if end is None else min(end, size))]).runs
 
     def samples(self) -> list[Sample]:
         return samples_in(self.samples_dir)

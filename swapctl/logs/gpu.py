@@ -22,7 +22,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ..gpu.samples import DMON, Sample
-from .timings import Run, _pairs
+from .timings import GpuTime, Log, Run, RunReport
 
 GPM_LAG = timedelta(milliseconds=500)  # a GPM reading stamped t: [t - 1 s - GPM_LAG, t - GPM_LAG)
 DUTY_S = 1.0  # a duty-cycle reading stamped t: the second before t
@@ -119,10 +119,10 @@ def run_window(run: Run) -> tuple[datetime, datetime] | None:
 
 def gpu_starts(run: Run, workers: Iterable[int]) -> list[float]:
     """The offsets at which the GPU's partitions began (GPU_START), in order."""
-    return sorted(s for w in workers for s, _ in _pairs(run.intervals.get(str(w).encode(), ())))
+    return sorted(s for w in workers for s, _ in run.timeline.phases_of(w))
 
 
-def cycle_ms(starts: Sequence[float]) -> dict | None:
+def cycle_ms(starts: Sequence[float]) -> dict[str, Any] | None:
     """One partition's cycle on the GPU, GPU_START to the next: p50 and its range over the run."""
     gaps = sorted(b - a for a, b in zip(starts, starts[1:], strict=False))
     if not gaps:
@@ -130,7 +130,7 @@ def cycle_ms(starts: Sequence[float]) -> dict | None:
     return {"p50": gaps[len(gaps) // 2], "min": gaps[0], "max": gaps[-1], "n": len(gaps)}
 
 
-def _copy_ms(run: Run, gpus: dict[str, dict], d: dict) -> float | None:
+def _copy_ms(run: Run, gpus: dict[str, GpuTime], d: GpuTime) -> float | None:
     """This GPU's host-to-device copy time from the log (h2d_copy_ms); lines name no GPU, so with
     several GPUs each gets a share by held time. None where the log does not time the copy."""
     values = run.phases.get("h2d_copy_ms")
@@ -140,10 +140,10 @@ def _copy_ms(run: Run, gpus: dict[str, dict], d: dict) -> float | None:
     return float(sum(values)) * (d["held_ms"] / held_all if len(gpus) > 1 and held_all else 1.0)
 
 
-def log_parts(run: Run, gpus: dict[str, dict], d: dict) -> dict[str, float]:
+def log_parts(run: Run, gpus: dict[str, GpuTime], d: GpuTime) -> dict[str, float]:
     """Where one GPU's wall time went, in ms, from the log's phases alone."""
     first, last = run.timeline_first_ms or 0.0, run.timeline_last_ms or 0.0
-    phases = clip(merged(iv for w in d["workers"] for iv in _pairs(run.intervals.get(str(w).encode(), ()))),
+    phases = clip(merged(iv for w in d["workers"] for iv in run.timeline.phases_of(w)),
                   first, last)
     in_phase = length(phases)
     outside = minus([(first, last)], phases)
@@ -162,17 +162,17 @@ def log_parts(run: Run, gpus: dict[str, dict], d: dict) -> dict[str, float]:
     return parts
 
 
-def partitions(run: Run, d: dict) -> list[tuple[float, float, float]] | None:
+def partitions(run: Run, d: GpuTime) -> list[tuple[float, float, float]] | None:
     """Each of one GPU's partitions as (GPU_START, GPU_END, copy ms), in order: the log's h2d_copy_ms
     lines follow the GPU phases one for one (one GPU). None where they do not pair up."""
-    spans = sorted((e, s) for w in d["workers"] for s, e in _pairs(run.intervals.get(str(w).encode(), ())))
+    spans = sorted((e, s) for w in d["workers"] for s, e in run.timeline.phases_of(w))
     copies = run.phases.get("h2d_copy_ms")
     if copies is None or len(copies) != len(spans):
         return None
     return [(s, e, float(c)) for (e, s), c in zip(spans, copies, strict=True)]
 
 
-def kernel_share_in(run: Run, d: dict, lo: float, hi: float) -> float | None:
+def kernel_share_in(run: Run, d: GpuTime, lo: float, hi: float) -> float | None:
     """The log's kernel share over offsets [lo, hi): each partition's GPU phase less its copy, which
     comes first in the phase (cuzk's ntt_kernels starts with it)."""
     parts = partitions(run, d)
@@ -182,7 +182,7 @@ def kernel_share_in(run: Run, d: dict, lo: float, hi: float) -> float | None:
     return kernels / (hi - lo)
 
 
-def gpu_view(run: Run, samples: list[Sample]) -> dict[str, dict]:
+def gpu_view(run: Run, samples: list[Sample]) -> dict[str, dict[str, Any]]:
     """Per GPU of the run (the log's GPU ordinal): the three figures, where its wall time went (from the
     log, fractions adding up to 1), its partition cycle, and what the counters said over the window."""
     gpus = run.gpus()
@@ -213,7 +213,7 @@ def _inside(samples: Iterable[Sample], gpu: int, a: datetime, b: datetime, lag: 
             and s.time - period - lag >= a and s.time - lag <= b]
 
 
-def counters(samples: list[Sample], gpu: int, bounds: tuple[datetime, datetime] | None, cycle: dict | None,
+def counters(samples: list[Sample], gpu: int, bounds: tuple[datetime, datetime] | None, cycle: dict[str, Any] | None,
              starts: list[datetime]) -> dict[str, Any]:
     """What the GPU's counters said over the window: readings whose whole period lies inside it."""
     view: dict[str, Any] = {"samples": 0, "busy_mean": None, "busy_is": None, "busy_interval": None,
@@ -288,7 +288,7 @@ def block_interval(values: Sequence[float], cycle_s: float | None) -> list[float
                                                                       + RESOLUTION)]
 
 
-def disagreements(view: dict) -> list[str]:
+def disagreements(view: dict[str, Any]) -> list[str]:
     """One line for each pair of the three figures further apart than DISAGREE points, saying why."""
     busy, duty = view.get("busy_mean"), view.get("duty_cycle")
     kernel = view["kernel_share"] * 100 if view.get("kernel_share") is not None else None
@@ -321,10 +321,10 @@ WEIGHED = ("busy_mean", "duty_cycle", "kernel_share", "copy_share", "sm_occupanc
            "rx_per_partition_mib")
 
 
-def combine(views: list[dict[str, dict]], walls: list[float]) -> dict[str, dict]:
+def combine(views: list[dict[str, dict[str, Any]]], walls: list[float]) -> dict[str, dict[str, Any]]:
     """Several runs' views, each GPU's figures weighted by the runs' wall times (a figure over the runs
     that have it); an interval, a span and a cycle only for one run, where they mean what they say."""
-    out: dict[str, dict] = {}
+    out: dict[str, dict[str, Any]] = {}
     for view, wall in zip(views, walls, strict=False):
         for g, v in view.items():
             acc = out.setdefault(g, {"wall": 0.0, "time": {}, "samples": 0, "dropped": 0, "n": 0,
@@ -354,11 +354,13 @@ def combine(views: list[dict[str, dict]], walls: list[float]) -> dict[str, dict]
     return result
 
 
-def report(log, which: str | int = "all", samples: list[Sample] | None = None) -> dict:
-    """The log's report (timings.Log.report) with the three figures per GPU and run (`gpu` in each run's
-    row, in full; `gpu_busy`, `duty_cycle`, `kernel_share` by GPU) and over the runs chosen (`gpu_busy`:
-    per GPU, every figure; None without GPU samples), and `where_time_goes` from the log's phases."""
-    result = log.report(which)
+def report(log: Log, which: str | int = "all", samples: list[Sample] | None = None,
+           figures: RunReport | None = None) -> dict[str, Any]:
+    """The log's report (timings.Log.report; `figures`, where its caller has them already) with the three
+    figures per GPU and run (`gpu` in each run's row, in full; `gpu_busy`, `duty_cycle`, `kernel_share` by
+    GPU) and over the runs chosen (`gpu_busy`: per GPU, every figure; None without GPU samples), and
+    `where_time_goes` from the log's phases."""
+    result = (figures or log.figures(which)).as_dict()
     samples = samples or []
     runs = log.select(which)
     views = [gpu_view(r, samples) for r in runs]

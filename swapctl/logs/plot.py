@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from os import PathLike
+from typing import IO, Any
 
 from .timings import RESTART_MS, START, Readable, lines
 
@@ -20,6 +22,7 @@ COLOURS = {"synthesis": "#4c72b0", "copy": "#dd8452", "gpu": "#55a868"}
 
 
 Lanes = dict[str, list[tuple[str, float, float]]]
+Dest = str | PathLike[str] | IO[bytes]  # where a PNG goes: a path or a binary file
 
 
 def intervals(streams: Iterable[Readable]) -> Lanes:
@@ -34,7 +37,7 @@ def intervals(streams: Iterable[Readable]) -> Lanes:
 def runs(streams: Iterable[Readable]) -> list[Lanes]:
     """The lanes of each daemon run: a new run at each start line, or where TIMELINE offsets go back."""
     out: list[Lanes] = [{}]
-    opened: dict[tuple, float] = {}
+    opened: dict[tuple[str, bytes, bytes | None, str], float] = {}
     last = None
     for line in lines(streams):
         if START in line and out[-1]:
@@ -66,7 +69,7 @@ def runs(streams: Iterable[Readable]) -> list[Lanes]:
     return [r for r in out if r]
 
 
-def draw(runs: list[Lanes], path, title: str, gpu: list[dict] | None = None) -> None:
+def draw(runs: list[Lanes], path: Dest, title: str, gpu: list[dict[str, Any]] | None = None) -> None:
     """Writes the timeline as a PNG (matplotlib, no display needed) to a path or a binary file: one axis
     per daemon run, each on its own time axis (offsets start again with each run). `gpu`, one per run:
     {"epoch": datetime, "samples": [Sample]}; its sm% and PCIe RX are drawn under that run's bars."""
@@ -96,7 +99,7 @@ def draw(runs: list[Lanes], path, title: str, gpu: list[dict] | None = None) -> 
     plt.close(fig)
 
 
-def _lanes(ax, lanes: Lanes, title: str) -> None:
+def _lanes(ax: Any, lanes: Lanes, title: str) -> None:
     names = sorted(lanes, key=lambda n: (n != "synthesis", n))
     for row, name in enumerate(names):
         for phase in COLOURS:
@@ -108,7 +111,7 @@ def _lanes(ax, lanes: Lanes, title: str) -> None:
     ax.set_title(title)
 
 
-def _gpu(ax, view: dict, bars) -> None:
+def _gpu(ax: Any, view: dict[str, Any], bars: Any) -> None:
     """The GPU's own counters on the run's time axis: sm% per GPU, and PCIe RX on a second scale."""
     epoch, samples = view["epoch"], view["samples"]
     lo, hi = bars.get_xlim()  # this run's seconds: the samples of other runs stay off its axis
@@ -139,12 +142,13 @@ WHERE_COLOURS = {"kernels": "#55a868", "gpu_phase": "#55a868", "copy": "#dd8452"
                  "barrier": "#8172b2", "queued": "#64b5cd", "synthesis": "#c44e52"}
 
 
-def where_bars(rows: list[tuple[str, dict[str, float]]], path) -> None:
+def where_bars(rows: list[tuple[str, dict[str, float]]], path: Dest) -> None:
     """One stacked bar per (label, parts): where each build's GPU time went, adding up to 100%."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.patches import Rectangle
 
     fig, ax = plt.subplots(figsize=(12, 0.8 + 0.6 * len(rows)))
     for y, (_, parts) in enumerate(rows):
@@ -162,7 +166,7 @@ def where_bars(rows: list[tuple[str, dict[str, float]]], path) -> None:
         for k in parts:
             if k not in labels:
                 labels.append(k)
-                handles.append(plt.Rectangle((0, 0), 1, 1, color=WHERE_COLOURS.get(k, "#999999")))
+                handles.append(Rectangle((0, 0), 1, 1, color=WHERE_COLOURS.get(k, "#999999")))
     ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.35), ncol=4, fontsize="small")
     ax.set_title("where the GPU's time went (from the log's phases)")
     fig.tight_layout()
