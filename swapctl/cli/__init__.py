@@ -173,7 +173,7 @@ def _root(
 ) -> None:
     if inventory is not None:  # read where the playbook is loaded, as -p's default $SWAPCTL_PLAYBOOK is
         os.environ["SWAPCTL_INVENTORY"] = inventory
-    if connect_timeout is not None:  # read where a connection opens (remote/ssh.py)
+    if connect_timeout is not None:  # read where a connection opens (remote/ssh_connection.py)
         os.environ["SWAPCTL_CONNECT_TIMEOUT"] = str(connect_timeout)
 
 

@@ -282,7 +282,7 @@ def read_samples(paths: Iterable[str | Path]) -> list[Sample]:
     """The samples in these files (`.dmon` or `.csv`), each reading once, sorted by time then GPU.
 
     A fetched copy restarted after a rotation holds some lines twice; they are counted once."""
-    seen: dict[tuple, Sample] = {}
+    seen: dict[tuple[object, ...], Sample] = {}
     for path in paths:
         path = Path(path)
         text = path.read_text(errors="replace")

@@ -66,6 +66,7 @@ __all__ = ["CONNECT_TIMEOUT_S", "STALL_S", "WINDOW_SIZE", "Connection", "broken"
 CONNECT_TIMEOUT_S = 15  # the TCP connect and sshd's banner; `swapctl --connect-timeout S` sets another
 # paramiko's transport thread logs a failed handshake with its traceback; swapctl says it in one line
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
+ACTIVE_CHECK_S = 1.0  # how often a connection's transport thread looks up from its socket
 WINDOW_SIZE = 64 << 20  # paramiko's 2 MiB default window starves bulk transfers
 # sshd's MaxStartups (10:30:100 by default) drops new connections while 10 are unauthenticated: a fleet
 # command opens at most this many at once, across all hosts (a bastion sees them all).
@@ -242,6 +243,10 @@ def open_connection(spec: HostSpec) -> tuple[Connection, bool]:
     assert transport is not None
     transport.set_keepalive(15)
     transport.default_window_size = WINDOW_SIZE
+    # paramiko's transport thread wakes every 0.1 s to see whether it should stop: 0.48 ms of CPU a
+    # connection-second here (32 idle connections), which a fleet pays per host for the whole rollout.
+    # Once a second costs 0.07 ms; close() is no slower, since it closes the socket under the thread
+    transport.sock.settimeout(ACTIVE_CHECK_S)
     sudo = spec.become == "sudo" and conn.user != "root"
     if sudo:
         _check_sudo(spec.name, conn, transport)
