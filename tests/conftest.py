@@ -20,6 +20,13 @@ from lab import SshServer, build_prover, keygen, make_server, prover_config, wai
 
 DATA = Path(__file__).parent / "data"
 
+# The CLI a test starts and then interrupts must get SIGINT as a terminal gives it, however the suite was
+# started: a suite run by `nohup ... &` or from a script's background job has SIGINT ignored, every child
+# inherits that, and Python installs no Ctrl-C handler where SIGINT is ignored (a `fetch-logs --follow`
+# then runs on after its test's Ctrl-C). A handler here is reset to the default in each child at exec.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
 
 # The fixtures that start or build something real: a test using one (or a fixture on top of one) is a
 # host test. `bash scripts/test --quick` runs the others (parsers, models, transcripts): `-m "not host"`.

@@ -27,7 +27,8 @@ from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, rule, run_state_machine_as_test
 
-from promises import Host, Model, builds, check, run
+from lab import wait_until
+from promises import RESERVED_PORTS, Host, Model, builds, check, run
 
 # a step: an operation under a fault fired at a moment (the first of each: what a shrunk step becomes)
 OPS = ("deploy:b", "deploy:c", "rollback", "deploy:a", "deploy:crash", "deploy:noready")
@@ -149,6 +150,23 @@ def test_promise_regression_a_swap_the_host_finishes_alone_is_journaled(host, sw
 
 def test_promise_regression_a_half_open_connection_leaves_no_stale_lock(host, swapctl_env):
     replay(host, [("deploy:b", "half-open", "upload")])
+
+
+def test_a_half_open_fault_forgets_the_flows_the_controller_had_open_and_no_others(host, swapctl_env):
+    """The harness's own fault, as it says: the host keeps the dead controller's connections, a later
+    connection closes on the host as on any day, and none can take a forgotten flow's source port. Every
+    FIN and RST was dropped until the next reset: CI's run of 2026-12-03 failed two steps after a
+    half-open, when `status --json` drew the port of a session the host still held, met it (a challenge
+    ACK), and its RST was dropped; the connect timed out after 15 s."""
+    host.reset()
+    ran = run(host, "deploy:b", "half-open", "upload")
+    assert ran.landed and ran.code == -9, ran.stderr[-2000:]
+    held = host.flows("host")
+    assert held, "the controller died with no connection open: the fault made no half-open connection"
+    assert held <= set(map(int, RESERVED_PORTS.read_text().replace(",", " ").split())), held
+    doc = host.status()
+    assert doc is not None and "error" not in doc, doc
+    wait_until(lambda: host.flows("host") <= held, timeout=5, what="status's connection to end on the host")
 
 
 def test_promise_regression_a_full_disk_as_the_rollback_begins_still_rolls_back(host, swapctl_env):
