@@ -61,6 +61,19 @@ def test_match_defaults_to_binary_name():
     assert book.daemon.match_regex.search("/data/cuzk-priodisp --config x")
 
 
+def test_the_daemon_settings_are_one_type_from_the_playbook_to_the_swap():
+    # issue 32: the verbs that change a host get the playbook's own [daemon], checked, not a copy of another
+    # type; with neither binary nor match set, nothing is matched (not every process, as "" would)
+    book = pb.parse('[daemon]\nbinary = "/data/cuzk"\nlog = "/data/cuzk.log"\n')
+    assert book.require_daemon() is book.daemon
+    empty = pb.parse("")
+    assert empty.daemon.match_regex is None
+    with pytest.raises(ValueError, match="require_daemon"):
+        empty.daemon.matcher()
+    with pytest.raises(pb.PlaybookError, match="daemon.binary"):
+        empty.require_daemon()
+
+
 @pytest.mark.parametrize("text,line,fragment", [
     ('[daemon]\nbinary = "/data/cuzk\n', 2, "TOML syntax error"),
     ("[hosts.a]\nport = 22\n", 1, "hosts.a.address: missing required key `address`"),

@@ -236,7 +236,7 @@ def _own_unit(unit: sd.Unit | None, daemon: DaemonSpec, daemons: tuple[system.Pr
         return unit
     if daemons:
         return unit if unit.main_pid == daemons[0].pid else None
-    return unit if unit.exec_path == daemon.binary else None
+    return unit if daemon.binary and unit.exec_path == daemon.binary else None
 
 
 def _ids(text: str) -> tuple[int, int] | None:

@@ -22,7 +22,6 @@ from .spec import (
     HostSpec,
     MemorySpec,
     Playbook,
-    RequiredDaemon,
     RolloutSpec,
     with_become,
 )
@@ -43,7 +42,6 @@ __all__ = [
     "Playbook",
     "PlaybookError",
     "READY_MODES",
-    "RequiredDaemon",
     "RolloutSpec",
     "SSH_CONFIGS",
     "STOP_MODES",

@@ -14,34 +14,16 @@ import tomlkit
 from tomlkit.exceptions import ParseError
 
 from ..errors import PlaybookError
+from . import spec as sp
 from .inventory import load_inventory
 from .schema import TOP, Loader
-from .spec import (
-    BECOME,
-    DEFAULT_PLAYBOOK,
-    DRAIN_TIMEOUT,
-    ENV_NAME,
-    GONE_BEFORE_STOP,
-    HOST_KEY_POLICIES,
-    JOURNAL,
-    READY_MODES,
-    STOP_MODES,
-    TRANSPORTS,
-    DaemonSpec,
-    GpuSpec,
-    HostSpec,
-    MemorySpec,
-    Playbook,
-    RolloutSpec,
-    with_become,
-)
 
 
-def load(path: str | os.PathLike[str] | None = None, *, required: bool = True) -> Playbook:
+def load(path: str | os.PathLike[str] | None = None, *, required: bool = True) -> sp.Playbook:
     """Reads and validates a playbook. Without `required`, a missing default file is an empty playbook.
     $SWAPCTL_INVENTORY (`swapctl -i FILE`) names an Ansible inventory whose hosts and groups it adds."""
     explicit = path is not None or "SWAPCTL_PLAYBOOK" in os.environ
-    path = str(path or os.environ.get("SWAPCTL_PLAYBOOK") or DEFAULT_PLAYBOOK)
+    path = str(path or os.environ.get("SWAPCTL_PLAYBOOK") or sp.DEFAULT_PLAYBOOK)
     inventory = os.environ.get("SWAPCTL_INVENTORY") or None
     try:
         text = Path(path).read_text(encoding="utf-8")
@@ -55,9 +37,9 @@ def load(path: str | os.PathLike[str] | None = None, *, required: bool = True) -
 
 
 def _hosts_and_groups(ld: Loader, doc: dict[str, Any], inventory: str | None
-                      ) -> tuple[dict[str, HostSpec], dict[str, tuple[str, ...]]]:
+                      ) -> tuple[dict[str, sp.HostSpec], dict[str, tuple[str, ...]]]:
     """[hosts] and [groups], over the inventory's hosts and groups when there is one."""
-    hosts: dict[str, HostSpec] = {}
+    hosts: dict[str, sp.HostSpec] = {}
     groups: dict[str, tuple[str, ...]] = {}
     if inventory:
         hosts, groups = load_inventory(inventory)
@@ -67,21 +49,21 @@ def _hosts_and_groups(ld: Loader, doc: dict[str, Any], inventory: str | None
             raise ld.fail("must be a table, like [hosts.NAME] with address = ...", "hosts", name)
         values = ld.section(data, "host", table)
         policy = values.get("host_key_policy", "strict")
-        if policy not in HOST_KEY_POLICIES:
-            raise ld.fail(f"must be one of {', '.join(HOST_KEY_POLICIES)}, not {policy!r}", table, "host_key_policy")
+        if policy not in sp.HOST_KEY_POLICIES:
+            raise ld.fail(f"must be one of {', '.join(sp.HOST_KEY_POLICIES)}, not {policy!r}", table, "host_key_policy")
         transport = values.get("transport", "ssh")
-        if transport not in TRANSPORTS:
-            raise ld.fail(f"must be one of {', '.join(TRANSPORTS)}, not {transport!r}", table, "transport")
+        if transport not in sp.TRANSPORTS:
+            raise ld.fail(f"must be one of {', '.join(sp.TRANSPORTS)}, not {transport!r}", table, "transport")
         port = values.get("port")
         if port is not None and not 0 < port < 65536:
             raise ld.fail(f"must be a TCP port (1-65535), not {port}", table, "port")
         become = values.get("become")
-        if become is not None and become not in BECOME:
-            raise ld.fail(f"must be one of {', '.join(BECOME)}, not {become!r}", table, "become")
+        if become is not None and become not in sp.BECOME:
+            raise ld.fail(f"must be one of {', '.join(sp.BECOME)}, not {become!r}", table, "become")
         if become == "sudo" and transport == "local":
             raise ld.fail("sudo needs transport = \"ssh\"; on this machine, run swapctl itself under sudo",
                           table, "become")
-        hosts[name] = HostSpec(name=name, **values)
+        hosts[name] = sp.HostSpec(name=name, **values)
     for name, members in ld.table(doc, "groups").items():
         members = ld.check_type(members, "strlist", "groups", name)
         for member in members:
@@ -98,14 +80,14 @@ def _check_daemon(ld: Loader, d: dict[str, Any]) -> None:
             re.compile(d["match"])
         except re.error as exc:
             raise ld.fail(f"not a valid regular expression ({exc})", "daemon", "match") from None
-    if d.get("gone_before_stop", "refuse") not in GONE_BEFORE_STOP:
-        raise ld.fail(f"must be one of {', '.join(GONE_BEFORE_STOP)}, not {d['gone_before_stop']!r}", "daemon",
+    if d.get("gone_before_stop", "refuse") not in sp.GONE_BEFORE_STOP:
+        raise ld.fail(f"must be one of {', '.join(sp.GONE_BEFORE_STOP)}, not {d['gone_before_stop']!r}", "daemon",
                       "gone_before_stop")
     if not 5 <= d.get("lock_silence_s", 30) <= 3600:
         raise ld.fail(f"must be between 5 and 3600 seconds, not {d['lock_silence_s']!r}", "daemon", "lock_silence_s")
 def _check_stop_and_ready(ld: Loader, d: dict[str, Any]) -> None:
     """stop, drain_timeout and ready take one of their words; drain and ready beyond the log need status_url."""
-    for key, words in (("stop", STOP_MODES), ("drain_timeout", DRAIN_TIMEOUT), ("ready", READY_MODES)):
+    for key, words in (("stop", sp.STOP_MODES), ("drain_timeout", sp.DRAIN_TIMEOUT), ("ready", sp.READY_MODES)):
         if key in d and d[key] not in words:
             raise ld.fail(f"must be one of {', '.join(words)}, not {d[key]!r}", "daemon", key)
     url = d.get("status_url")
@@ -121,15 +103,15 @@ def _check_stop_and_ready(ld: Loader, d: dict[str, Any]) -> None:
                           f'"http://127.0.0.1:9821/status"` under [daemon] (cuzk\'s status_listen)', "daemon", key)
 
 
-def _daemon(ld: Loader, doc: dict[str, Any]) -> DaemonSpec:
+def _daemon(ld: Loader, doc: dict[str, Any]) -> sp.DaemonSpec:
     """[daemon], checked, with its paths absolute, its unit a service name and its lists tuples."""
     d = ld.section(ld.table(doc, "daemon"), "daemon", "daemon")
     _check_daemon(ld, d)
-    if d.get("log") == JOURNAL and "unit" not in d:
+    if d.get("log") == sp.JOURNAL and "unit" not in d:
         raise ld.fail('"journal" needs the unit whose journal it is: add `unit = "cuzk.service"` under [daemon]',
                       "daemon", "log")
     for key in ("binary", "log", "cwd"):
-        if key in d and not d[key].startswith("/") and not (key == "log" and d[key] == JOURNAL):
+        if key in d and not d[key].startswith("/") and not (key == "log" and d[key] == sp.JOURNAL):
             raise ld.fail(f"must be an absolute path on the host, not {d[key]!r}", "daemon", key)
     if "unit" in d:
         d["unit"] = d["unit"] if d["unit"].endswith(".service") else f"{d['unit']}.service"  # as systemctl does
@@ -139,16 +121,16 @@ def _daemon(ld: Loader, doc: dict[str, Any]) -> DaemonSpec:
     d["args"] = tuple(d["args"]) if "args" in d else None
     for key in ("env", "secret_env", "keep_loader_env"):  # names the daemon's environment gets: checked here
         for name in d.get(key, ()):
-            if not ENV_NAME.fullmatch(name):
+            if not sp.ENV_NAME.fullmatch(name):
                 raise ld.fail(f"{name!r} is not an environment variable name (letters, digits and _, not first a "
                               f"digit)", "daemon", key)
     d["env"] = tuple(d.get("env", {}).items())
     d["secret_env"] = tuple(d.get("secret_env", ()))
     d["keep_loader_env"] = tuple(d.get("keep_loader_env", ()))
-    return DaemonSpec(**d)
+    return sp.DaemonSpec(**d)
 
 
-def parse(text: str, path: str = DEFAULT_PLAYBOOK, inventory: str | None = None) -> Playbook:
+def parse(text: str, path: str = sp.DEFAULT_PLAYBOOK, inventory: str | None = None) -> sp.Playbook:
     """Validates playbook text; every error names the file, line, key and fix. `inventory` (else the
     playbook's own `inventory` key, relative to its file) adds an Ansible inventory's hosts and groups;
     the playbook's [hosts] and [groups] win over the inventory's of the same name."""
@@ -162,8 +144,8 @@ def parse(text: str, path: str = DEFAULT_PLAYBOOK, inventory: str | None = None)
         where = ld.check_type(doc.pop("inventory"), "str", "", "inventory")
         inventory = inventory or str(Path(path).parent / os.path.expanduser(where))
     become = ld.check_type(doc.pop("become", "none"), "str", "", "become")
-    if become not in BECOME:
-        raise ld.fail(f"must be one of {', '.join(BECOME)}, not {become!r}", "", "become")
+    if become not in sp.BECOME:
+        raise ld.fail(f"must be one of {', '.join(sp.BECOME)}, not {become!r}", "", "become")
     for key in doc:
         if key not in TOP:
             close = difflib.get_close_matches(key, TOP, n=1)
@@ -173,7 +155,7 @@ def parse(text: str, path: str = DEFAULT_PLAYBOOK, inventory: str | None = None)
     hosts, groups = _hosts_and_groups(ld, doc, inventory)
     daemon = _daemon(ld, doc)
 
-    memory = MemorySpec(**ld.section(ld.table(doc, "memory"), "memory", "memory"))
+    memory = sp.MemorySpec(**ld.section(ld.table(doc, "memory"), "memory", "memory"))
     logs = ld.section(ld.table(doc, "logs"), "logs", "logs")
     releases = ld.section(ld.table(doc, "releases"), "releases", "releases")
     build = ld.section(ld.table(doc, "build"), "build", "build")
@@ -189,16 +171,16 @@ def parse(text: str, path: str = DEFAULT_PLAYBOOK, inventory: str | None = None)
     keep = releases.get("keep", 5)
     if keep < 2:
         raise ld.fail("must be at least 2 (the current release and one to roll back to)", "releases", "keep")
-    return Playbook(
+    return sp.Playbook(
         path=path,
-        hosts={name: with_become(spec, become) for name, spec in hosts.items()},
+        hosts={name: sp.with_become(spec, become) for name, spec in hosts.items()},
         groups=groups,
         daemon=daemon,
         memory=memory,
         log_paths=tuple(logs.get("paths", ())),
         keep_releases=keep,
         build=build,
-        rollout=RolloutSpec(**rollout),
-        gpu=GpuSpec(**gpu),
+        rollout=sp.RolloutSpec(**rollout),
+        gpu=sp.GpuSpec(**gpu),
         become=become,
     )

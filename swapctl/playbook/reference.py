@@ -7,18 +7,8 @@ from __future__ import annotations
 
 from dataclasses import MISSING, fields
 
+from . import spec
 from .schema import KIND_NAMES, SCHEMA
-from .spec import (
-    BECOME,
-    HOST_KEY_POLICIES,
-    TRANSPORTS,
-    DaemonSpec,
-    GpuSpec,
-    HostSpec,
-    MemorySpec,
-    Playbook,
-    RolloutSpec,
-)
 
 # table -> (the TOML header in the example, what the table is for)
 TABLES: dict[str, tuple[str, str]] = {
@@ -39,7 +29,7 @@ DOCS: dict[str, dict[str, tuple[str, str]]] = {
     "": {
         "inventory": ('"hosts.ini"', "an Ansible inventory (INI or YAML) whose hosts and groups are added, "
                                      "relative to the playbook"),
-        "become": ('"none"', f"every host's default way to become root: {' | '.join(BECOME)} (a host's own wins)"),
+        "become": ('"none"', f"every host's default way to become root: {' | '.join(spec.BECOME)} (a host's own wins)"),
     },
     "host": {
         "address": ('"192.0.2.10"', "the host's name or IP address"),
@@ -47,9 +37,9 @@ DOCS: dict[str, dict[str, tuple[str, str]]] = {
         "user": ('"root"', "login user; else ~/.ssh/config's"),
         "identity_file": ('"~/.ssh/id_ed25519"', "private key; else ssh-agent and ~/.ssh/config decide"),
         "known_hosts": ('"~/.ssh/known_hosts"', "the file that verifies (and with accept-new records) its key"),
-        "host_key_policy": ('"strict"', f"{' | '.join(HOST_KEY_POLICIES)}: an unknown key is refused, or "
+        "host_key_policy": ('"strict"', f"{' | '.join(spec.HOST_KEY_POLICIES)}: an unknown key is refused, or "
                                         f"recorded the first time; a changed key is always refused"),
-        "transport": ('"ssh"', f"{' | '.join(TRANSPORTS)}: local runs on this machine, no SSH"),
+        "transport": ('"ssh"', f"{' | '.join(spec.TRANSPORTS)}: local runs on this machine, no SSH"),
         "become": ('"sudo"', "sudo: every command through `sudo -n` (NOPASSWD); none; else the top-level one"),
     },
     "groups": {},
@@ -111,10 +101,11 @@ DOCS: dict[str, dict[str, tuple[str, str]]] = {
     },
 }
 
-_SPECS = {"host": HostSpec, "daemon": DaemonSpec, "memory": MemorySpec, "gpu": GpuSpec, "rollout": RolloutSpec}
+_SPECS = {"host": spec.HostSpec, "daemon": spec.DaemonSpec, "memory": spec.MemorySpec, "gpu": spec.GpuSpec,
+          "rollout": spec.RolloutSpec}
 _DEFAULTS = {  # keys whose default is not a dataclass field of the same name
     ("", "inventory"): None, ("", "become"): "none", ("logs", "paths"): None,
-    ("releases", "keep"): next(f.default for f in fields(Playbook) if f.name == "keep_releases"),
+    ("releases", "keep"): next(f.default for f in fields(spec.Playbook) if f.name == "keep_releases"),
     ("build", "dockerfile"): "Dockerfile.cuzk-rebuild", ("build", "context"): ".",
     ("build", "binary_in_image"): "/cuzk", ("build", "args"): None, ("build", "platform"): "linux/amd64",
 }
@@ -134,7 +125,7 @@ def default(table: str, key: str) -> str:
     else:
         field = next((f for f in fields(_SPECS[table]) if f.name == key), None)
         value = None if field is None or field.default is MISSING else field.default
-    if value is None or value == ():
+    if value is None or value in ((), ""):
         return "-"
     if isinstance(value, float) and value.is_integer():
         value = int(value)

@@ -4,7 +4,7 @@ These types are what the rest of swapctl reads; `load` (playbook/load.py) makes 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from pathlib import PurePosixPath
 from typing import Any
 
@@ -40,10 +40,13 @@ class HostSpec:
 
 @dataclass(frozen=True)
 class DaemonSpec:
-    binary: str | None = None
+    """[daemon]: the one type of the daemon's settings, from the playbook to the host scripts. "" for
+    `binary` and `log`: not set (require_daemon() says so, for the verbs that change a host)."""
+
+    binary: str = ""
     args: tuple[str, ...] | None = None  # None: the arguments the running daemon has
     match: str | None = None  # regex on the command line; None: the binary's file name
-    log: str | None = None
+    log: str = ""
     ready_log: str = "cuzk-daemon ready"
     ready_port: int | None = None
     ready_timeout_s: float = 600
@@ -66,8 +69,15 @@ class DaemonSpec:
 
     @property
     def match_regex(self) -> re.Pattern[str] | None:
-        pattern = self.match or (PurePosixPath(self.binary).name if self.binary else None)
+        """daemon.match, else the binary's file name; None where neither is set."""
+        pattern = self.match or PurePosixPath(self.binary).name
         return re.compile(pattern) if pattern else None
+
+    def matcher(self) -> re.Pattern[str]:
+        """match_regex of a section require_daemon() has checked: its binary is set, so there is one."""
+        if (regex := self.match_regex) is None:
+            raise ValueError("daemon.binary is not set: call Playbook.require_daemon() first")
+        return regex
 
     @property
     def journal(self) -> bool:
@@ -79,18 +89,6 @@ class DaemonSpec:
         """Where releases, the journal and the lock live: beside the binary, so renames stay atomic."""
         path = PurePosixPath(self.binary or "/")
         return str(path.parent / ".swapctl" / path.name)
-
-
-@dataclass(frozen=True)
-class RequiredDaemon(DaemonSpec):
-    """The daemon section once require_daemon() has checked it: what changing a host needs is there."""
-
-    binary: str = ""
-    log: str = ""
-
-    @property
-    def match_regex(self) -> re.Pattern[str]:
-        return re.compile(self.match or PurePosixPath(self.binary).name)
 
 
 @dataclass(frozen=True)
@@ -134,13 +132,13 @@ class Playbook:
     become: str = "none"  # the top-level `become`: for every SSH host that does not say its own
     found: bool = True  # False: no ./swapctl.toml and no $SWAPCTL_PLAYBOOK, so an empty playbook
 
-    def require_daemon(self) -> RequiredDaemon:
-        """The daemon section, complete enough to change a host."""
+    def require_daemon(self) -> DaemonSpec:
+        """The daemon section, checked complete enough to change a host: itself, or a PlaybookError."""
         for key in ("binary", "log"):
             if not getattr(self.daemon, key):
                 raise PlaybookError(self.path, f"missing; add `{key} = \"/data/...\"` under [daemon]",
                                     key=f"daemon.{key}")
-        return RequiredDaemon(**{f.name: getattr(self.daemon, f.name) for f in fields(DaemonSpec)})
+        return self.daemon
 
 
 def with_become(spec: HostSpec, default: str) -> HostSpec:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..playbook import Playbook, RequiredDaemon
+from ..playbook import DaemonSpec, Playbook
 from ..remote.cmd import Cmd
 from ..remote.host import Host, Result
 from .events import Event, EventSink, Interrupts
@@ -19,7 +19,7 @@ def _ignore(event: Event) -> None:
 class Context:
     host: Host
     book: Playbook
-    spec: RequiredDaemon  # book.require_daemon()
+    spec: DaemonSpec  # book.daemon, as book.require_daemon() checked it
     events: EventSink = _ignore
     interrupts: Interrupts = field(default_factory=Interrupts)
     ignore_gpu_hang: bool = False  # swap even though nvidia-smi does not answer (a wedged GPU), when told to

@@ -151,8 +151,7 @@ def sample(sw: Swap, plan: Plan, outcome: Outcome) -> Outcome:
     if not outcome.pid or not samplable(plan.status):
         return outcome
     try:
-        status = start_sampler(sw.host, sw.book.daemon.state_dir, outcome.pid,
-                               user=sw.book.daemon.user or "")
+        status = start_sampler(sw.host, sw.ctx.state, outcome.pid, user=sw.ctx.spec.user or "")
     except SwapctlError as exc:
         return replace(outcome, message=f"{outcome.message} GPU sampler not started: {exc}".strip())
     if status.ok:

@@ -65,7 +65,7 @@ def provers(ctx: Context, status: HostStatus) -> list[Process]:
     compete with for the GPU. A `tail -f` of the log, an editor of the config, a process that only calls
     itself the daemon (argv[0]), a program in a directory whose name holds the match: left alone, since any
     user of the host can make those and would otherwise block every deploy."""
-    regex, state = ctx.spec.match_regex, f"{PurePosixPath(ctx.spec.binary).parent}/.swapctl/"
+    regex, state = ctx.spec.matcher(), f"{PurePosixPath(ctx.spec.binary).parent}/.swapctl/"
     return [p for p in status.not_daemons if p.exe and "/.." not in p.exe and
             (names_program(regex, p.exe) or (p.exe.startswith(state) and "/releases/" in p.exe))]
 
@@ -110,7 +110,7 @@ def situation(ctx: Context, again: bool = False) -> Situation:
         raise swapping(ctx, status.swap_info)
     if len(status.daemons) > 1:
         pids = ", ".join(str(p.pid) for p in status.daemons)
-        raise Refused(f"several processes match daemon.match {ctx.spec.match_regex.pattern!r} (pids {pids}); "
+        raise Refused(f"several processes match daemon.match {ctx.spec.matcher().pattern!r} (pids {pids}); "
                       f"make `match` precise enough to find one daemon", host=ctx.name)
     if status.gpu_hung and not ctx.ignore_gpu_hang:
         raise Refused(f"{status.gpu_error}; a daemon started now could not use the GPU either, so the running "
