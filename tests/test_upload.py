@@ -97,6 +97,28 @@ def test_patch_against_a_base_changed_on_the_host_falls_back_to_a_full_upload(bo
     assert release_file(box, new).read_bytes() == new.read_bytes()
 
 
+def test_the_plan_chooses_the_upload_method_once_and_the_deploy_and_dry_run_follow_it(box, prover, big_b, tmp_path):
+    # issue 32: one rule (session.choose), read by the preflight work, the receive started before the lock,
+    # the upload and --dry-run alike
+    box.start_by_hand(prover)
+    book = load(box.playbook_path)
+    new = rebuilt(big_b, tmp_path / "prover-rebuilt")
+    for binary, kind in ((big_b, "zstd"), (new, "patch"), (new, "present")):
+        with connect(book.hosts["lab"]) as host, Swap(host, book) as sw:
+            plan = sw.plan(str(binary), restart=kind == "present")
+            assert plan.upload.kind == kind
+            said = [c for c in plan.commands if c.startswith("# receive") or "sftp put" in c]
+            assert said == ([f"# receive {plan.upload.said()} into {box.data}/.swapctl/cuzk/releases/.upload-"
+                             f"{sha(binary)[:12]}; takes its sha256 (openssl dgst -sha256, else sha256sum): it must "
+                             f"be {sha(binary)}; then ldd"] if kind != "present" else [])
+            if kind == "patch":
+                assert plan.upload.base == Base(sha(big_b)[:12], str(release_file(box, big_b)),
+                                                Cache().get(sha(big_b)))
+            swap_deploy.deploy(sw, plan)
+        assert journal(box)[-1]["upload"]["method"] == kind
+    assert [exe_sha(p) for p in box.daemons()] == [sha(new)]
+
+
 def test_host_without_zstd_gets_pipelined_sftp(tmp_path, prover, prover_b):
     bin_dir = path_without(tmp_path / "no-zstd-bin", "zstd")
     with own_box(tmp_path, str(bin_dir)) as box:
@@ -106,6 +128,17 @@ def test_host_without_zstd_gets_pipelined_sftp(tmp_path, prover, prover_b):
         up = journal(box)[-1]["upload"]
         assert up["method"] == "sftp" and up["wire_bytes"] == prover_b.stat().st_size
         assert release_file(box, prover_b).read_bytes() == prover_b.read_bytes()
+
+
+def test_a_host_without_zstd_is_planned_for_sftp_and_dry_run_says_so(tmp_path, prover, prover_b):
+    bin_dir = path_without(tmp_path / "no-zstd-bin", "zstd")
+    with own_box(tmp_path, str(bin_dir)) as box:
+        box.start_by_hand(prover)
+        r = deploy(box, prover_b, "--dry-run")
+        assert r.returncode == 0, r.stderr
+        tmp = f"{box.data}/.swapctl/cuzk/releases/.upload-{sha(prover_b)[:12]}"
+        assert f"# sftp put {prover_b} {tmp}, then:" in r.stderr
+        assert "receive a zstd" not in r.stderr and not partials(box)
 
 
 def test_upload_killed_halfway_resumes_from_the_bytes_on_the_host(box, prover, big_b):

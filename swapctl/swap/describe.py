@@ -7,8 +7,7 @@ from . import lock, store, swaprun
 from .context import Context
 from .plan import DeployPlan, Plan
 from .rollback import rollback_fallback
-from .session import Session, patch_base
-from .upload import Patch
+from .session import Session
 
 
 def describe(ctx: Context, plan: Plan, session: Session) -> list[str]:
@@ -16,18 +15,12 @@ def describe(ctx: Context, plan: Plan, session: Session) -> list[str]:
     new, st, spec = plan.new, ctx.state, ctx.spec
     show = ctx.host.shown  # as the host runs it: through `sudo -n --` where swapctl becomes root
     out = ["# the deploy lock, held for the whole deploy (flock -n on lock)", show(lock.lock_cmd(ctx))]
-    if isinstance(plan, DeployPlan) and new.id not in plan.releases:
-        sender = session.uploader(plan)
-        base = patch_base(ctx, plan) if Patch.possible() else None  # as Uploader.prepare chooses
+    if isinstance(plan, DeployPlan) and plan.upload.kind != "present":
+        sender, method = session.uploader(plan), plan.upload
         sha = f"takes its sha256 (openssl dgst -sha256, else sha256sum): it must be {new.sha256}; then ldd"
-        if plan.host_zstd:
-            how = (f"a zstd patch against release {base.id} (zstd -d --patch-from={base.remote_path})" if base
-                   else "a zstd stream (zstd -d)")
-            out += [f"# receive {how} into {sender.tmp}; {sha}",
-                    show(sender.receive_cmd(sender.resumable(plan.partial(sender.tmp)) if not base else 0,
-                                           base.remote_path if base else ""))]
-        else:
-            out += [f"# sftp put {plan.binary.path} {sender.tmp}, then: {sha}", show(sender.install_cmd())]
+        what = (f"{method.said()} {plan.binary.path} {sender.tmp}, then: {sha}" if method.kind == "sftp" else
+                f"receive {method.said()} into {sender.tmp}; {sha}")
+        out += [f"# {what}", show(sender.first_cmd(method))]
     for b in plan.to_save:
         out += [f"# backup ({b.release.source}): cp {b.source} {b.release.path(st)}", show(store.backup_cmd(ctx, b))]
     d = plan.daemon

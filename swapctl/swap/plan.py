@@ -8,8 +8,8 @@ from __future__ import annotations
 import base64
 import re
 from dataclasses import dataclass, fields, replace
-from pathlib import PurePosixPath
-from typing import Any
+from pathlib import Path, PurePosixPath
+from typing import Any, Literal
 
 from ..facts.status import HostStatus
 from . import elf, journal_entry
@@ -156,11 +156,40 @@ class Plan(Situation):
         return candidate
 
 
+@dataclass(frozen=True)
+class Base:
+    """A release the host has and this machine has cached: the old side of a patch."""
+
+    id: str
+    remote_path: str
+    local_path: Path
+
+
+@dataclass(frozen=True)
+class Method:
+    """How the new release reaches the host, chosen once, in the plan (session.choose): nothing to send
+    (present); a zstd patch against `base`, a release the host has (patch); a zstd stream (zstd), or SFTP
+    where the host has no zstd (sftp), each resuming after the `offset` bytes an interrupted upload left."""
+
+    kind: Literal["present", "patch", "zstd", "sftp"]
+    base: Base | None = None
+    offset: int = 0
+
+    def said(self) -> str:
+        """The method in a few words, for --dry-run."""
+        if self.kind == "patch" and self.base:
+            return f"a zstd patch against release {self.base.id} (zstd -d --patch-from={self.base.remote_path})"
+        sent = {"present": "nothing: the host has the release", "zstd": "a zstd stream (zstd -d)",
+                "sftp": "sftp put"}[self.kind]
+        return sent + (f", resumed after {self.offset} bytes" if self.offset else "")
+
+
 @dataclass(frozen=True, kw_only=True)
 class DeployPlan(Plan):
-    """A deploy's plan: the local binary to upload as the new release."""
+    """A deploy's plan: the local binary to upload as the new release, and how."""
 
     binary: elf.LocalBinary
+    upload: Method  # chosen by session.choose in preflight.plan_deploy: no default that would skip the upload
 
 
 def cgroup_unit(text: str) -> str | None:

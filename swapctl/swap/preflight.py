@@ -14,7 +14,7 @@ from ..errors import BadInput, LockHeld, Refused
 from ..facts.status import HostStatus, gather, split_sections
 from ..facts.system import Process
 from ..host import scripts
-from . import elf
+from . import elf, session
 from .context import Context
 from .environ import carried
 from .journal_entry import JOURNAL
@@ -244,7 +244,8 @@ def plan_deploy(ctx: Context, sit: Situation, binary: elf.LocalBinary, restart: 
                       f"{needed // 1024} MiB (free some space)", host=ctx.name)
     check_configs(ctx, sit, new.argv or ())
     unchanged = bool(sit.daemon and sit.daemon.sha256 == binary.sha256 and not restart)
-    plan: DeployPlan = DeployPlan.of(sit, binary=binary, new=new, unchanged=unchanged)
+    plan: DeployPlan = DeployPlan.of(sit, binary=binary, new=new, unchanged=unchanged,
+                                     upload=session.choose(ctx, sit, new))
     return plan
 
 

@@ -1,5 +1,6 @@
-"""Step 3, the upload session: what the upload sends is made during the preflight, its host side started
-before the lock, and the binary put in place as a release by the cheapest method (see upload.py)."""
+"""Step 3, the upload session: the cheapest method the host allows, chosen once for the plan (choose);
+what it sends made during the preflight, its host side started before the lock, and the binary put in
+place as a release by it (see upload.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from ..remote.host import Prepared
 from . import upload
 from .context import Context
 from .journal_entry import Upload
-from .plan import DeployPlan, Situation
+from .plan import Base, DeployPlan, Method, Situation
 from .releases import Release
 from .report import Word
 
@@ -27,7 +28,7 @@ def upload_path(ctx: Context, release_id: str) -> str:
     return f"{ctx.state}/releases/.upload-{release_id}"
 
 
-def patch_base(ctx: Context, sit: Situation) -> upload.Base | None:
+def patch_base(ctx: Context, sit: Situation) -> Base | None:
     """The release to patch against: one the host has and this machine cached, what runs first."""
     cache = upload.Cache()
     order = [sit.running or "", sit.current or "", *reversed(sit.history)]
@@ -35,8 +36,22 @@ def patch_base(ctx: Context, sit: Situation) -> upload.Base | None:
     for rid in order:
         rel = sit.releases.get(rid)
         if rel and (local := cache.get(rel.sha256)):
-            return upload.Base(rel.id, rel.path(ctx.state), local)
+            return Base(rel.id, rel.path(ctx.state), local)
     return None
+
+
+def choose(ctx: Context, sit: Situation, new: Release) -> Method:
+    """How `new` reaches the host, best first: nothing where it has the release; a zstd patch against a
+    release it has and this machine cached (both sides need zstd); a zstd stream; SFTP where the host has no
+    zstd. A stream or SFTP resumes after the bytes an interrupted upload of it left on the host."""
+    if new.id in sit.releases:
+        return Method("present")
+    partial = sit.partial(upload_path(ctx, new.id))
+    offset = partial if 0 < partial < new.size else 0
+    if not sit.host_zstd:
+        return Method("sftp", offset=offset)
+    base = patch_base(ctx, sit) if upload.Patch.possible() else None
+    return Method("patch", base=base) if base else Method("zstd", offset=offset)
 
 
 class Session:
@@ -53,15 +68,13 @@ class Session:
         the lock go on: a patch (indexing the old binary is most of its time, 0.4 s for 75 MB; hosts on
         the same base share it), or else the first zstd frames of a fresh upload."""
         self.discard()
-        runs_it = plan.daemon is not None and plan.daemon.sha256 == plan.new.sha256
-        if plan.new.id in plan.releases or not plan.host_zstd or runs_it:
+        method = plan.upload
+        if plan.daemon is not None and plan.daemon.sha256 == plan.new.sha256:  # a --restart: likely unchanged
             return
-        base = patch_base(self.ctx, plan)
-        tmp = upload_path(self.ctx, plan.new.id)
-        if base and upload.Patch.possible():
-            self.patch = upload.Patch.of(base, plan.binary.path)
-        elif not base and not any(p.path == tmp for p in plan.partials):  # a resume starts at the host's bytes
-            self.frames = upload.Frames(plan.binary.path)
+        if method.kind == "patch" and method.base:
+            self.patch = upload.Patch.of(method.base, plan.binary.path)
+        elif method.kind == "zstd":
+            self.frames = upload.Frames(plan.binary.path, method.offset)
 
     def uploader(self, plan: DeployPlan) -> upload.Uploader:
         new, ctx = plan.new, self.ctx
@@ -73,16 +86,15 @@ class Session:
 
         return upload.Uploader(ctx.host, plan.binary.path, new.size, upload_path(ctx, new.id),
                                {"dir": new.dir(ctx.state), "name": new.name, "sha": new.sha256,
-                                "manifest": manifest(new)}, progress, plan.host_zstd)
+                                "manifest": manifest(new)}, progress)
 
     def prepare(self, plan: DeployPlan) -> None:
         """Starts the host side of the upload now, before the lock: its shell start-up (.bashrc) then runs
         beside the lock's instead of after it. It acts only when the upload begins (sh/receive.sh)."""
-        if plan.new.id in plan.releases:  # nothing to send
+        if plan.upload.kind == "present":  # nothing to send
             return
-        sender = self.uploader(plan)
         try:
-            self.ready = sender.prepare(plan.partial(sender.tmp), patch_base(self.ctx, plan))
+            self.ready = self.uploader(plan).prepare(plan.upload)
         except Unreachable:
             pass  # the lock and the upload meet it again and say so
 
@@ -100,20 +112,20 @@ class Session:
     def send(self, plan: DeployPlan, write_manifest: Callable[[Release], None]) -> Upload:
         """Puts the new binary in place as a release, by the cheapest method the host allows."""
         new, ctx = plan.new, self.ctx
-        if new.id in plan.releases:
+        if plan.upload.kind == "present":
             ctx.emit("upload", f"release {new.id} is already on the host: nothing to send")
             if plan.releases[new.id] != new:  # record the command line it will run with now
                 write_manifest(new)
             return Upload("present", 0, 0.0)
         sender = self.uploader(plan)
-        base = patch_base(ctx, plan)
         made, self.patch = self.patch, None
+        base = plan.upload.base
         if made and (base is None or made.old != base.local_path or made.new != plan.binary.path):
-            made.release()
+            made.release()  # made for another plan's binary
             made = None
         early, self.frames = self.frames, None
         ready, self.ready = self.ready, None
-        sent, report = sender.run(plan.partial(sender.tmp), base, made, early, ready)
+        sent, report = sender.run(plan.upload, made, early, ready)
         if report.failure is Word.NOSPACE:
             raise Refused(f"the host's disk filled up during the upload ({report.detail} KiB free in "
                           f"{ctx.state}/releases); the partial upload was removed and the daemon runs on: free "

@@ -18,7 +18,6 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 import zstandard
@@ -27,7 +26,10 @@ from ..errors import Refused
 from ..host import scripts
 from ..remote import Cmd, Host, Piece, Prepared
 from .journal_entry import Upload
+from .plan import Base, Method
 from .report import InstallReport, Word, parse_install
+
+__all__ = ["CACHE_KEEP", "CHUNK", "PIECE", "Base", "Cache", "Frames", "Method", "Patch", "Uploader"]
 
 CHUNK = 4 << 20  # one zstd frame per chunk: the level can change between frames
 # The levels the stream moves along (0 would mean zstd's default, 3). Negative levels trade ratio for
@@ -39,15 +41,6 @@ EARLY_FRAMES = 32  # made before the upload begins: at most 128 MiB of the binar
 CACHE_KEEP = 6  # binaries kept locally as the old side of future patches
 
 Progress = Callable[[int, int], None]  # (source bytes done, bytes on the wire)
-
-
-@dataclass(frozen=True)
-class Base:
-    """A release the host has and this machine has cached: the old side of a patch."""
-
-    id: str
-    remote_path: str
-    local_path: Path
 
 
 class Cache:
@@ -246,35 +239,33 @@ class Uploader:
     """Sends one local binary to a temporary name on one host and installs it as a release there."""
 
     def __init__(self, host: Host, path: str, size: int, tmp: str, install: Mapping[str, Piece],
-                 progress: Progress, host_zstd: bool):
+                 progress: Progress):
         """`install`: the release's dir, name, sha and manifest, as sh/install.sh takes them."""
         self.host, self.path, self.size, self.tmp = host, path, size, tmp
-        self.install, self.progress, self.host_zstd = dict(install), progress, host_zstd
+        self.install, self.progress = dict(install), progress
         self.wire = 0
         self.ready: Prepared | None = None  # the first receive, started ahead
 
-    def prepare(self, partial: int, base: Base | None) -> Prepared | None:
-        """Starts, now, the host side of the receive that run(partial, base) begins with: its shell starts
-        while the deploy takes the lock. It waits for GO, so it acts only once the upload does."""
-        if not self.host_zstd:
-            return None
-        if base and Patch.possible():
-            return self.host.prepare(self.receive_cmd(0, base.remote_path))
-        return self.host.prepare(self.receive_cmd(self.resumable(partial), ""))
+    def first_cmd(self, method: Method) -> Cmd:
+        """The host's side of what `method` sends: a receive (zstd) or an install after the SFTP put."""
+        if method.kind == "patch" and method.base:
+            return self.receive_cmd(0, method.base.remote_path)
+        return self.receive_cmd(method.offset, "") if method.kind == "zstd" else self.install_cmd()
 
-    def resumable(self, partial: int) -> int:
-        """Where an upload starts when `partial` bytes of it are on the host already."""
-        return partial if 0 < partial < self.size else 0
+    def prepare(self, method: Method) -> Prepared | None:
+        """Starts, now, the host side of the receive that run(method) begins with: its shell starts while
+        the deploy takes the lock. It waits for GO, so it acts only once the upload does."""
+        return self.host.prepare(self.first_cmd(method)) if method.kind in ("patch", "zstd") else None
 
-    def run(self, partial: int, base: Base | None, made: Patch | None = None, early: Frames | None = None,
+    def run(self, method: Method, made: Patch | None = None, early: Frames | None = None,
             ready: Prepared | None = None) -> tuple[Upload, InstallReport]:
-        """Sends the binary (resuming after `partial` bytes when it can) and installs it; returns how it went
-        and what the host's install said. A patch (`made`, or made now against `base`) that does not reproduce the
-        binary is retried as a full upload. `made` and `early` (frames compressed during the preflight)
-        and `ready` (from prepare()) are released here, used or not."""
+        """Sends the binary by `method` and installs it; returns how it went and what the host's install
+        said. A patch (`made`, or made now against the method's base) that does not reproduce the binary is
+        retried as a full zstd upload. `made` and `early` (frames compressed during the preflight) and
+        `ready` (from prepare()) are released here, used or not."""
         self.ready = ready
         try:
-            return self._run(partial, base, made, early)
+            return self._run(method, made, early)
         finally:
             if made:
                 made.release()
@@ -283,12 +274,11 @@ class Uploader:
             if self.ready:
                 self.ready.close()
 
-    def _run(self, partial: int, base: Base | None, made: Patch | None,
-             early: Frames | None) -> tuple[Upload, InstallReport]:
+    def _run(self, method: Method, made: Patch | None, early: Frames | None) -> tuple[Upload, InstallReport]:
         started = time.monotonic()
-        offset = self.resumable(partial)
+        offset, base = method.offset, method.base
         self.progress(offset, 0)  # the upload has begun: a bar from its first byte, not from its first frame
-        if base and self.host_zstd and (made or Patch.possible()):
+        if method.kind == "patch" and base:
             patch = made or Patch.of(base, self.path)
             try:
                 report = self._receive(patch.chunks(), 0, base.remote_path)
@@ -299,7 +289,7 @@ class Uploader:
                 self.progress(self.size, self.wire)
                 return Upload("patch", self.wire, time.monotonic() - started, base=base.id), report
             offset = 0  # the host's copy of the base is not what this machine has: send it all
-        if self.host_zstd:
+        if method.kind != "sftp":
             done = offset
 
             def step(n: int) -> None:
