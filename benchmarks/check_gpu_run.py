@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from swapctl.gpu.samples import parse_dmon, read_samples  # noqa: E402
-from swapctl.logs.gpu import kernel_share_in, report  # noqa: E402
+from swapctl.logs.gpu import kernel_share_in, read  # noqa: E402
 from swapctl.logs.timings import parse  # noqa: E402
 
 
@@ -64,7 +64,7 @@ def check(out: Path) -> dict:
     conf = (out / "config.toml").read_text() if (out / "config.toml").exists() else ""
     mib = int(m[1]) if (m := re.search(r"partition_mib = (\d+)", conf)) else None
     log = parse([open(out / "cuzk.log", "rb")])
-    rep = report(log, "all", samples)
+    rep = read(log, "all", samples).as_dict()
     result: dict = {"name": out.name, "partition_mib": mib, "runs": []}
     for i, (run, row) in enumerate(zip(log.runs, rep["runs"], strict=False), 1):
         v = row["gpu"].get("0")

@@ -19,8 +19,8 @@ def check_canary(book: pb.Playbook, name: str, outcome: Outcome) -> Canary | str
         daemon = sw.situation().daemon
         if not daemon or daemon.sha256 != outcome.new_sha:
             return f"canary {name} went down: it no longer runs {(outcome.new_sha or '')[:12]}"
-        report = parse([io.BytesIO(sw.log_tail(outcome.log_offset or 0, 5000).encode())]).report()
-    p50 = {k: v["p50"] for k, v in report["phases"].items() if v["p50"]}
-    return Canary(name, daemon.pid, outcome.steps.get("ready", 0), report["partitions"],
+        report = parse([io.BytesIO(sw.log_tail(outcome.log_offset or 0, 5000).encode())]).figures()
+    p50 = {k: v.p50 for k, v in report.phases.items() if v.p50}
+    return Canary(name, daemon.pid, outcome.steps.get("ready", 0), report.partitions,
                   {k: p50[k] for k in ("synth_ms", "ntt_kernels", "gpu_total_ms") if k in p50},
-                  report["gpu_phase_share"])
+                  report.gpu_phase_share)

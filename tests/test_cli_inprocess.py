@@ -77,3 +77,27 @@ def test_the_environment_is_the_callers_only_for_the_run():
     ran = run(["--version"], Environment(environ={"SWAPCTL_PLAYBOOK": "/nowhere.toml"}))
     assert ran.code == 0 and ran.stdout.startswith("swapctl ")
     assert dict(os.environ) == before
+
+
+REFACTOR = Path(__file__).parent / "data" / "refactor-2026-12-03" / "gpu-report"
+G, H200 = Path(__file__).parent / "data" / "h200-gpm" / "run1" / "default", Path(__file__).parent / "data" / "h200-run"
+
+
+@pytest.mark.parametrize("saved, argv", [
+    ("gpm-run1-default.json", ["timings", str(G / "cuzk.log"), "--samples", str(G / "gpu-samples.dmon"), "--json"]),
+    ("gpm-run1-default.txt", ["timings", str(G / "cuzk.log"), "--samples", str(G / "gpu-samples.dmon")]),
+    ("gpm-run1-default-last.txt", ["timings", str(G / "cuzk.log"), "--samples", str(G / "gpu-samples.dmon"),
+                                   "--run", "last"]),
+    ("h200-run-compare.json", ["timings", "--compare", str(H200 / "pageable.log"), str(H200 / "pinned.log"), "--json"]),
+    ("two-gpu-three-runs.json", ["timings", TWO, "--json"]),
+], ids=lambda v: v if isinstance(v, str) else None)
+def test_the_typed_gpu_report_prints_what_the_dict_report_printed(saved, argv):
+    # issue 32: the GPU figures became types (swapctl.logs.gpu_figures); these outputs were saved from the
+    # dict-built report before (387bff1), with the GPU's counters, intervals and disagreements in them
+    ran = run(argv, Environment(columns=100))
+    want = (REFACTOR / saved).read_text()
+    assert ran.code == 0
+    if saved.endswith(".json"):
+        assert json.loads(ran.stdout) == json.loads(want)  # the same document; keys in the types' order
+    else:
+        assert ran.stdout == want

@@ -8,14 +8,20 @@ from pathlib import Path
 import pytest
 
 from swapctl.facts import nvidia
-from swapctl.logs.timings import compare, parse
+from swapctl.logs import gpu
+from swapctl.logs.gpu_figures import compare
+from swapctl.logs.timings import parse
 
 RUN = Path(__file__).parent / "data" / "h200-run"
 
 
 def report(name: str) -> dict:
+    return figures(name).figures.as_dict()
+
+
+def figures(name: str) -> gpu.GpuReport:
     with open(RUN / f"{name}.log", "rb") as f:
-        return parse([f]).report()
+        return gpu.read(parse([f]))
 
 
 def test_nvidia_smi_while_the_daemon_ran():
@@ -40,9 +46,9 @@ def test_pinned_build_takes_the_copy_out_of_ntt_kernels_on_a_real_gpu():
     assert before["skipped_lines"] == 0 and after["skipped_lines"] == 0
     ntt_before, ntt_after = before["phases"]["ntt_kernels"]["p50"], after["phases"]["ntt_kernels"]["p50"]
     assert (ntt_before, ntt_after) == (182.0, 70.0)
-    c = compare(before, after)
-    assert c["phases"]["gpu_total_ms"]["change_pct"] < -30
-    assert c["phases"]["job_total_ms"]["after_p50"] < c["phases"]["job_total_ms"]["before_p50"]
+    c = compare(figures("pageable"), figures("pinned"))
+    assert c.phases["gpu_total_ms"].change_pct < -30
+    assert c.phases["job_total_ms"].after_p50 < c.phases["job_total_ms"].before_p50
 
 
 def test_swap_timings_recorded_by_the_deploy():
@@ -75,11 +81,10 @@ def test_the_duty_cycle_from_the_sampler_agrees_with_an_independent_dmon_over_ea
     from datetime import timedelta
 
     from swapctl.gpu.samples import window
-    from swapctl.logs import gpu
 
     log, ours, theirs = _experiment()
     assert [r.pageable for r in log.runs] == [52, 0] and log.runs[1].pinned == 72
-    report = gpu.report(log, "all", ours)
+    report = gpu.read(log, "all", ours).as_dict()
     for row, run in zip(report["runs"], log.runs, strict=True):
         start, end = gpu.run_window(run)
         independent = window(theirs, start, end + timedelta(seconds=1), 0)
@@ -96,27 +101,25 @@ def test_the_duty_cycle_from_the_sampler_agrees_with_an_independent_dmon_over_ea
 def test_the_duty_cycle_agrees_with_a_reader_ten_times_as_fast_within_5_points():
     # the third reader: query-gpu utilization.gpu every 100 ms, apart from swapctl and from the dmon
     from swapctl.gpu.samples import QUERY, parse_query, window
-    from swapctl.logs import gpu
 
     log, ours, _ = _experiment()
     fast = parse_query((EXP / "query-100ms.csv").read_text())
-    for row, run in zip(gpu.report(log, "all", ours)["runs"], log.runs, strict=True):
+    for row, run in zip(gpu.read(log, "all", ours).as_dict()["runs"], log.runs, strict=True):
         reference = window(fast, *gpu.run_window(run), 0, QUERY)
         assert reference.count > 900
         assert abs(row["duty_cycle"]["0"] - reference.sm_mean) < 5, (row["duty_cycle"], reference)
 
 
 def test_without_a_copy_timer_where_the_time_goes_keeps_the_gpu_phase_whole():
-    from swapctl.logs import gpu
 
     log, ours, _ = _experiment()
     pageable, pinned = (gpu.gpu_view(r, ours)["0"] for r in log.runs)
     for view in (pageable, pinned):
-        assert sum(view["time"].values()) == pytest.approx(1.0)
-        assert "copy" not in view["time"] and "kernels" not in view["time"] and view["kernel_share"] is None
-    assert pageable["time"]["gpu_phase"] > 0.95  # copy and kernels together: the log does not split them
+        assert sum(view.time.values()) == pytest.approx(1.0)
+        assert "copy" not in view.time and "kernels" not in view.time and view.kernel_share is None
+    assert pageable.time["gpu_phase"] > 0.95  # copy and kernels together: the log does not split them
     # synthesis runs ahead of the GPU on its own thread: the GPU hardly waits for it in either build
-    assert pageable["time"]["synthesis"] < 0.05 and pinned["time"]["synthesis"] < 0.05
+    assert pageable.time["synthesis"] < 0.05 and pinned.time["synthesis"] < 0.05
 
 
 def test_an_aliased_duty_cycle_gets_no_interval():
@@ -126,14 +129,13 @@ def test_an_aliased_duty_cycle_gets_no_interval():
     from datetime import timedelta
 
     from swapctl.gpu.samples import window
-    from swapctl.logs import gpu
 
     log, ours, theirs = _experiment(EXP / "aliased")
     view = gpu.gpu_view(log.runs[0], ours)["0"]
     start, end = gpu.run_window(log.runs[0])
     independent = window(theirs, start, end + timedelta(seconds=1), 0)
-    assert abs(view["duty_cycle"] - independent.sm_mean) > 5
-    assert view["busy_mean"] is None and view["busy_interval"] is None
+    assert abs(view.duty_cycle - independent.sm_mean) > 5
+    assert view.busy_mean is None and view.busy_interval is None
 
 
 def test_the_experiments_verdict_on_the_h200_calls_the_pinned_build_faster():

@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import os
+from dataclasses import asdict
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 
 from .. import playbook as pb
 from ..errors import BadInput
+from ..logs import gpu
 from ..logs.cuzk.report import RunRow, Summary
-from ..logs.gpu import PARTS
-from ..logs.gpu import report as gpu_report
-from ..logs.timings import PHASE_SHARE, RunReport, by_release, compare, parse_files
+from ..logs.gpu_figures import PARTS, GpuFigures, GpuReport, compare
+from ..logs.timings import PHASE_SHARE, RunReport, by_release, parse_files
 from ..remote import connect
 from ..swap.deploy import Swap
 from .common import JsonOpt, PlaybookOpt, err, guarded, out, print_json, select_hosts, text, warn
@@ -72,20 +73,19 @@ def _by_release(targets: list[str], dest: Path, playbook_path: str | None, as_js
     warn(catalog.notes())
     parts = by_release(str(log), catalog.journal)
     if as_json:
-        print_json({"host": spec.name, "log": str(log), "releases": parts})
+        print_json({"host": spec.name, "log": str(log), "releases": [asdict(p) for p in parts]})
         return 0
     if not parts:
         raise BadInput(f"{spec.name}'s journal records no start with a log offset; deploy with swapctl first")
     t = Table(title=f"{spec.name}: {log}, p50 per release (ms)", title_justify="left")
     t.add_column("phase")
     for part in parts:
-        t.add_column(f"{part['release']}\nbytes {part['from_byte']:,}-{part['to_byte']:,}", justify="right")
-    names = sorted({n for part in parts for n, v in part["report"]["phases"].items() if v["p50"]})
-    for name in names:
-        t.add_row(name, *(_ms(part["report"]["phases"].get(name, {}).get("p50")) for part in parts))
-    t.add_row("GPU phase share", *(_pct(part["report"]["gpu_phase_share"]) for part in parts), style="bold")
-    t.add_row("pageable share", *(_pct(part["report"]["pageable_share"]) for part in parts))
-    t.add_row("proofs", *(str(part["report"]["jobs"]) for part in parts))
+        t.add_column(f"{part.release}\nbytes {part.from_byte:,}-{part.to_byte:,}", justify="right")
+    for name in sorted({n for part in parts for n, v in part.report.phases.items() if v.p50}):
+        t.add_row(name, *(_ms(part.report.p50(name)) for part in parts))
+    t.add_row("GPU phase share", *(_pct(part.report.gpu_phase_share) for part in parts), style="bold")
+    t.add_row("pageable share", *(_pct(part.report.pageable_share) for part in parts))
+    t.add_row("proofs", *(str(part.report.jobs) for part in parts))
     out.print(t)
     return 0
 
@@ -108,16 +108,15 @@ def _samples(logs: list[Path], given: list[Path] | None) -> list[Sample]:
     return [s for d in sorted({p.parent for p in logs}) for s in samples_in(d)]
 
 
-def _read(paths: list[Path], run: str = "all",
-          samples: list[Sample] | None = None) -> tuple[RunReport, dict[str, Any]]:
-    """The runs' figures, and the report --json prints: those with the GPU's own (logs.gpu.report)."""
+def _read(paths: list[Path], run: str = "all", samples: list[Sample] | None = None) -> GpuReport:
+    """The runs' figures with the GPU's own (logs.gpu.read)."""
     _readable(paths)
     log = parse_files([str(p) for p in paths])
     try:
         figures = log.figures(run)
     except IndexError:
         raise BadInput(f"--run {run}: {', '.join(map(str, paths))} holds {len(log.runs)} daemon run(s)") from None
-    return figures, gpu_report(log, run, samples, figures)
+    return gpu.read(log, run, samples, figures)
 
 
 def _plot(paths: list[Path], png: Path, run: str, samples: list[Sample]) -> None:
@@ -133,7 +132,7 @@ def _plot(paths: list[Path], png: Path, run: str, samples: list[Sample]) -> None
     if samples:  # the GPU's counters under each run's bars, through each run's epoch
         epochs = [r.epoch for r in parse_files([str(p) for p in paths]).runs]
         if len(epochs) == len(runs):
-            views = [{"epoch": e, "samples": samples} if e else {} for e in epochs]
+            views = [timeline.Counters(e, samples) if e else None for e in epochs]
     if run != "all":
         pick = slice(len(runs) - 1, None) if run == "last" else slice(int(run) - 1, int(run))
         runs, views = runs[pick], views[pick] if views else None
@@ -152,59 +151,57 @@ SHORT = {"kernels": "kernels", "gpu_phase": "GPU phase (copy not timed)", "copy"
          "barrier": "barrier waits", "queued": "queued, not started", "synthesis": "waiting for synthesis"}
 
 
-def _gpu_said(report: dict[str, Any]) -> None:
+def _gpu_said(report: GpuReport) -> None:
     """The three figures, PCIe RX and where each GPU's time went (from the log's phases): one block per
     run where the log holds several (a figure over builds mixed is no figure), else one."""
-    runs = report["runs"]
-    if len(runs) > 1 and any(r.get("gpu") for r in runs):
-        for r in runs:
-            build = "pageable" if r.get("pageable_share") else "pinned" if r.get("pageable_share") == 0 else "?"
-            wall = "-" if r["wall_ms"] is None else f"{r['wall_ms'] / 1000:.1f} s"
-            out.print(text(f"run {r['run']} ({build} buffers, {r['partitions']} partitions, {wall}):"), style="bold")
-            _gpu_block(r.get("gpu") or {}, "  ")
+    rows = report.figures.runs
+    if len(rows) > 1 and any(report.runs):
+        for r, view in zip(rows, report.runs, strict=False):
+            build = "pageable" if r.pageable_share else "pinned" if r.pageable_share == 0 else "?"
+            wall = "-" if r.wall_ms is None else f"{r.wall_ms / 1000:.1f} s"
+            out.print(text(f"run {r.run} ({build} buffers, {r.partitions} partitions, {wall}):"), style="bold")
+            _gpu_block(view, "  ")
         return
-    _gpu_block(report.get("gpu_figures") or {}, "")
+    _gpu_block(report.gpus, "")
 
 
-def _gpu_block(views: dict[str, dict[str, Any]], pad: str) -> None:
-    if not any(v["samples"] for v in views.values()):
+def _gpu_block(views: dict[str, GpuFigures], pad: str) -> None:
+    if not any(v.samples for v in views.values()):
         out.print(text(f"{pad}GPU busy: no GPU samples (the sampler's files, fetched with the log; --samples FILE)"),
                   style="dim", soft_wrap=True)
     for g, v in views.items():
-        lines = [_busy(v), f"duty cycle {_pct1(v['duty_cycle'])} (dmon sm%: any kernel ran; {v['samples']} readings)"
-                 if v["duty_cycle"] is not None else None,
-                 f"kernel share from the log {_pct(v['kernel_share'])} (copy {_pct(v['copy_share'])})"
-                 if v["kernel_share"] is not None else "kernel share from the log: - (the log does not time the copy)"]
+        lines = [_busy(v), f"duty cycle {_pct1(v.duty_cycle)} (dmon sm%: any kernel ran; {v.samples} readings)"
+                 if v.duty_cycle is not None else None,
+                 f"kernel share from the log {_pct(v.kernel_share)} (copy {_pct(v.copy_share)})"
+                 if v.kernel_share is not None else "kernel share from the log: - (the log does not time the copy)"]
         out.print(text(f"{pad}GPU {g}: " + "; ".join(x for x in lines if x)), soft_wrap=True)
-        for line in v["disagree"]:
+        for line in v.disagree:
             out.print(text(f"{pad}  {line}"), style="yellow", soft_wrap=True)
         extra = []
-        if v.get("cycle_ms"):
-            c = v["cycle_ms"]
-            extra.append(f"cycle {c['p50'] / 1000:.2f} s ({c['min'] / 1000:.2f}-{c['max'] / 1000:.2f})")
-        if v["rx_gpm_mibps"] is not None:
-            per = f", {v['rx_per_partition_mib']:,.0f} MiB a partition" if v["rx_per_partition_mib"] else ""
-            extra.append(f"PCIe RX (GPM) {v['rx_gpm_mibps']:,.0f} MiB/s{per}")
-        if v["dropped"]:
-            extra.append(f"{v['dropped']} bogus GPM values dropped")
+        if c := v.cycle_ms:
+            extra.append(f"cycle {c.p50 / 1000:.2f} s ({c.min / 1000:.2f}-{c.max / 1000:.2f})")
+        if v.rx_gpm_mibps is not None:
+            per = f", {v.rx_per_partition_mib:,.0f} MiB a partition" if v.rx_per_partition_mib else ""
+            extra.append(f"PCIe RX (GPM) {v.rx_gpm_mibps:,.0f} MiB/s{per}")
+        if v.dropped:
+            extra.append(f"{v.dropped} bogus GPM values dropped")
         if extra:
             out.print(text(f"{pad}  " + "; ".join(extra)), style="dim", soft_wrap=True)
-        parts = v["time"]
+        parts = v.time
         bar = "".join(PART_MARKS[k] * round(f * 50) for k, f in parts.items())
         out.print(text(f"{pad}  where the time goes (the log's phases) [{bar:<50}] "
                        + ", ".join(f"{SHORT[k]} {f * 100:.1f}%" for k, f in parts.items() if f >= 0.0005)),
                   soft_wrap=True)
-        if v["largest_idle_cause"]:
-            out.print(text(f"{pad}  GPU {g} idles most while: {PARTS[v['largest_idle_cause']]}"), style="yellow",
-                      soft_wrap=True)
+        if cause := v.largest_idle_cause:
+            out.print(text(f"{pad}  GPU {g} idles most while: {PARTS[cause]}"), style="yellow", soft_wrap=True)
 
 
-def _busy(v: dict[str, Any]) -> str:
-    if v["busy_mean"] is None:
-        return "GPU busy (SM activity): - (no GPM counters here)" if v["samples"] else ""
-    iv = v.get("busy_interval")
+def _busy(v: GpuFigures) -> str:
+    if v.busy_mean is None:
+        return "GPU busy (SM activity): - (no GPM counters here)" if v.samples else ""
+    iv = v.busy_interval
     ci = f", 95% interval {iv[0]:.1f}-{iv[1]:.1f}" if iv else ""
-    return f"GPU busy {_pct1(v['busy_mean'])} (SM activity, GPM{ci})"
+    return f"GPU busy {_pct1(v.busy_mean)} (SM activity, GPM{ci})"
 
 
 def _pct1(v: float | None) -> str:
@@ -249,11 +246,12 @@ def _timings(paths: list[Path], pair: tuple[Path, Path] | None, all_phases: bool
     if not paths:
         raise BadInput("give log files to read, or --compare BEFORE AFTER")
     found = _samples(paths, sample_paths)
-    figures, report = _read(paths, run, found)
+    report = _read(paths, run, found)
+    figures = report.figures
     if plot:
         _plot(paths, plot, run, found)
     if as_json:
-        print_json(report)
+        print_json(report.as_dict())
         return 0
     _phases_table(figures.phases, all_phases)
     if len(figures.runs) > 1:
@@ -295,27 +293,25 @@ def _phases_table(summaries: dict[str, Summary], all_phases: bool) -> None:
 def _compare(pair: tuple[Path, Path], all_phases: bool, as_json: bool, run: str,
              sample_paths: list[Path] | None) -> int:
     """`--compare BEFORE AFTER`: each phase's p50 before and after, the shares, and GPU busy."""
-    _, before = _read([pair[0]], run, _samples([pair[0]], sample_paths))
-    _, after = _read([pair[1]], run, _samples([pair[1]], sample_paths))
-    result = compare(before, after)
+    result = compare(_read([pair[0]], run, _samples([pair[0]], sample_paths)),
+                     _read([pair[1]], run, _samples([pair[1]], sample_paths)))
     if as_json:
-        print_json(result)
+        print_json(result.as_dict())
         return 0
     t = Table(title=f"before {pair[0]}  ->  after {pair[1]}", title_justify="left")
     for col in ("phase", "p50 before (ms)", "p50 after (ms)", "change"):
         t.add_column(col, justify="left" if col == "phase" else "right")
-    for name, row in result["phases"].items():
-        if not all_phases and not (row["before_p50"] or row["after_p50"]):
+    for name, row in result.phases.items():
+        if not all_phases and not (row.before_p50 or row.after_p50):
             continue
-        change = row["change_pct"]
+        change = row.change_pct
         style = None if change is None or abs(change) < 5 else ("green" if change < 0 else "red")
-        t.add_row(name, _ms(row["before_p50"]), _ms(row["after_p50"]),
-                  "-" if change is None else f"{change:+.1f}%", style=style)
+        t.add_row(name, _ms(row.before_p50), _ms(row.after_p50), "-" if change is None else f"{change:+.1f}%",
+                  style=style)
     out.print(t)
-    for key, label in (("gpu_phase_share", "GPU phase share (held GPU / wall; not how busy the GPU is)"),
-                       ("timeline_share", "GPU_START..GPU_END share (overstates)")):
-        out.print(f"{label}: {_pct(result[key]['before'])} -> {_pct(result[key]['after'])}")
-    for g in sorted(set(before.get("gpu_busy") or {}) | set(after.get("gpu_busy") or {})):
-        b, a = ((side.get("gpu_busy") or {}).get(g, {}).get("busy_mean") for side in (before, after))
-        out.print(f"GPU busy, GPU {g} (SM activity): {_pct1(b)} -> {_pct1(a)}", style="bold")
+    for pair_, label in ((result.gpu_phase_share, "GPU phase share (held GPU / wall; not how busy the GPU is)"),
+                         (result.timeline_share, "GPU_START..GPU_END share (overstates)")):
+        out.print(f"{label}: {_pct(pair_.before)} -> {_pct(pair_.after)}")
+    for g, busy in result.gpu_busy.items():
+        out.print(f"GPU busy, GPU {g} (SM activity): {_pct1(busy.before)} -> {_pct1(busy.after)}", style="bold")
     return 0

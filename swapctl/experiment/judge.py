@@ -7,7 +7,7 @@ own counters, the GPU phase share and where the time goes, and one line an engin
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from ..gpu.samples import Sample
@@ -38,7 +38,6 @@ class Side:
     gpu_busy: dict[str, float | None]
     where: dict[str, dict[str, float]]
     largest_idle_cause: dict[str, str | None]
-    report: dict[str, Any] = field(repr=False)
     duty_cycle: dict[str, float | None] = field(default_factory=dict)  # dmon sm%: any kernel ran
     kernel_share: dict[str, float | None] = field(default_factory=dict)  # from the log's phases, 0-1
 
@@ -60,9 +59,7 @@ class Verdict:
                 for name, c in self.phases.items()]
 
     def as_dict(self) -> dict[str, Any]:
-        def side(s: Side) -> dict[str, Any]:
-            return {k: v for k, v in s.__dict__.items() if k != "report"}
-        return {"summary": self.summary, "before": side(self.before), "after": side(self.after),
+        return {"summary": self.summary, "before": asdict(self.before), "after": asdict(self.after),
                 "phases": {n: {**c.__dict__, "significant": c.significant, "line": c.line(n),
                                "resolution": self.resolution.get(n)}
                            for n, c in self.phases.items()}}
@@ -79,17 +76,15 @@ def _unseen(res: float | None | bool) -> str:
 def side(runs: list[Run], samples: list[Sample]) -> Side:
     log = Log()
     log.runs = runs
-    r = gpu.report(log, "all", samples)
-    wall = (r["wall_ms"] or 0) / 1000
-    figures = r["gpu_figures"] or {}
-    busy = {g: b["busy_mean"] for g, b in (r["gpu_busy"] or {}).items()}
-    where = {g: w["parts"] for g, w in (r["where_time_goes"] or {}).items()}
-    causes = {g: w["largest_idle_cause"] for g, w in (r["where_time_goes"] or {}).items()}
-    return Side(proofs=r["jobs"], partitions=r["partitions"], wall_s=wall,
-                proofs_per_hour=r["jobs"] / wall * 3600 if wall and r["jobs"] else None,
-                phase_share=r["gpu_phase_share"], gpu_busy=busy, where=where, largest_idle_cause=causes, report=r,
-                duty_cycle={g: f["duty_cycle"] for g, f in figures.items()},
-                kernel_share={g: f["kernel_share"] for g, f in figures.items()})
+    r = gpu.read(log, "all", samples)
+    f = r.figures
+    wall = (f.wall_ms or 0) / 1000
+    return Side(proofs=f.jobs, partitions=f.partitions, wall_s=wall,
+                proofs_per_hour=f.jobs / wall * 3600 if wall and f.jobs else None,
+                phase_share=f.gpu_phase_share, gpu_busy=r.busy(), where={g: v.time for g, v in r.gpus.items()},
+                largest_idle_cause={g: v.largest_idle_cause for g, v in r.gpus.items()},
+                duty_cycle={g: v.duty_cycle for g, v in r.gpus.items()},
+                kernel_share={g: v.kernel_share for g, v in r.gpus.items()})
 
 
 def verdict(before: list[Run], after: list[Run], samples: list[Sample] | None = None,

@@ -80,7 +80,7 @@ def write_html(path: Path, v: Verdict, host: str, binary: str, win: Fetched, off
             views = None
             side_runs = win.runs(lo, hi)[-1:]
             if samples and side_runs and side_runs[0].epoch:
-                views = [{"epoch": side_runs[0].epoch, "samples": samples}]
+                views = [plot.Counters(side_runs[0].epoch, samples)]
             if lanes:
                 buf = io.BytesIO()
                 plot.draw(lanes, buf, f"{host}: {label}", views)

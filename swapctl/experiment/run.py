@@ -163,6 +163,12 @@ def _judge(sw: Swap, win: Window, s: Settings, hooks: Hooks, base: _Baseline, ne
     return v, decision
 
 
+def _ntt_p50(run: Run) -> float | None:
+    """The median ntt_kernels of a run (None: it has none)."""
+    ntt = run.figures().phases.get("ntt_kernels")
+    return ntt.p50 if ntt else None
+
+
 def _watch(win: Window, start: int, s: Settings, base: _Baseline, hooks: Hooks) -> None:
     """Waits for the window to end, saying how B does against the baseline as it goes; with looks (proof
     counts), it ends at the first look where a headline phase moved (verdict.moved), judged as the
@@ -170,13 +176,13 @@ def _watch(win: Window, start: int, s: Settings, base: _Baseline, hooks: Hooks) 
     looks = list(base.looks)
     baseline = without_warmup(base.runs, s.warmup)[0]
     deadline = time.monotonic() + s.for_s
-    base_p50 = base.runs[-1].report()["phases"].get("ntt_kernels", {}).get("p50")
+    base_p50 = _ntt_p50(base.runs[-1])
     while time.monotonic() < deadline:
         time.sleep(min(POLL_S, max(0.0, deadline - time.monotonic())))
         win.fetch()
         runs = win.runs(start)
         done = sum(r.jobs for r in runs)
-        ntt = runs[-1].report()["phases"].get("ntt_kernels", {}).get("p50") if runs else None
+        ntt = _ntt_p50(runs[-1]) if runs else None
         hooks.say(f"window: {done} proofs, ntt_kernels p50 {_ms(ntt)} (baseline {_ms(base_p50)})"
                   f"{_busy(win)}, {max(0.0, deadline - time.monotonic()):.0f} s left", "dim")
         if base.proofs is not None and done >= base.proofs:

@@ -18,37 +18,24 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
 from ..gpu.samples import DMON, Sample
+from .gpu_figures import PARTS, Cycle, GpuFigures, GpuReport
 from .timings import GpuTime, Log, Run, RunReport
+
+__all__ = ["PARTS", "GpuFigures", "GpuReport", "gpu_view", "read", "run_window"]
 
 GPM_LAG = timedelta(milliseconds=500)  # a GPM reading stamped t: [t - 1 s - GPM_LAG, t - GPM_LAG)
 DUTY_S = 1.0  # a duty-cycle reading stamped t: the second before t
-DISAGREE = 3.0  # points: two figures further apart than this get a line saying why
 BOOTSTRAP = 2000  # resamples of whole-cycle blocks for SM activity's interval
 MIN_BLOCKS = 4  # fewer blocks of whole cycles than this in the window: no interval
 # dmon prints GPM values in whole percents and stamps whole seconds (it skips one now and then): a
 # reading's own resolution, added to each side of the interval (on an H200, one reading against the
 # 200 ms NVML reader over the same second differed by 0.3-0.8 points on average)
 RESOLUTION = 1.0
-
-PARTS = {
-    "kernels": "kernels: the log's GPU phases less the copy and the barrier waits",
-    "copy": "host-to-device copy (the log's h2d_copy_ms): the GPU phase waits for it",
-    "gpu_phase": "GPU phase: copy and kernels together (the log does not time the copy)",
-    "barrier": "barrier waits inside the GPU phase (GPU waits for CPU preparation)",
-    "synthesis": "waiting for synthesis: nothing queued for the GPU",
-    "queued": "a partition queued, none in the GPU phase yet (host preparation, lock hand-over)",
-}
-IDLE = ("copy", "barrier", "synthesis", "queued")
-FIGURES = {
-    "gpu_busy": "GPU busy = SM activity: the share of SMs busy, the GPU's activity counters (GPM), per GPU",
-    "duty_cycle": "duty cycle: nvidia-smi dmon sm% (utilization.gpu), the share of each period any kernel ran",
-    "kernel_share": "kernel share from the log: GPU phases less copy and barrier waits, over wall time",
-}
-
 
 def merged(spans: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
     """The union of intervals, as sorted disjoint intervals."""
@@ -122,12 +109,12 @@ def gpu_starts(run: Run, workers: Iterable[int]) -> list[float]:
     return sorted(s for w in workers for s, _ in run.timeline.phases_of(w))
 
 
-def cycle_ms(starts: Sequence[float]) -> dict[str, Any] | None:
+def cycle_ms(starts: Sequence[float]) -> Cycle | None:
     """One partition's cycle on the GPU, GPU_START to the next: p50 and its range over the run."""
     gaps = sorted(b - a for a, b in zip(starts, starts[1:], strict=False))
     if not gaps:
         return None
-    return {"p50": gaps[len(gaps) // 2], "min": gaps[0], "max": gaps[-1], "n": len(gaps)}
+    return Cycle(gaps[len(gaps) // 2], gaps[0], gaps[-1], len(gaps))
 
 
 def _copy_ms(run: Run, gpus: dict[str, GpuTime], d: GpuTime) -> float | None:
@@ -182,7 +169,7 @@ def kernel_share_in(run: Run, d: GpuTime, lo: float, hi: float) -> float | None:
     return kernels / (hi - lo)
 
 
-def gpu_view(run: Run, samples: list[Sample]) -> dict[str, dict[str, Any]]:
+def gpu_view(run: Run, samples: list[Sample]) -> dict[str, GpuFigures]:
     """Per GPU of the run (the log's GPU ordinal): the three figures, where its wall time went (from the
     log, fractions adding up to 1), its partition cycle, and what the counters said over the window."""
     gpus = run.gpus()
@@ -194,16 +181,11 @@ def gpu_view(run: Run, samples: list[Sample]) -> dict[str, dict[str, Any]]:
     for g, d in gpus.items():
         parts = log_parts(run, gpus, d)
         time = {k: v / wall for k, v in sorted(parts.items(), key=lambda kv: -kv[1])}
-        idle = {k: v for k, v in time.items() if k in IDLE}
         starts = gpu_starts(run, d["workers"])
-        view: dict[str, Any] = {
-            "window": [_iso(t) for t in bounds] if bounds else None, "time": time,
-            "kernel_share": time.get("kernels"), "copy_share": time.get("copy"), "cycle_ms": cycle_ms(starts),
-            "largest_idle_cause": max(idle, key=lambda k: idle[k]) if idle else None}
-        view.update(counters(samples, int(g) if g.isdigit() else -1, bounds, view["cycle_ms"],
-                             [run.epoch + timedelta(milliseconds=o) for o in starts] if run.epoch else []))
-        view["disagree"] = disagreements(view)
-        out[g] = view
+        view = GpuFigures(time, kernel_share=time.get("kernels"), copy_share=time.get("copy"),
+                          cycle_ms=cycle_ms(starts), window=(_iso(bounds[0]), _iso(bounds[1])) if bounds else None)
+        out[g] = counters(view, samples, int(g) if g.isdigit() else -1, bounds,
+                          [run.epoch + timedelta(milliseconds=o) for o in starts] if run.epoch else [])
     return out
 
 
@@ -213,20 +195,17 @@ def _inside(samples: Iterable[Sample], gpu: int, a: datetime, b: datetime, lag: 
             and s.time - period - lag >= a and s.time - lag <= b]
 
 
-def counters(samples: list[Sample], gpu: int, bounds: tuple[datetime, datetime] | None, cycle: dict[str, Any] | None,
-             starts: list[datetime]) -> dict[str, Any]:
-    """What the GPU's counters said over the window: readings whose whole period lies inside it."""
-    view: dict[str, Any] = {"samples": 0, "busy_mean": None, "busy_is": None, "busy_interval": None,
-                            "busy_span": None, "sm_occupancy": None, "duty_cycle": None, "dropped": 0,
-                            "rx_gpm_mibps": None, "rx_per_partition_mib": None}
+def counters(view: GpuFigures, samples: list[Sample], gpu: int, bounds: tuple[datetime, datetime] | None,
+             starts: list[datetime]) -> GpuFigures:
+    """`view` with what the GPU's counters said over the window: readings whose whole period lies inside it."""
     if not bounds:
         return view
     second = timedelta(seconds=DUTY_S)
     duty = _inside(samples, gpu, bounds[0], bounds[1], timedelta(0), second)
     lagged, firsts = _inside(samples, gpu, bounds[0], bounds[1], GPM_LAG, second), _gpm_starts(samples, gpu)
     gpm = [s for s in lagged if s.sm_act_pct is not None and id(s) not in firsts]  # firsts once, not per reading
-    view.update(samples=len(duty), duty_cycle=_mean([s.sm_pct for s in duty if s.sm_pct is not None]),
-                dropped=sum(s.dropped for s in lagged))
+    view = replace(view, samples=len(duty), duty_cycle=_mean([s.sm_pct for s in duty if s.sm_pct is not None]),
+                   dropped=sum(s.dropped for s in lagged))
     if not gpm:
         return view
     act = [s.sm_act_pct for s in gpm if s.sm_act_pct is not None]
@@ -235,11 +214,11 @@ def counters(samples: list[Sample], gpu: int, bounds: tuple[datetime, datetime] 
     span = (first - second - GPM_LAG, last - GPM_LAG)
     rx = [s.gpm_rx_mibps for s in gpm if s.gpm_rx_mibps is not None]
     parts = sum(1 for t in starts if span[0] <= t < span[1])
-    view.update(busy_mean=_mean(act), busy_is="sm_activity", busy_span=[_iso(t) for t in span],
-                busy_interval=block_interval(act, cycle["p50"] / 1000 if cycle else None),
-                sm_occupancy=_mean([s.sm_occ_pct for s in gpm if s.sm_occ_pct is not None]),
-                rx_gpm_mibps=_mean(rx), rx_per_partition_mib=sum(rx) * DUTY_S / parts if rx and parts else None)
-    return view
+    cycle = view.cycle_ms
+    return replace(view, busy_mean=_mean(act), busy_span=(_iso(span[0]), _iso(span[1])),
+                   busy_interval=block_interval(act, cycle.p50 / 1000 if cycle else None),
+                   sm_occupancy=_mean([s.sm_occ_pct for s in gpm if s.sm_occ_pct is not None]),
+                   rx_gpm_mibps=_mean(rx), rx_per_partition_mib=sum(rx) * DUTY_S / parts if rx and parts else None)
 
 
 def _gpm_starts(samples: list[Sample], gpu: int) -> set[int]:
@@ -266,7 +245,7 @@ def block_length(cycle_s: float) -> int:
     return max(2, round(6 * cycle_s))
 
 
-def block_interval(values: Sequence[float], cycle_s: float | None) -> list[float] | None:
+def block_interval(values: Sequence[float], cycle_s: float | None) -> tuple[float, float] | None:
     """The 95% interval of the mean of 1 s true averages by a circular block bootstrap over whole cycles
     (seeded: the same data gives the same interval), widened by the readings' RESOLUTION. None without a
     cycle or with too few blocks."""
@@ -284,25 +263,8 @@ def block_interval(values: Sequence[float], cycle_s: float | None) -> list[float
             total += sum(values[(at + i) % n] for i in range(block))
         means.append(total / (n // block * block))
     means.sort()  # a share: widened by the resolution, it still lies within 0-100%
-    return [max(0.0, means[int(0.025 * BOOTSTRAP)] - RESOLUTION), min(100.0, means[int(0.975 * BOOTSTRAP) - 1]
-                                                                      + RESOLUTION)]
-
-
-def disagreements(view: dict[str, Any]) -> list[str]:
-    """One line for each pair of the three figures further apart than DISAGREE points, saying why."""
-    busy, duty = view.get("busy_mean"), view.get("duty_cycle")
-    kernel = view["kernel_share"] * 100 if view.get("kernel_share") is not None else None
-    lines = []
-    if busy is not None and duty is not None and abs(duty - busy) > DISAGREE:
-        lines.append(f"duty cycle {duty:.1f}% against SM activity {busy:.1f}%: a duty cycle counts a period as busy "
-                     f"when any kernel ran; SM activity counts the SMs that were busy")
-    if busy is not None and kernel is not None and abs(kernel - busy) > DISAGREE:
-        lines.append(f"the log's kernel share {kernel:.1f}% against SM activity {busy:.1f}%: the kernels leave SMs "
-                     f"idle, or the GPU phase holds time that is neither copy nor kernel")
-    if busy is None and duty is not None and kernel is not None and abs(duty - kernel) > DISAGREE:
-        lines.append(f"duty cycle {duty:.1f}% against the log's kernel share {kernel:.1f}%: a duty cycle is a "
-                     f"snapshot of whether any kernel ran, not how long kernels ran")
-    return lines
+    return (max(0.0, means[int(0.025 * BOOTSTRAP)] - RESOLUTION),
+            min(100.0, means[int(0.975 * BOOTSTRAP) - 1] + RESOLUTION))
 
 
 def overlap_all(a: Sequence[tuple[float, float]], b: Sequence[tuple[float, float]]) -> float:
@@ -321,60 +283,37 @@ WEIGHED = ("busy_mean", "duty_cycle", "kernel_share", "copy_share", "sm_occupanc
            "rx_per_partition_mib")
 
 
-def combine(views: list[dict[str, dict[str, Any]]], walls: list[float]) -> dict[str, dict[str, Any]]:
+def combine(views: list[dict[str, GpuFigures]], walls: list[float]) -> dict[str, GpuFigures]:
     """Several runs' views, each GPU's figures weighted by the runs' wall times (a figure over the runs
-    that have it); an interval, a span and a cycle only for one run, where they mean what they say."""
-    out: dict[str, dict[str, Any]] = {}
-    for view, wall in zip(views, walls, strict=False):
-        for g, v in view.items():
-            acc = out.setdefault(g, {"wall": 0.0, "time": {}, "samples": 0, "dropped": 0, "n": 0,
-                                     **{k: [0.0, 0.0] for k in WEIGHED}})
-            acc["wall"] += wall
-            acc["n"] += 1
-            acc["samples"] += v["samples"]
-            acc["dropped"] += v["dropped"]
-            for k in WEIGHED:
-                if v.get(k) is not None:
-                    acc[k][0] += v[k] * wall
-                    acc[k][1] += wall
-            for k, f in v["time"].items():
-                acc["time"][k] = acc["time"].get(k, 0.0) + f * wall
+    that have it); an interval, a span, a cycle and a window only for one run, where they mean what they say."""
     result = {}
-    for g, acc in out.items():
-        time = {k: v / acc["wall"] for k, v in sorted(acc["time"].items(), key=lambda kv: -kv[1])}
-        idle = {k: v for k, v in time.items() if k in IDLE}
-        one = next(v[g] for v in views if g in v) if acc["n"] == 1 else {}
-        row = {"samples": acc["samples"], "dropped": acc["dropped"], "time": time, "runs": acc["n"],
-               "largest_idle_cause": max(idle, key=lambda k: idle[k]) if idle else None,
-               **{k: acc[k][0] / acc[k][1] if acc[k][1] else None for k in WEIGHED},
-               **{k: one.get(k) for k in ("busy_interval", "busy_span", "cycle_ms", "window")}}
-        row["busy_is"] = "sm_activity" if row["busy_mean"] is not None else None
-        row["disagree"] = disagreements(row)
-        result[g] = row
+    for g in dict.fromkeys(g for view in views for g in view):  # in the order the runs name them
+        mine = [(view[g], wall) for view, wall in zip(views, walls, strict=False) if g in view]
+        total = sum(wall for _, wall in mine)
+        time: dict[str, float] = {}
+        for v, wall in mine:
+            for k, f in v.time.items():
+                time[k] = time.get(k, 0.0) + f * wall
+        weighed: dict[str, Any] = {}
+        for k in WEIGHED:
+            have = [(getattr(v, k), wall) for v, wall in mine if getattr(v, k) is not None]
+            weight = sum(wall for _, wall in have)
+            weighed[k] = sum(x * wall for x, wall in have) / weight if weight else None
+        one = mine[0][0] if len(mine) == 1 else GpuFigures({})
+        result[g] = GpuFigures(
+            {k: v / total for k, v in sorted(time.items(), key=lambda kv: -kv[1])},
+            samples=sum(v.samples for v, _ in mine), dropped=sum(v.dropped for v, _ in mine), runs=len(mine),
+            busy_interval=one.busy_interval, busy_span=one.busy_span, cycle_ms=one.cycle_ms, window=one.window,
+            **weighed)
     return result
 
 
-def report(log: Log, which: str | int = "all", samples: list[Sample] | None = None,
-           figures: RunReport | None = None) -> dict[str, Any]:
-    """The log's report (timings.Log.report; `figures`, where its caller has them already) with the three
-    figures per GPU and run (`gpu` in each run's row, in full; `gpu_busy`, `duty_cycle`, `kernel_share` by
-    GPU) and over the runs chosen (`gpu_busy`: per GPU, every figure; None without GPU samples), and
-    `where_time_goes` from the log's phases."""
-    result = (figures or log.figures(which)).as_dict()
-    samples = samples or []
+def read(log: Log, which: str | int = "all", samples: list[Sample] | None = None,
+         figures: RunReport | None = None) -> GpuReport:
+    """The log's figures (Log.figures; `figures`, where its caller has them already) with the GPU's: per
+    run and GPU, and per GPU over the runs chosen."""
     runs = log.select(which)
-    views = [gpu_view(r, samples) for r in runs]
-    for row, view in zip(result["runs"], views, strict=False):
-        row["gpu"] = view
-        for key in ("busy_mean", "duty_cycle", "kernel_share"):
-            row["gpu_busy" if key == "busy_mean" else key] = {g: v[key] for g, v in view.items()}
-        row["where_time_goes"] = {g: v["time"] for g, v in view.items()}
-    combined = combine(views, [r.wall_ms or 0.0 for r in runs])
-    result["gpu_busy"] = None if not samples else combined
-    result["gpu_figures"] = combined
-    result["gpu_figures_are"] = FIGURES
-    result["gpu_busy_is"] = FIGURES["gpu_busy"]
-    result["where_time_goes"] = {g: {"parts": c["time"], "largest_idle_cause": c["largest_idle_cause"]}
-                                 for g, c in combined.items()}
-    result["where_time_goes_parts"] = PARTS
-    return result
+    views = [gpu_view(r, samples or []) for r in runs]
+    return GpuReport(figures or log.figures(which), views, combine(views, [r.wall_ms or 0.0 for r in runs]),
+                     sampled=bool(samples))
+

@@ -8,11 +8,16 @@ the GPU phase. The white between the GPU bars is the GPU waiting: what a starved
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
 from os import PathLike
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from .timings import RESTART_MS, START, Readable, lines
+
+if TYPE_CHECKING:
+    from ..gpu.samples import Sample
 
 LINE = re.compile(rb"TIMELINE,(\d+(?:\.\d+)?),(\w+),([^,\s]+)((?:,[\w.]+=[^,\s]*)*)")
 PHASES = {"SYNTH_START": ("synthesis", "start"), "SYNTH_END": ("synthesis", "end"),
@@ -69,10 +74,18 @@ def runs(streams: Iterable[Readable]) -> list[Lanes]:
     return [r for r in out if r]
 
 
-def draw(runs: list[Lanes], path: Dest, title: str, gpu: list[dict[str, Any]] | None = None) -> None:
+@dataclass(frozen=True)
+class Counters:
+    """The GPU's samples to draw under one run's bars, placed on its time axis through its epoch."""
+
+    epoch: datetime
+    samples: list[Sample]
+
+
+def draw(runs: list[Lanes], path: Dest, title: str, gpu: Sequence[Counters | None] | None = None) -> None:
     """Writes the timeline as a PNG (matplotlib, no display needed) to a path or a binary file: one axis
-    per daemon run, each on its own time axis (offsets start again with each run). `gpu`, one per run:
-    {"epoch": datetime, "samples": [Sample]}; its sm% and PCIe RX are drawn under that run's bars."""
+    per daemon run, each on its own time axis (offsets start again with each run). `gpu`, one per run (None
+    for a run without): its sm% and PCIe RX are drawn under that run's bars."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -91,8 +104,8 @@ def draw(runs: list[Lanes], path: Dest, title: str, gpu: list[dict[str, Any]] | 
         if kind == "lanes":
             _lanes(ax, runs[i], f"{title}: run {i + 1} of {len(runs)}" if len(runs) > 1 else title)
             bars_ax[i] = ax
-        elif gpu:
-            _gpu(ax, gpu[i], bars_ax[i])
+        elif gpu and (counters := gpu[i]):
+            _gpu(ax, counters, bars_ax[i])
     axes[0][0].legend(handles=[Patch(color=c, label=p) for p, c in COLOURS.items()], loc="upper right")
     fig.tight_layout()
     fig.savefig(path, dpi=110, format="png")
@@ -111,16 +124,16 @@ def _lanes(ax: Any, lanes: Lanes, title: str) -> None:
     ax.set_title(title)
 
 
-def _gpu(ax: Any, view: dict[str, Any], bars: Any) -> None:
+def _gpu(ax: Any, view: Counters, bars: Any) -> None:
     """The GPU's own counters on the run's time axis: sm% per GPU, and PCIe RX on a second scale."""
-    epoch, samples = view["epoch"], view["samples"]
+    epoch, samples = view.epoch, view.samples
     lo, hi = bars.get_xlim()  # this run's seconds: the samples of other runs stay off its axis
     samples = [s for s in samples if s.time and lo <= (s.time - epoch).total_seconds() <= hi]
     ax.sharex(bars)
     rx_ax = ax.twinx()
     for g in sorted({s.gpu for s in samples}):
         mine = [s for s in samples if s.gpu == g and s.time]
-        t = [(s.time - epoch).total_seconds() for s in mine]
+        t = [(s.time - epoch).total_seconds() for s in mine if s.time]
         act = [(ti, s.sm_act_pct) for ti, s in zip(t, mine, strict=False) if s.sm_act_pct is not None]
         if act:  # GPU busy: the share of SMs busy over each second (GPM)
             ax.step(*zip(*act, strict=False), where="pre", color="#2a7a3b", label=f"GPU {g} SM activity (GPM)")

@@ -7,20 +7,20 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from .cuzk import files
-from .cuzk.files import by_release, parse, release_segments
+from .cuzk.files import ReleasePart, by_release, parse, release_segments
 from .cuzk.log import Log
 from .cuzk.mender import lines
 from .cuzk.patterns import RESTART_MS, START, WHOLE
-from .cuzk.report import PHASE_SHARE, RunReport, RunRow, Summary, compare, summarize
+from .cuzk.report import PHASE_SHARE, RunReport, RunRow, Summary, summarize
 from .cuzk.run import GpuTime, Run
 from .format import ByteRange, Readable
 
 PARALLEL_MIN = files.PARALLEL_MIN  # files this large are read in pieces on every core (tests set it lower)
 
 __all__ = [
-    "PARALLEL_MIN", "PHASE_SHARE", "RESTART_MS", "START", "WHOLE", "ByteRange", "GpuTime", "Log", "Readable", "Run",
-    "RunReport", "RunRow", "Summary", "by_release", "compare", "lines", "parse", "parse_files", "release_segments",
-    "summarize",
+    "PARALLEL_MIN", "PHASE_SHARE", "RESTART_MS", "START", "WHOLE", "ByteRange", "GpuTime", "Log", "Readable",
+    "ReleasePart", "Run", "RunReport", "RunRow", "Summary", "by_release", "lines", "parse", "parse_files",
+    "release_segments", "summarize",
 ]
 
 

@@ -6,13 +6,14 @@ from __future__ import annotations
 import os
 from array import array
 from collections.abc import Iterable
-from typing import Any
+from dataclasses import dataclass
 
 from ...swap.journal_entry import JournalEntry, starts
 from ..format import ByteRange, Readable
 from .fields import VALUE
 from .log import Log
 from .mender import CHUNK, blocks
+from .report import RunReport
 
 PARALLEL_MIN = 64 << 20  # below this a second process costs more than it saves
 PART_CHUNK = 2 << 20  # two parts are read at once: smaller chunks, less memory in flight
@@ -102,10 +103,19 @@ def release_segments(journal: Iterable[JournalEntry], size: int) -> list[tuple[s
     return segments
 
 
-def by_release(path: str, journal: Iterable[JournalEntry]) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class ReleasePart:
+    """The part of a daemon log one release wrote (bytes [from_byte, to_byte)), and its figures."""
+
+    release: str
+    from_byte: int
+    to_byte: int
+    report: RunReport
+
+
+def by_release(path: str, journal: Iterable[JournalEntry]) -> list[ReleasePart]:
     """One report per release, each from the part of the log it wrote."""
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
-        return [{"release": release, "from_byte": start, "to_byte": end,
-                 "report": parse([ByteRange(f, start, end)]).report()}
+        return [ReleasePart(release, start, end, parse([ByteRange(f, start, end)]).figures())
                 for release, start, end in release_segments(journal, size)]

@@ -16,7 +16,6 @@ if TYPE_CHECKING:
 
 PHASE_SHARE = ("sum(mutex_held_ms - barrier_wait_ms) / wall time, per GPU: the time partitions hold the GPU, "
                "a copy from pageable memory included; not how busy the GPU is")
-SHARES = ("gpu_phase_share", "timeline_share")
 
 
 @dataclass(frozen=True)
@@ -117,6 +116,10 @@ class RunReport:
     starved: Starved
     lines: int
     skipped_lines: int
+
+    def p50(self, phase: str) -> float | None:
+        """The phase's median, None where the runs did not log it."""
+        return self.phases[phase].p50 if phase in self.phases else None
 
     def as_dict(self) -> dict[str, Any]:
         """The report as JSON writes it: the fields, in order, nested ones too."""
@@ -229,17 +232,3 @@ def report(runs: list[Run]) -> RunReport:
         synth_to_gpu_ratio=synth / gpu if synth and gpu else None, starved=_starved(phases, summaries, gaps),
         lines=sum(r.lines for r in runs), skipped_lines=sum(r.skipped_lines for r in runs),
     )
-
-
-def compare(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
-    """Each phase's p50 before and after, with the change in %; the shares before and after."""
-    rows = {}
-    for name in sorted(set(before["phases"]) | set(after["phases"])):
-        b = before["phases"].get(name, {}).get("p50")
-        a = after["phases"].get(name, {}).get("p50")
-        rows[name] = {"before_p50": b, "after_p50": a,
-                      "change_pct": (a - b) / b * 100 if a is not None and b else None}
-    gpu_busy = {g: {"before": (before.get("gpu_busy") or {}).get(g, {}).get("busy_mean"),
-                    "after": (after.get("gpu_busy") or {}).get(g, {}).get("busy_mean")}
-                for g in sorted(set(before.get("gpu_busy") or {}) | set(after.get("gpu_busy") or {}))}
-    return {"phases": rows, **{k: {"before": before[k], "after": after[k]} for k in SHARES}, "gpu_busy": gpu_busy}
