@@ -60,6 +60,32 @@ def test_changed_host_key_is_always_refused(sshd, tmp_path, policy):
     assert sshd.host_pub not in known.read_text()
 
 
+def test_known_hosts_is_parsed_once_while_it_stays_the_same_hashed_names_included(sshd, tmp_path, monkeypatch):
+    # issue 34: each connection of a fleet command parsed the whole file, N lines N times at N hosts
+    import paramiko
+
+    other = tmp_path / "other_key"
+    keygen(other)
+    known = tmp_path / "known_hosts"
+    wrong = Path(f"{other}.pub").read_text().split()[:2]
+    known.write_text("".join(f"[10.9.0.{i}]:22 {' '.join(wrong)}\n" for i in range(1, 100))
+                     + f"[{sshd.address}]:{sshd.port} ssh-ed25519 {sshd.host_pub}\n")
+    subprocess.run(["ssh-keygen", "-H", "-f", str(known)], check=True, capture_output=True)  # as HashKnownHosts
+    assert f"[{sshd.address}]" not in known.read_text()
+    loads = []
+    real = paramiko.HostKeys.load
+    monkeypatch.setattr(paramiko.HostKeys, "load", lambda self, name: (loads.append(name), real(self, name))[1])
+    for _ in range(2):
+        with SshHost(spec(sshd, known_hosts=str(known))) as host:
+            assert host.run(Cmd("true")).ok
+    assert loads == [str(known)]
+    with known.open("a") as f:  # the file changed: read again, and the host still checked against it
+        f.write(f"[10.9.1.1]:22 {' '.join(wrong)}\n")
+    with SshHost(spec(sshd, known_hosts=str(known))) as host:
+        assert host.run(Cmd("true")).ok
+    assert loads == [str(known)] * 2
+
+
 def test_refused_authentication(sshd, tmp_path):
     stranger = tmp_path / "stranger"
     keygen(stranger)
