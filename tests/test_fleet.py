@@ -10,6 +10,7 @@ import struct
 import subprocess
 import sys
 import termios
+from pathlib import Path
 
 import pytest
 
@@ -155,13 +156,13 @@ def test_rollback_max_fail_0_stops_starting_hosts_after_the_first_failure(farm, 
         assert running(s) == [sha(prover_b)] and journal(s)[-1]["action"] == "deploy"
 
 
-def test_a_terminal_gets_one_live_view_of_every_host(farm, fleet, prover_b):
-    """Run under a real pseudo-terminal, as a person would: the view's rows replace per-host lines."""
+def at_terminal(fleet: Path, prover: Path, term: str) -> str:
+    """A parallel deploy run under a real pseudo-terminal, as a person would: what the screen was sent."""
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 160, 0, 0))
-    proc = subprocess.Popen([sys.executable, "-m", "swapctl", "deploy", "@farm", "--binary", str(prover_b),
+    proc = subprocess.Popen([sys.executable, "-m", "swapctl", "deploy", "@farm", "--binary", str(prover),
                              "--parallel", str(HOSTS), "--yes", "-p", str(fleet)],
-                            stdin=slave, stdout=slave, stderr=slave, env={**os.environ, "TERM": "xterm"})
+                            stdin=slave, stdout=slave, stderr=slave, env={**os.environ, "TERM": term})
     os.close(slave)
     seen = bytearray()
     while True:
@@ -174,11 +175,29 @@ def test_a_terminal_gets_one_live_view_of_every_host(farm, fleet, prover_b):
         seen += chunk
     assert proc.wait(timeout=60) == 0, seen.decode(errors="replace")
     os.close(master)
-    screen = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", seen.decode(errors="replace"))
+    return seen.decode(errors="replace")
+
+
+def test_a_terminal_gets_one_live_view_of_every_host(farm, fleet, prover_b):
+    """The view's rows replace per-host lines."""
+    screen = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", at_terminal(fleet, prover_b, "xterm"))
     assert re.search(r"host\s+step", screen)  # the live table's header, drawn while hosts swap
     assert "gpu-0 upload:" not in screen  # and no per-host lines beside it
     for i in range(HOSTS):
         assert re.search(rf"gpu-{i}\s+(upload|backup|stop|memory|start|ready|deployed)", screen)
     assert "rollout" in screen  # the summary table at the end
+    for s in farm.servers:
+        assert running(s) == [sha(prover_b)]
+
+
+def test_a_terminal_that_cannot_move_its_cursor_gets_each_hosts_lines(farm, fleet, prover_b):
+    """TERM=dumb (an editor's shell, a CI log): rich draws no live table there, so every host's steps are
+    printed as lines instead of a view that would stay blank until the end."""
+    screen = at_terminal(fleet, prover_b, "dumb")
+    assert "\x1b[" not in screen  # no cursor movement, no colour
+    assert not re.search(r"host\s+step", screen)
+    for i in range(HOSTS):
+        assert f"gpu-{i} upload:" in screen and re.search(rf"gpu-{i} ready", screen)
+    assert "rollout" in screen
     for s in farm.servers:
         assert running(s) == [sha(prover_b)]

@@ -10,6 +10,9 @@ from pathlib import PurePosixPath
 from typing import Annotated, Any
 
 import typer
+from rich.console import Group
+from rich.rule import Rule
+from rich.text import Text
 
 from .. import playbook as pb
 from ..errors import BadInput, Refused, SwapctlError
@@ -31,7 +34,6 @@ from .common import (
     print_json,
     size,
     text,
-    warn,
     where,
     worst,
 )
@@ -87,17 +89,22 @@ def deploy(
                             verbose, fleet, ignore_gpu_hang, beside, stop))
 
 
-def show_env(plan: Plan, secret_env: tuple[str, ...]) -> None:
+def env_lines(plan: Plan, secret_env: tuple[str, ...]) -> list[Text]:
     """What the new daemon's environment changes from what runs (secrets as ***), and what is not carried."""
     running = plan.daemon.env if plan.daemon else (plan.known[plan.current].env if plan.current in plan.known
                                                    else None)
     changes = environ.diff(running or (), plan.new.env or (), secret_env) if running is not None else []
     if running is None:
-        err.print(text(f"  environment: {len(plan.new.env or ())} variables (nothing runs to compare with)"))
+        first = text(f"  environment: {len(plan.new.env or ())} variables (nothing runs to compare with)")
     else:
-        err.print(text(f"  environment: {', '.join(changes) if changes else 'as it runs now'}"))
-    for name, why in plan.env_dropped:
-        err.print(text(f"  environment: {name} is not carried over ({why})"), style="bold yellow")
+        first = text(f"  environment: {', '.join(changes) if changes else 'as it runs now'}")
+    return [first] + [styled(text(f"  environment: {name} is not carried over ({why})"), "bold yellow")
+                   for name, why in plan.env_dropped]
+
+
+def styled(line: Text, style: str) -> Text:
+    line.stylize(style)
+    return line
 
 
 def at_stake(plan: Plan, stop: str) -> str:
@@ -114,34 +121,37 @@ def at_stake(plan: Plan, stop: str) -> str:
 
 
 def show_plan(plan: Plan, dry_run: bool, secret_env: tuple[str, ...] = (), stop: str = "term") -> None:
+    """The plan, in one print: above a fleet's live view, each print draws the view again (issue 34)."""
+    err.print(Group(Rule(text(f"{plan.host}: deploy plan")), *plan_lines(plan, dry_run, secret_env, stop)))
+
+
+def plan_lines(plan: Plan, dry_run: bool, secret_env: tuple[str, ...], stop: str) -> list[Text]:
     d, b = plan.daemon, plan.binary if isinstance(plan, DeployPlan) else None
-    err.rule(text(f"{plan.host}: deploy plan"))
+    lines: list[Text] = []
     if d:
-        err.print(text(f"old daemon: pid {d.pid}, rss {size(d.rss_kib)}, up {duration(d.elapsed_s)}, "
-                       f"sha256 {d.sha256[:12]}" + (f", systemd unit {d.unit}" if d.unit else "")))
-        err.print(text(f"  command line: {' '.join(d.argv)}"))
-        err.print(text(f"  {at_stake(plan, stop)}"))
+        lines += [text(f"old daemon: pid {d.pid}, rss {size(d.rss_kib)}, up {duration(d.elapsed_s)}, "
+                       f"sha256 {d.sha256[:12]}" + (f", systemd unit {d.unit}" if d.unit else "")),
+                  text(f"  command line: {' '.join(d.argv)}"), text(f"  {at_stake(plan, stop)}")]
     else:
-        err.print(text("old daemon: none running" + (f" (systemd unit {plan.unit})" if plan.unit else "")))
+        lines.append(text("old daemon: none running" + (f" (systemd unit {plan.unit})" if plan.unit else "")))
     if plan.unit:
-        err.print(text(f"  through the unit: systemctl stop {plan.unit}, then systemctl start {plan.unit}"))
+        lines.append(text(f"  through the unit: systemctl stop {plan.unit}, then systemctl start {plan.unit}"))
     if b:
-        err.print(text(f"new binary: {b.path}, {b.size / 1e6:.1f} MB, sha256 {b.sha256[:12]}"))
+        lines.append(text(f"new binary: {b.path}, {b.size / 1e6:.1f} MB, sha256 {b.sha256[:12]}"))
     else:
-        err.print(text(f"roll back to: release {plan.new.id} ({plan.new.source}, created {plan.new.created[:19]} "
-                       f"by {plan.new.by})"))
+        lines.append(text(f"roll back to: release {plan.new.id} ({plan.new.source}, created "
+                          f"{plan.new.created[:19]} by {plan.new.by})"))
     who = f", uid {plan.new.uid} gid {plan.new.gid}" if plan.new.uid else ""
-    err.print(text(f"  will run as: {' '.join(plan.new.argv or ())}  (cwd {plan.new.cwd}{who})"))
-    show_env(plan, secret_env)
-    for saved in plan.to_save:
-        err.print(text(f"backup: {saved.release.source} release {saved.release.id} from {saved.source}"))
-    warn(plan.warnings)
+    lines.append(text(f"  will run as: {' '.join(plan.new.argv or ())}  (cwd {plan.new.cwd}{who})"))
+    lines += env_lines(plan, secret_env)
+    lines += [text(f"backup: {saved.release.source} release {saved.release.id} from {saved.source}")
+              for saved in plan.to_save]
+    lines += [styled(text(f"warning: {line}"), "bold yellow") for line in plan.warnings]
     if plan.unchanged:
-        err.print(text("the daemon already runs this binary: nothing to do (--restart to restart it)"))
+        lines.append(text("the daemon already runs this binary: nothing to do (--restart to restart it)"))
     if dry_run:
-        err.print("remote commands it would run:")
-        for c in plan.commands:
-            err.print(text(f"  {c}"))
+        lines += [text("remote commands it would run:"), *(text(f"  {c}") for c in plan.commands)]
+    return lines
 
 
 def shown_only(plan: Plan, book: pb.Playbook, dry_run: bool, preview: Preview | None, action: str) -> Outcome | None:

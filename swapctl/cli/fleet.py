@@ -163,7 +163,8 @@ def roll_out(book: pb.Playbook, specs: list[HostSpec], one: One, fleet: Fleet, y
     """The core's rollout (swapctl.fleet) with this terminal's views, Ctrl-C and canary confirmation.
 
     Returns each host's result (or SKIPPED) and why the rollout stopped early ("" if it did not)."""
-    run = _AtTerminal(one, fleet, live=len(specs) > 1 and err.is_terminal)
+    # the live table only where the cursor can move: rich draws nothing on a pipe or at TERM=dumb
+    run = _AtTerminal(one, fleet, live=len(specs) > 1 and err.is_interactive)
     gate = CanaryGate(book, check_canary, fleet.canary_wait,
                       lambda canaries: _confirm_canaries(canaries, fleet, yes), _wait_for_canaries)
     previous = signal.signal(signal.SIGINT, run.on_sigint)

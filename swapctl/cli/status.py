@@ -52,7 +52,7 @@ def _status(targets: list[str], playbook_path: str | None, as_json: bool, limit:
     def run() -> dict[str, Any]:
         return on_hosts(specs, lambda host: gather(host, book.daemon, book.gpu))
 
-    if err.is_terminal:  # said at once, gone when the hosts have answered; scripts see only the results
+    if err.is_interactive:  # said at once, gone when the hosts have answered; scripts see only the results
         names = where(specs[0]) if len(specs) == 1 else f"{len(specs)} hosts"
         with err.status(text(f"connecting to {names}..."), spinner="dots"):
             results = run()
