@@ -26,8 +26,10 @@ directory (default: .venv/bin, /tmp/ansible-venv/bin, else PATH). A tool that is
 said so.
 Also `swapctl fetch-logs @all` against `parallel-slurp` (pssh's), and per N the controller's CPU per host,
 peak RSS and most file descriptors at once. `--parallel P` deploys P hosts at a time (Ansible with P forks).
-Usage: python3 benchmarks/fleet.py [--hosts 8,16,32] [--runs 1] [--parallel P] [--tools swapctl,pssh,ansible,collection]
-       [--machine-bashrc] [--deploy-only]
+`--tools ...,tty` runs swapctl's deploy once more with a pty as its stdout and stderr: the live table drawn
+as at a person's terminal, its CPU against the same deploy's without one (issue 34).
+Usage: python3 benchmarks/fleet.py [--hosts 8,16,32] [--runs 1] [--parallel P]
+       [--tools swapctl,pssh,ansible,collection,tty] [--machine-bashrc] [--deploy-only]
 """
 
 from __future__ import annotations
@@ -115,14 +117,20 @@ sys.exit(os.waitstatus_to_exitcode(status))
 """
 
 
-def timed(argv: list[str], env: dict) -> tuple[float, float, float, int]:
+def timed(argv: list[str], env: dict, tty: bool = False) -> tuple[float, float, float, int]:
     """Wall seconds of the command; the CPU seconds it and every process it waited for used; the peak RSS
     (MiB) of the largest of them (wait4's rusage); and the most file descriptors its own process held at
-    once (sampled every 20 ms from /proc)."""
+    once (sampled every 20 ms from /proc). `tty`: its stdout and stderr are a terminal (a pty, 160 columns,
+    read here as fast as it writes), so swapctl draws its live table as it does for a person."""
     with tempfile.NamedTemporaryFile("r") as measured, tempfile.TemporaryFile("w+") as out:
+        sink, drain = (terminal(out) if tty else (out, None))
         t = time.perf_counter()
-        proc = subprocess.Popen([sys.executable, "-c", MEASURE, measured.name, *argv], stdout=out,
-                                stderr=subprocess.STDOUT, text=True, env=env, stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen([sys.executable, "-c", MEASURE, measured.name, *argv], stdout=sink,
+                                stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL,
+                                env={**env, "TERM": "xterm-256color", "COLUMNS": "160"} if tty else env)
+        if drain:
+            os.close(sink)
+            drain.start()
         fds = [0]
         done = threading.Event()
 
@@ -140,11 +148,38 @@ def timed(argv: list[str], env: dict) -> tuple[float, float, float, int]:
         wall = time.perf_counter() - t
         done.set()
         sampler.join()
+        if drain:
+            drain.join()
         if proc.returncode != 0:
             out.seek(0)
             sys.exit(f"{' '.join(argv[:4])} ... failed ({proc.returncode}): {out.read().strip()[-600:]}")
         cpu, rss_kib = measured.read().split()
     return wall, float(cpu), int(rss_kib) / 1024, fds[0]
+
+
+def terminal(out) -> tuple[int, threading.Thread]:
+    """A pty for a command's stdout and stderr (the slave's fd), and a thread that copies all it writes to
+    `out` until the command has closed it."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 160, 0, 0))
+
+    def copy() -> None:
+        while True:
+            try:
+                data = os.read(master, 65536)
+            except OSError:  # EIO: every writer has closed the slave
+                break
+            if not data:
+                break
+            out.write(data.decode(errors="replace"))
+        os.close(master)
+
+    return slave, threading.Thread(target=copy, daemon=True)
 
 
 def start_by_hand(servers, binary: Path) -> None:
@@ -274,6 +309,11 @@ def one_fleet(n: int, args: argparse.Namespace, base: Path, builds: dict, bashrc
                 add("deploy swapctl", timed(t.swapctl("deploy", "@all", "--binary", str(builds["b"]), "--parallel",
                                                       parallel, "--yes"), env))
                 assert ready_everywhere(lab.servers, "b"), "swapctl's deploy left a host without build b ready"
+                if "tty" in want:  # the same deploy at a terminal: its live table drawn four times a second
+                    start_by_hand(lab.servers, builds["a"])
+                    add("deploy swapctl, tty", timed(t.swapctl("deploy", "@all", "--binary", str(builds["b"]),
+                                                               "--parallel", parallel, "--yes"), env, tty=True))
+                    assert ready_everywhere(lab.servers, "b"), "swapctl's deploy at a tty left a host without b"
             if ansible_bin and "ansible" in want:
                 start_by_hand(lab.servers, builds["a"])
                 add("deploy ansible", timed(t.ansible_swap(builds["c"], int(parallel)), aenv))
@@ -322,7 +362,7 @@ def report(results: dict[int, dict[str, list[Measured]]], args: argparse.Namespa
     rows = (("status swapctl", "status parallel-ssh", 0.7), ("status swapctl", "status ansible", None),
             ("fetch-logs swapctl", "fetch parallel-slurp", None),
             ("deploy swapctl", "deploy ansible", 0.15), ("deploy collection", "deploy ansible", None),
-            ("deploy swapctl", "deploy collection", None))
+            ("deploy swapctl", "deploy collection", None), ("deploy swapctl, tty", "deploy swapctl", None))
     for n, got in results.items():
         for mine, ref, goal in rows:
             if ref not in got or mine not in got:
@@ -353,7 +393,8 @@ def main() -> None:
     ap.add_argument("--ansible", help="the directory holding ansible and ansible-playbook")
     ap.add_argument("--deploy-only", action="store_true", help="only the deploys (swapctl, Ansible, the collection)")
     ap.add_argument("--parallel", type=int, help="the deploys' --parallel and Ansible's forks (default: N)")
-    ap.add_argument("--tools", default="swapctl,pssh,ansible,collection", help="comma-separated: which to run")
+    ap.add_argument("--tools", default="swapctl,pssh,ansible,collection",
+                    help="comma-separated: which to run (tty: swapctl's deploy again, at a terminal)")
     args = ap.parse_args()
     ansible_bin, pssh, versions = find_tools(args.ansible)
     compiled(ROOT)
