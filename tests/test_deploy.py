@@ -272,6 +272,34 @@ def test_dry_run_changes_nothing(box, prover, prover_b):
     assert box.daemons() == [pid]
 
 
+def test_the_dry_run_prints_the_plans_steps_in_the_order_the_deploy_runs_them(box, prover, prover_b):
+    """issue 32: the plan is a list of steps (swap/steps.py); deploy runs it and --dry-run prints it, the same
+    steps in the same order. A rollback's has no upload and no pruning."""
+    from swapctl.swap import steps
+
+    pid = box.start_by_hand(prover)
+    book = load(box.playbook_path)
+    with connect(book.hosts["lab"]) as host, Swap(host, book) as sw:
+        plan = sw.plan(str(prover_b))
+        kinds = [type(s) for s in steps.of(plan)]
+        said = [c for c in plan.commands if c.startswith("# ")]
+    assert kinds == [steps.Lock, steps.Send, steps.Save, steps.SwapIn, steps.Prune]
+    assert [c.split(" ", 2)[1] for c in said] == ["the", "receive", "backup", "kill", "then,"], said
+    assert said[2] == (f"# backup (adopted): cp /proc/{pid}/exe {box.data}/.swapctl/cuzk/releases/{sha(prover)[:12]}"
+                       f"/cuzk")
+    assert said[3].endswith(f"if it fails, back to release {sha(prover)[:12]}; however it ends, one line appended "
+                            f"to {box.data}/.swapctl/cuzk/journal.jsonl")
+    assert said[4].startswith("# then, once the swap went well, no release to remove")
+    assert box.daemons() == [pid]
+    r = deploy(box, prover_b)
+    assert r.returncode == 0, r.stderr
+    assert list(journal(box)[-1]["steps"])[:3] == ["lock", "upload", "backup"]  # run in the plan's order
+    with connect(book.hosts["lab"]) as host, Swap(host, book) as sw:
+        back = sw.plan_rollback()
+        assert [type(s) for s in steps.of(back)] == [steps.Lock, steps.Save, steps.SwapIn]
+        assert [c.split(" ", 2)[1] for c in back.commands if c.startswith("# ")] == ["the", "kill"]
+
+
 def test_without_a_terminal_deploy_needs_yes(box, prover, prover_b):
     pid = box.start_by_hand(prover)
     r = swapctl("deploy", "lab", "--binary", str(prover_b), "-p", str(box.playbook_path))

@@ -178,3 +178,53 @@ def test_a_backup_once_the_daemon_is_gone_keeps_the_plain_file_and_takes_the_bui
     assert disk.once_gone() == disk
     assert Backup("/proc/7/exe", rel).once_gone() is None
     assert Backup("/proc/7/exe", rel, or_file="/data/cuzk").once_gone() == Backup("/data/cuzk", rel)
+
+
+def _deploy_plan(**more):
+    from swapctl.swap.elf import LocalBinary
+    from swapctl.swap.plan import Daemon, DeployPlan, Method, Partial
+
+    daemon = Daemon(pid=42, sha256="d" * 64, size=1, argv=("/data/cuzk",), cwd="/data", env=(), unit=None,
+                    group_leader=True, rss_kib=1, elapsed_s=1)
+    adopted = Release(sha256="d" * 64, size=1, name="cuzk", created="2026-01-04", by="t", source="adopted")
+    fields = dict(host="lab", status=None, daemon=daemon, releases={r.id: r for r in (OLD, MID)}, current=MID.id,
+                  to_save=(Backup("/proc/42/exe", adopted),), warnings=(), history=(OLD.id, MID.id), new=NEW,
+                  binary=LocalBinary("/tmp/cuzk", NEW.sha256, 1, "x86_64"), upload=Method("zstd", offset=7),
+                  partials=(Partial("/data/.swapctl/cuzk/releases/.upload-eeeeeeeeeeee", 3),))
+    return DeployPlan(**{**fields, **more})
+
+
+def test_a_deploy_plan_is_its_steps_in_the_order_they_run():
+    """issue 32: lock, upload by the plan's method, backup, the swap with its way back, pruning."""
+    from swapctl.swap import steps
+
+    plan = _deploy_plan()
+    lock, send, save, swap, prune = steps.of(plan)
+    assert (lock, send, save) == (steps.Lock(), steps.Send(plan.upload), steps.Save(plan.to_save))
+    adopted = plan.to_save[0].release
+    assert swap == steps.SwapIn("deploy", NEW, adopted)  # what runs now, saved before the stop, is the way back
+    assert prune.protect == {NEW.id, adopted.id} and prune.stale == (plan.partials[0].path,)
+    assert {r.id for r in prune.releases} == {OLD.id, MID.id, NEW.id, adopted.id}
+
+
+def test_once_the_daemon_exited_by_itself_the_steps_after_the_backup_are_made_from_the_plan_it_leaves():
+    """With gone_before_stop = "deploy", a daemon whose /proc/PID/exe is gone is neither saved nor gone back
+    to: the swap's way back is then the last good release deployed, and the pruning protects that one."""
+    from dataclasses import replace
+
+    from swapctl.swap import steps
+
+    plan = _deploy_plan()
+    left = replace(plan, daemon=None, to_save=tuple(k for b in plan.to_save if (k := b.once_gone())))
+    _, _, save, swap, prune = steps.of(left)
+    assert save == steps.Save(()) and swap == steps.SwapIn("deploy", NEW, MID)
+    assert prune.protect == {NEW.id, MID.id}
+
+
+def test_a_rollback_plan_is_lock_backup_and_the_swap_back_to_what_ran():
+    from swapctl.swap import steps
+    from swapctl.swap.plan import Plan
+
+    plan = Plan(host="lab", status=None, daemon=None, releases={r.id: r for r in (OLD, MID, NEW)}, current=NEW.id,
+                to_save=(), warnings=(), history=(OLD.id, MID.id, NEW.id), new=MID)
+    assert steps.of(plan) == (steps.Lock(), steps.Save(()), steps.SwapIn("rollback", MID, NEW))

@@ -17,8 +17,8 @@ from ..errors import Refused, SwapctlError
 from ..facts.status import HostStatus
 from ..gpu.sampler import start_sampler
 from ..playbook import Playbook
-from ..remote.host import Held, Host
-from . import elf, journal, lock, preflight, store, swaprun, upload
+from ..remote.host import Held, Host, Prepared
+from . import elf, journal, lock, preflight, steps, store, swaprun, upload
 from . import rollback as back
 from .context import Context
 from .describe import describe
@@ -91,52 +91,88 @@ class Swap:
         return swaprun.log_tail(self.ctx, offset, lines)
 
 
-def _timed(steps: dict[str, float], step: str, started: float) -> float:
-    now = time.monotonic()
-    steps[step] = round(now - started, 3)
-    return now
+class _Run:
+    """One deploy's or rollback's steps (steps.of), run in order, and what each leaves for the next."""
+
+    def __init__(self, sw: Swap, plan: Plan):
+        self.sw, self.plan = sw, plan
+        self.times: dict[str, float] = {}  # each step's seconds, journaled with the swap
+        self.t = time.monotonic()
+        self.sent: Upload | None = None
+        self.epilogue: Prepared | None = None  # a shell for what follows a swap that went well
+        self.cached: threading.Thread | None = None
+        self.outcome: Outcome | None = None
+
+    def go(self) -> Outcome:
+        todo = steps.of(self.plan)
+        for i in range(len(todo)):
+            before = self.plan
+            self.do(todo[i])
+            if self.plan is not before:  # the daemon exited by itself: the steps after this one from the plan left
+                todo = steps.of(self.plan)
+        if self.outcome is None:
+            raise AssertionError(f"the plan's steps have no swap: {todo}")
+        return self.outcome
+
+    def do(self, step: steps.Step) -> None:
+        ctx, plan = self.sw.ctx, self.plan
+        match step:
+            case steps.Lock():
+                self.sw.lock()
+                self._timed("lock")
+            case steps.Send() if isinstance(plan, DeployPlan):
+                self.sent = self.sw.upload(plan)
+                self._timed("upload")
+                self.cached = threading.Thread(target=upload.Cache().add, args=(plan.binary.path, plan.new.sha256))
+                self.cached.start()  # the old side of the next deploy's patch; off the upload's path
+            case steps.Save():
+                self.epilogue = journal.epilogue(ctx)  # its shell starts beside the backup and the swap
+                self.plan = store.backup(ctx, plan)  # the daemon may have exited by itself since the preflight
+                self.times["backup"] = round(time.monotonic() - self.t, 3)
+            case steps.SwapIn():
+                sent = (self.sent.sent_from(os.path.abspath(plan.binary.path))  # `history` shows it to its uploader
+                        if self.sent and isinstance(plan, DeployPlan) else None)
+                outcome = back.swap_in(ctx, plan, step.target, step.action, step.fallback, self.times, sent)
+                if self.sent and self.sent.wire_bytes:
+                    outcome = replace(outcome, upload_mb_s=plan.new.size / 1e6 / max(self.sent.seconds, 1e-6))
+                self.outcome = outcome
+            case steps.Prune():
+                _, prune = store.prune_cmd(ctx, {r.id: r for r in step.releases}, set(step.protect), step.stale)
+                journal.then(ctx, self.epilogue, (prune,) if prune else ())
+            case _:
+                raise AssertionError(f"a step this plan cannot run: {step}")
+
+    def _timed(self, step: str) -> None:
+        now = time.monotonic()
+        self.times[step] = round(now - self.t, 3)
+        self.t = now
+
+    def close(self) -> None:
+        if self.epilogue is not None:
+            self.epilogue.close()
+        self.sw.unlock()
+        self.sw.discard_upload()
+        if self.cached:
+            self.cached.join()
 
 
 def deploy(sw: Swap, plan: DeployPlan) -> Outcome:
-    """Steps 2 to 10 after a confirmed plan: lock, upload, backup, then the swap with its way back."""
+    """Steps 2 to 10 after a confirmed plan: its steps (steps.of: lock, upload, backup, the swap with its
+    way back, pruning), the upload's host side started before the lock."""
     if plan.unchanged:
         return Outcome(host=plan.host, action="deploy", outcome="unchanged", old_sha=plan.new.sha256,
                        new_sha=plan.new.sha256, pid=plan.daemon.pid if plan.daemon else None,
                        message=f"the daemon already runs {plan.new.id}; --restart restarts it anyway")
-    steps: dict[str, float] = {}
-    t = time.monotonic()
-    cached = epilogue = None
+    run = _Run(sw, plan)
     sw.prepare_upload(plan)
-    try:
-        sw.lock()  # inside: a refused lock still ends the receive started for it
-        t = _timed(steps, "lock", t)
-        sent = sw.upload(plan)
-        t = _timed(steps, "upload", t)
-        cached = threading.Thread(target=upload.Cache().add, args=(plan.binary.path, plan.new.sha256))
-        cached.start()  # the old side of the next deploy's patch; off the upload's path
-        epilogue = journal.epilogue(sw.ctx)  # its shell starts beside the backup and the swap
-        plan = store.backup(sw.ctx, plan)  # the daemon may have exited by itself since the preflight
-        _timed(steps, "backup", t)
-        previous = plan.fallback()
-        protect = {plan.new.id} | ({previous.id} if previous else set())
-        _, prune = store.prune_cmd(sw.ctx, {**plan.known, plan.new.id: plan.new}, protect,
-                                   tuple(p.path for p in plan.partials))  # run only once the swap went well
-        sent_from = sent.sent_from(os.path.abspath(plan.binary.path))  # `history` shows it to its uploader
-        outcome = back.swap_in(sw.ctx, plan, plan.new, "deploy", previous, steps, sent_from,
-                               back.After(epilogue, (prune,) if prune else ()))
-        if sent.wire_bytes:
-            outcome = replace(outcome, upload_mb_s=plan.new.size / 1e6 / max(sent.seconds, 1e-6))
-        return sample(sw, plan, outcome)
+    try:  # inside: a refused lock still ends the receive started for it
+        outcome = run.go()
+        return sample(sw, run.plan, outcome)
     except KeyboardInterrupt:
         raise Refused("interrupted before the old daemon was stopped: nothing changed on the host",
                       host=sw.host.name) from None
     finally:
-        if epilogue is not None:
-            epilogue.close()
-        sw.unlock()
-        sw.discard_upload()
-        if cached:
-            cached.join()
+        run.close()
 
 
 def samplable(status: HostStatus) -> bool:
@@ -160,21 +196,13 @@ def sample(sw: Swap, plan: Plan, outcome: Outcome) -> Outcome:
 
 
 def rollback(sw: Swap, plan: Plan) -> Outcome:
-    """Back to `plan.new`, an earlier release, started exactly as recorded: lock, backup, the swap."""
-    steps: dict[str, float] = {}
-    t = time.monotonic()
-    sw.lock()
-    epilogue = None
+    """Back to `plan.new`, an earlier release, started exactly as recorded: its steps (steps.of: lock,
+    backup, the swap)."""
+    run = _Run(sw, plan)
     try:
-        _timed(steps, "lock", t)
-        epilogue = journal.epilogue(sw.ctx)
-        plan = store.backup(sw.ctx, plan)
-        return sample(sw, plan, back.swap_in(sw.ctx, plan, plan.new, "rollback", back.rollback_fallback(plan), steps,
-                                             after=back.After(epilogue)))
+        return sample(sw, run.plan, run.go())
     except KeyboardInterrupt:
         raise Refused("interrupted before the daemon was stopped: nothing changed on the host",
                       host=sw.host.name) from None
     finally:
-        if epilogue is not None:
-            epilogue.close()
-        sw.unlock()
+        run.close()

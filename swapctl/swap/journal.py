@@ -3,8 +3,8 @@ The swap script writes a swap's line itself, on every path (sh/swap.sh's finish)
 cannot skip it. `write` is for the lines only swapctl knows (an experiment's decision). A line is a
 journal_entry.JournalEntry, read back only through journal_entry.read.
 
-After a swap that went well, its journal line and the pruning go to a shell started on the host before
-the swap (`epilogue`): that shell's start-up (the login shell reads ~/.bashrc, where `pyenv init` or
+After a swap that went well, the pruning (the plan's Prune step) goes to a shell started on the host
+before the swap (`epilogue`): that shell's start-up (the login shell reads ~/.bashrc, where `pyenv init` or
 `conda init` costs 0.1-1 s) is paid while the swap runs, and what follows the ready line costs one message
 on a channel already open, not a new command (issue 23: 0.26 s after the ready line before).
 """

@@ -4,12 +4,8 @@ This side reads what the host says and turns it into an outcome or an error."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from ..errors import RemoteTimeout, RolledBack, SwapctlError, UnknownState, Unreachable
-from ..remote.cmd import Cmd
-from ..remote.host import Prepared
-from . import journal, swaprun
+from . import swaprun
 from .context import Context
 from .events import Outcome
 from .journal_entry import JournalEntry, Upload, parse
@@ -20,23 +16,13 @@ from .report import SwapReport
 INTERRUPTED = "a second Ctrl-C"  # the host's reason for a rollback asked for (sh/swap.sh's why_failed)
 
 
-@dataclass(frozen=True)
-class After:
-    """What follows a swap that went well: `then` (pruning), through `shell`, a shell started on the host
-    before the swap (journal.epilogue), so that none of it starts a command anew. The host wrote the
-    journal line itself already."""
-
-    shell: Prepared | None = None
-    then: tuple[Cmd, ...] = ()
-
-
 def swap_in(ctx: Context, plan: Plan, target: Release, action: str, fallback: Release | None,
-            steps: dict[str, float], upload: Upload | None = None, after: After = After()) -> Outcome:
+            steps: dict[str, float], upload: Upload | None = None) -> Outcome:
     """Stops what runs, waits for memory, starts `target`; the host rolls back to `fallback` if it fails.
 
-    Used by deploy and rollback alike; `steps` are the times of the steps before; `after` runs only when
-    the swap went well. Raises RolledBack (4) or UnknownState (5) on failure, and UnknownState when the
-    connection is lost in any part of it: the host finishes alone, its rollback included."""
+    Used by deploy and rollback alike (their SwapIn step); `steps` are the times of the steps before.
+    Raises RolledBack (4) or UnknownState (5) on failure, and UnknownState when the connection is lost in
+    any part of it: the host finishes alone, its rollback included."""
     old_sha = plan.daemon.sha256 if plan.daemon else (fallback.sha256 if fallback else None)
     if ctx.interrupts.count:
         raise KeyboardInterrupt
@@ -68,7 +54,6 @@ def swap_in(ctx: Context, plan: Plan, target: Release, action: str, fallback: Re
     outcome = Outcome(host=ctx.name, action=action, outcome=run.outcome, old_sha=old_sha, new_sha=target.sha256,
                       steps={**steps, **run.steps}, upload=upload.to_dict() if upload else None,
                       log_offset=run.offset, pid=run.outcome_pid, message=_unjournaled(ctx, run))
-    journal.then(ctx, after.shell, after.then)
     return outcome
 
 
