@@ -67,10 +67,11 @@ def fallback_inputs(ctx: Context, fallback: Release | None) -> dict[str, Piece]:
 
 
 def journal_inputs(ctx: Context, record: Record) -> dict[str, Piece | int]:
-    """The journal line's parts the swap script writes in (JSON members, sorted as swapctl writes its own)."""
+    """The journal line's parts the swap script writes in (JSON members, sorted as swapctl writes its own;
+    the steps in the order they ran, as the plan has them)."""
     return {"action": record.action, "j_by": who_am_i(), "j_host": ctx.name, "j_from": record.old_sha or "",
             "j_extra": json.dumps({"upload": record.upload.to_dict()})[1:-1] if record.upload is not None else "",
-            "j_steps": json.dumps(record.steps, sort_keys=True)[1:-1], "keep": KEEP, "cap_bytes": CAP_BYTES}
+            "j_steps": json.dumps(record.steps)[1:-1], "keep": KEEP, "cap_bytes": CAP_BYTES}
 
 
 def gpu_limits(ctx: Context, status: HostStatus, pids: list[int]) -> str:
