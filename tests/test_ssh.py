@@ -1,5 +1,6 @@
 """The SSH layer against a real OpenSSH sshd: host keys, authentication, quoting, held commands."""
 
+import os
 import socket
 import subprocess
 from pathlib import Path
@@ -62,8 +63,6 @@ def test_changed_host_key_is_always_refused(sshd, tmp_path, policy):
 
 def test_known_hosts_is_parsed_once_while_it_stays_the_same_hashed_names_included(sshd, tmp_path, monkeypatch):
     # issue 34: each connection of a fleet command parsed the whole file, N lines N times at N hosts
-    import paramiko
-
     other = tmp_path / "other_key"
     keygen(other)
     known = tmp_path / "known_hosts"
@@ -72,9 +71,11 @@ def test_known_hosts_is_parsed_once_while_it_stays_the_same_hashed_names_include
                      + f"[{sshd.address}]:{sshd.port} ssh-ed25519 {sshd.host_pub}\n")
     subprocess.run(["ssh-keygen", "-H", "-f", str(known)], check=True, capture_output=True)  # as HashKnownHosts
     assert f"[{sshd.address}]" not in known.read_text()
+    from swapctl.remote.ssh_connection import _KnownHosts
+
     loads = []
-    real = paramiko.HostKeys.load
-    monkeypatch.setattr(paramiko.HostKeys, "load", lambda self, name: (loads.append(name), real(self, name))[1])
+    real = _KnownHosts.read
+    monkeypatch.setattr(_KnownHosts, "read", lambda self, path: (loads.append(str(path)), real(self, path))[1])
     for _ in range(2):
         with SshHost(spec(sshd, known_hosts=str(known))) as host:
             assert host.run(Cmd("true")).ok
@@ -84,6 +85,48 @@ def test_known_hosts_is_parsed_once_while_it_stays_the_same_hashed_names_include
     with SshHost(spec(sshd, known_hosts=str(known))) as host:
         assert host.run(Cmd("true")).ok
     assert loads == [str(known)] * 2
+
+
+def test_a_host_key_swapped_for_one_of_the_same_size_and_mtime_is_refused_by_the_same_process(sshd, tmp_path):
+    """The parsed known_hosts is kept while the file stays as it was: a key replaced by another of its type
+    keeps the file's size, and `cp -p` (or a store whose files share one mtime) keeps its mtime. Keyed on
+    size and mtime alone, the same process went on trusting the key that had been taken out."""
+    other = tmp_path / "other_key"
+    keygen(other)
+    known = tmp_path / "known_hosts"
+    name = f"[{sshd.address}]:{sshd.port}"
+    known.write_text(f"{name} ssh-ed25519 {sshd.host_pub}\n")
+    with SshHost(spec(sshd, known_hosts=str(known))) as host:
+        assert host.run(Cmd("true")).ok
+    before = known.stat()
+    known.write_text(f"{name} ssh-ed25519 {Path(f'{other}.pub').read_text().split()[1]}\n")
+    os.utime(known, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert (known.stat().st_size, known.stat().st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+    with pytest.raises(HostKeyError, match="CHANGED"), SshHost(spec(sshd, known_hosts=str(known))) as host:
+        host.run(Cmd("true"))
+
+
+@pytest.mark.parametrize("policy", ["strict", "accept-new"])
+def test_marker_lines_are_read_as_ssh_reads_them_and_a_revoked_key_is_refused(sshd, tmp_path, policy):
+    """`@cert-authority` and `@revoked` lines (a company's known_hosts often has the first) stopped paramiko's
+    reader with a traceback. A host certificate authority is passed over, the host's own line still
+    counts, and a key marked @revoked is refused under either policy, listed as known or not."""
+    ca = tmp_path / "ca_key"
+    keygen(ca)
+    known = tmp_path / "known_hosts"
+    name = f"[{sshd.address}]:{sshd.port}"
+    authority = f"@cert-authority *.example.org {Path(f'{ca}.pub').read_text().split()[0]} " \
+                f"{Path(f'{ca}.pub').read_text().split()[1]}\n"
+    known.write_text(authority + f"{name} ssh-ed25519 {sshd.host_pub}\n")
+    with SshHost(spec(sshd, known_hosts=str(known), host_key_policy=policy)) as host:
+        assert host.run(Cmd("true")).ok
+    for listed in (f"{name} ssh-ed25519 {sshd.host_pub}\n", ""):
+        known.write_text(authority + listed + f"@revoked * ssh-ed25519 {sshd.host_pub}\n")
+        with pytest.raises(HostKeyError, match="@revoked") as info, \
+                SshHost(spec(sshd, known_hosts=str(known), host_key_policy=policy)) as host:
+            host.run(Cmd("true"))
+        assert info.value.exit_code == ExitCode.REFUSED
+        assert known.read_text().count(sshd.host_pub) == 1 + bool(listed)  # accept-new recorded nothing
 
 
 def test_refused_authentication(sshd, tmp_path):

@@ -103,12 +103,16 @@ def fingerprint(key: paramiko.PKey) -> str:
 
 
 class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
-    """strict: refuse unknown keys; accept-new: record them. A changed key is refused by paramiko itself."""
+    """strict: refuse unknown keys; accept-new: record them; a key known_hosts marks @revoked: refuse it
+    under either. A changed key is refused by paramiko itself."""
 
-    def __init__(self, spec: HostSpec, known_hosts: Path):
-        self.spec, self.known_hosts = spec, known_hosts
+    def __init__(self, spec: HostSpec, known_hosts: Path, revoked: frozenset[str] = frozenset()):
+        self.spec, self.known_hosts, self.revoked = spec, known_hosts, revoked
 
     def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
+        if key.get_base64() in self.revoked:
+            raise HostKeyError(f"host key {key.get_name()} {fingerprint(key)} for {hostname} is marked @revoked in "
+                               f"{self.known_hosts}; refusing to connect", host=self.spec.name)
         if self.spec.host_key_policy == "accept-new":
             self.known_hosts.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             with open(self.known_hosts, "a", encoding="ascii") as f:
@@ -198,23 +202,56 @@ def _known_hosts(spec: HostSpec, conn: Connection) -> Path:
     return Path("~/.ssh/known_hosts").expanduser()
 
 
-_parsed: dict[Path, tuple[tuple[int, int], paramiko.HostKeys]] = {}
+class _KnownHosts(paramiko.HostKeys):
+    """A known_hosts file as paramiko checks it, and the keys it marks @revoked. paramiko's own reader stops
+    at the first marker line (`@cert-authority`, `@revoked`: their third field is no key), so one such line
+    made every connection a traceback. Host certificates are not checked: their lines are passed over."""
+
+    def __init__(self, path: Path):
+        super().__init__()
+        self.revoked: frozenset[str] = frozenset()
+        self.read(path)
+
+    def read(self, path: Path) -> None:
+        """The file's keys, in its order, and its revoked ones; as HostKeys.load, but for the marker lines."""
+        revoked = set()
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for lineno, line in enumerate(f, 1):
+                fields = line.split()
+                if not fields or fields[0].startswith("#"):
+                    continue
+                if fields[0] == "@revoked" and len(fields) >= 4:
+                    revoked.add(fields[3])
+                if fields[0].startswith("@"):
+                    continue
+                try:
+                    entry = paramiko.hostkeys.HostKeyEntry.from_line(line.strip(), lineno)
+                except (paramiko.SSHException, paramiko.hostkeys.InvalidHostKey):
+                    continue  # as ssh does: a line it cannot read is no key
+                if entry is not None:
+                    self._entries.append(entry)  # type: ignore[attr-defined]  # load's own list; not in the stubs
+        self.revoked = frozenset(revoked)
+
+
+_parsed: dict[Path, tuple[tuple[int, ...], _KnownHosts]] = {}
 _parsed_lock = threading.Lock()
 
 
-def _keys_in(known: Path) -> paramiko.HostKeys | None:
-    """The known_hosts file parsed, once a process while it stays as it was (its size and mtime). Each
-    connection of a fleet command loaded the whole file: N lines N times, 14 ms of CPU a connection for a
-    128-line file here, which is how much more CPU per host `status @all` took at 128 hosts than at 32
-    (issue 34). A connection then takes its own host's keys from it. None without the file."""
+def _keys_in(known: Path) -> _KnownHosts | None:
+    """The known_hosts file parsed, once a process while it stays as it was. Each connection of a fleet
+    command loaded the whole file: N lines N times, 14 ms of CPU a connection for a 128-line file here,
+    which is how much more CPU per host `status @all` took at 128 hosts than at 32 (issue 34). A
+    connection then takes its own host's keys from it. None without the file. "As it was" is the same
+    inode, size, mtime and ctime: a key swapped for another of its type keeps the size, and a copy made
+    with `cp -p` (or a store whose files all have one mtime) keeps the mtime, but no writer can set ctime."""
     try:
         st = known.stat()
     except FileNotFoundError:
         return None
-    version = (st.st_size, st.st_mtime_ns)
+    version = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
     with _parsed_lock:
         if known not in _parsed or _parsed[known][0] != version:
-            _parsed[known] = (version, paramiko.HostKeys(str(known)))
+            _parsed[known] = (version, _KnownHosts(known))
         return _parsed[known][1]
 
 
@@ -224,8 +261,10 @@ def _secure(spec: HostSpec, conn: Connection) -> None:
     if keys is not None:  # the connection's own host's keys, under the name paramiko checks them by
         name = conn.host if conn.port == 22 else f"[{conn.host}]:{conn.port}"
         for keytype, key in (keys.lookup(name) or {}).items():
-            conn.client.get_host_keys().add(name, keytype, key)
-    conn.client.set_missing_host_key_policy(_HostKeyPolicy(spec, known))
+            if key.get_base64() not in keys.revoked:  # known and revoked: not trusted, so the policy refuses it
+                conn.client.get_host_keys().add(name, keytype, key)
+    revoked = keys.revoked if keys is not None else frozenset()  # not `if keys`: a file of no keys is falsy
+    conn.client.set_missing_host_key_policy(_HostKeyPolicy(spec, known, revoked))
     if conn.gateway is not None and not isinstance(conn.gateway, str):  # a ProxyJump hop, not a command
         _secure(spec, conn.gateway)
 
