@@ -139,6 +139,11 @@ def test_a_host_without_zstd_is_planned_for_sftp_and_dry_run_says_so(tmp_path, p
         tmp = f"{box.data}/.swapctl/cuzk/releases/.upload-{sha(prover_b)[:12]}"
         assert f"# sftp put {prover_b} {tmp}, then:" in r.stderr
         assert "receive a zstd" not in r.stderr and not partials(box)
+        Path(tmp).parent.mkdir(mode=0o700, parents=True)  # as a deploy makes it (the dry run made nothing)
+        Path(tmp).write_bytes(prover_b.read_bytes()[:4096])  # an upload cut after 4 KiB: sftp goes on from there
+        r = deploy(box, prover_b, "--dry-run")
+        assert r.returncode == 0, r.stderr
+        assert f"# sftp put {prover_b} {tmp} (resumed after 4096 bytes), then:" in r.stderr
 
 
 def test_upload_killed_halfway_resumes_from_the_bytes_on_the_host(box, prover, big_b):
