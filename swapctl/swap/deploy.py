@@ -200,7 +200,8 @@ def rollback(sw: Swap, plan: Plan) -> Outcome:
     backup, the swap)."""
     run = _Run(sw, plan)
     try:
-        return sample(sw, run.plan, run.go())
+        outcome = run.go()
+        return sample(sw, run.plan, outcome)  # the plan as the backup left it, as deploy() reads it
     except KeyboardInterrupt:
         raise Refused("interrupted before the daemon was stopped: nothing changed on the host",
                       host=sw.host.name) from None
