@@ -138,6 +138,32 @@ def test_an_aliased_duty_cycle_gets_no_interval():
     assert view.busy_mean is None and view.busy_interval is None
 
 
+@pytest.mark.parametrize("proofs", [3, 4, 6, 12])
+def test_proofs_per_hour_after_the_warm_up_matches_the_proofs_own_end_times(proofs):
+    """A window leaves its first proof out of the verdict (the SRS loads then); proofs/h left the proof out
+    but kept its time, so B's window of 3-8 proofs read a fifth to a third below a baseline of the same
+    build: the review of 2026-12-04 found every one of the record's 90 windows with no change at -10% to
+    -40%. Checked against an independent reader: the proofs' own `Phase 7` line times, read here by a plain
+    regex, over the H200 pageable build's run cut after its first `proofs` proofs, as B's window is."""
+    import io
+    import re
+    from datetime import datetime
+
+    from swapctl.experiment.judge import side, without_warmup
+
+    text = (EXP / "cuzk.log").read_bytes()
+    first = text[:text.index(b"cuzk-daemon starting", 100)]  # the first daemon run: the pageable build
+    ends = [m.start() for m in re.finditer(rb"Phase 7: all partitions complete", first)][:proofs]
+    cut = first[:first.index(b"\n", ends[-1]) + 1]
+    at = [datetime.fromisoformat(re.search(rb"(\d{4}-\d\d-\d\dT[\d:.]+)Z", cut[cut.rfind(b"\n", 0, e) + 1:e])
+                                 [1].decode()) for e in ends]
+    independent = (proofs - 1) / (at[-1] - at[0]).total_seconds() * 3600
+    runs, left = without_warmup(parse([io.BytesIO(cut)]).runs, 1)
+    assert left == 1 and side(runs, []).proofs == proofs - 1
+    rate = side(runs, []).proofs_per_hour
+    assert rate is not None and abs(rate / independent - 1) < 0.03, (rate, independent)
+
+
 def test_the_experiments_verdict_on_the_h200_calls_the_pinned_build_faster():
     from swapctl.experiment import verdict
 

@@ -79,8 +79,9 @@ def side(runs: list[Run], samples: list[Sample]) -> Side:
     r = gpu.read(log, "all", samples)
     f = r.figures
     wall = (f.wall_ms or 0) / 1000
+    proving = sum(r.proving_s or 0 for r in runs)  # the runs' wall time (figures.wall_ms), less any warm-up
     return Side(proofs=f.jobs, partitions=f.partitions, wall_s=wall,
-                proofs_per_hour=f.jobs / wall * 3600 if wall and f.jobs else None,
+                proofs_per_hour=f.jobs / proving * 3600 if proving and f.jobs else None,
                 phase_share=f.gpu_phase_share, gpu_busy=r.busy(), where={g: v.time for g, v in r.gpus.items()},
                 largest_idle_cause={g: v.largest_idle_cause for g, v in r.gpus.items()},
                 duty_cycle={g: v.duty_cycle for g, v in r.gpus.items()},
@@ -133,7 +134,8 @@ def without_warmup(runs: list[Run], n: int) -> tuple[list[Run], int]:
     """`runs` with the first `n` proofs of each run that begins at the daemon's start left out (the SRS loads
     at the first proof: cuzk's first proof is slower, 116.8 s against 92.8 s in curio PR #1043), and how many
     proofs were left out. A job phase (job_*) loses its first n values, a partition phase as many values as n
-    proofs have (its values per proof: its count over the run's proofs)."""
+    proofs have (its values per proof: its count over the run's proofs), and the time until the last of them
+    ended is left out of proofs/h."""
     out, dropped = [], 0
     for r in runs:
         k = min(n, r.jobs) if r.started else 0
@@ -144,7 +146,8 @@ def without_warmup(runs: list[Run], n: int) -> tuple[list[Run], int]:
         for name, values in r.phases.items():
             per = 1 if name.startswith("job_") else round(len(values) / r.jobs)
             phases[name] = values[k * per:] if len(values) >= r.jobs else values
-        out.append(replace(r, phases=phases, jobs=r.jobs - k))
+        since = r.job_ends[k - 1] if len(r.job_ends) >= k else None  # proofs/h counts from there (Run.proving_s)
+        out.append(replace(r, phases=phases, jobs=r.jobs - k, since=since))
         dropped += k
     return out, dropped
 

@@ -46,6 +46,8 @@ WHOLE = re.compile(rb"CUZK_TIMING: |CUZK_NTT_H: |\x1b\[2m\d{4}-\d\d-\d\dT|\d{4}-
 CUT_MARKS = (b"CUZK_", b"\x1b[", b"Z ")  # a C++ line, a coloured tracing line, a plain one ("...Z  INFO")
 LINE_START = re.compile(rb"TIMELINE,|CUZK_TIMING: |CUZK_NTT_H: |\x1b\[2m\d{4}-|\d{4}-\d\d-\d\dT\d\d:")
 
+JOB_DONE = b"Phase 7: all partitions complete, proof assembled"  # a proof's end (engine.rs:506-512)
+
 # tracing messages -> the prefix their `*_ms` fields get when two messages share a field name (None:
 # a repeat of another message's values, not counted again); the fields are those after the message
 # (the span's fields come before it). Longer messages first: the first alternative that matches wins.
@@ -58,7 +60,7 @@ MESSAGES: dict[bytes, str | None] = {
     b"partition synthesis complete, pushing to GPU queue": None,  # engine.rs:1759: synth_ms again
     b"partition synthesis complete": "",
     b"partition GPU prove complete": "",
-    b"Phase 7: all partitions complete, proof assembled": "job_",
+    JOB_DONE: "job_",
 }
 # one scan per literal prefix the messages share: GPU_TIMING, FIN_TIMING, partition, Phase 7
 MESSAGE_PREFIXES = (b"GPU_TIMING ", b"FIN_TIMING ", b"partition ", b"Phase 7: ")

@@ -13,6 +13,7 @@ from .fields import Phases
 from .patterns import (
     CUZK,
     GPU_SPAN,
+    JOB_DONE,
     MESSAGE_PATTERNS,
     MESSAGE_PREFIXES,
     MESSAGES,
@@ -53,6 +54,8 @@ class Run:
     first_ts: datetime | None = None
     last_ts: datetime | None = None
     epoch: datetime | None = None  # wall time of TIMELINE offset 0, from the first tracing line after one
+    job_ends: list[datetime] = field(default_factory=list)  # each proof's `Phase 7: ... proof assembled` time
+    since: datetime | None = None  # set by leaving its first proofs out: the end of the last one left out
     gpu_of: dict[bytes, bytes] = field(default_factory=dict)  # worker -> GPU, from gpu_worker spans
     timeline: Timeline = field(default_factory=Timeline)
     calls: Calls = field(default_factory=Calls)
@@ -114,6 +117,8 @@ class Run:
             self.first_ts = timestamp(first.group(1))
         if last:
             self.last_ts = timestamp(last.group(1))
+        if JOB_DONE in chunk:
+            self.job_ends.extend(_line_times(chunk, JOB_DONE))
         if b"gpu_worker" in chunk and (not self.gpu_of or not self.timeline.ended <= self.gpu_of.keys()):
             self.gpu_of.update(GPU_SPAN.findall(chunk))
         for prefix, pattern in zip(MESSAGE_PREFIXES, MESSAGE_PATTERNS, strict=False):
@@ -158,6 +163,7 @@ class Run:
         self.first_ts = self.first_ts or b.first_ts
         self.last_ts = b.last_ts or self.last_ts
         self.epoch = self.epoch or b.epoch
+        self.job_ends.extend(b.job_ends)
         self.calls.merge(b.calls)
         self.timeline.merge(b.timeline)
 
@@ -172,6 +178,17 @@ class Run:
         if self.first_ts and self.last_ts and self.last_ts > self.first_ts:
             return (self.last_ts - self.first_ts).total_seconds() * 1000
         return None
+
+    @property
+    def proving_s(self) -> float | None:
+        """The span proofs/h divides by: from `since` (the first proofs left out) to the last line, else the
+        run's wall time. Without `since`, a window that left out its first proof and kept that proof's time
+        read a fifth to a third low over 3-8 proofs."""
+        if self.since is None:
+            return None if self.wall_ms is None else self.wall_ms / 1000
+        if self.last_ts is None or self.last_ts <= self.since:
+            return None
+        return (self.last_ts - self.since).total_seconds()
 
     def gpus(self) -> dict[str, GpuTime]:
         """Per GPU: its workers, the held time of their calls, and the union of their GPU phases (ms)."""
@@ -206,3 +223,13 @@ class Run:
         """This run's figures, as `swapctl timings --json` prints them."""
         return self.figures().as_dict()
 
+
+def _line_times(chunk: bytes, needle: bytes) -> list[datetime]:
+    """The tracing times of the chunk's lines that hold `needle` (few: one a proof)."""
+    out, at = [], chunk.find(needle)
+    while at >= 0:
+        m = TRACING.search(chunk, chunk.rfind(b"\n", 0, at) + 1, at)
+        if m:
+            out.append(timestamp(m.group(1)))
+        at = chunk.find(needle, at + len(needle))
+    return out
