@@ -6,7 +6,9 @@ so the spread, the ties of whole milliseconds and the tail are cuzk's own.
 
 from __future__ import annotations
 
+import io
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -201,3 +203,91 @@ def test_a_sequential_window_planned_for_a_change_sees_it(runs, ntt):
     assert n.proofs >= need([runs[0]], 0.10).proofs  # a stricter level a look: a window no shorter
     values = int(n.proofs * n.values_per_proof)
     assert _sequential(ntt, values, -0.10, trials=100, seed=31) >= 0.68
+
+
+class _GrowingLog:
+    """Stands in for the experiment's Window (its host fetch) over the saved H200 log: what lies before `b`
+    (A's run) is there from the first fetch; each fetch brings one more of B's proofs, as its daemon writes
+    them."""
+
+    def __init__(self, text: bytes, b: int = 0):
+        self.text, self.b = text, b
+        self.ends = [text.index(b"\n", m.start()) + 1 for m in re.finditer(rb"Phase 7: all partitions", text[b:])]
+        self.ends = [b + e for e in self.ends]
+        self.fetched = 0
+
+    def fetch(self) -> None:
+        self.fetched += 1
+
+    def runs(self, start: int, end: int | None = None):
+        seen = self.ends[min(self.fetched, len(self.ends)) - 1] if self.fetched > 1 else self.b
+        cut = self.text[start:min(seen, len(self.text) if end is None else end)] if self.fetched else b""
+        return _parse(cut)
+
+    def samples(self):
+        return []
+
+
+def _parse(text: bytes):
+    from swapctl.logs.timings import parse
+
+    return parse([io.BytesIO(text)]).runs if text else []
+
+
+def _b_start(text: bytes) -> int:
+    """Where B (the pinned build's run) begins in the saved log: its start line."""
+    return text.rfind(b"\n", 0, text.index(b"cuzk-daemon starting", 100)) + 1
+
+
+@pytest.mark.parametrize("warmup", [0, 1, 2])
+def test_a_window_planned_for_n_proofs_gets_n_proofs_after_its_warm_up(runs, monkeypatch, warmup):
+    """--resolve plans the proofs B needs as the verdict counts them, without its warm-up proofs; the window
+    counted them in, so each window that no look ended early ran `warmup` proofs short of the power it
+    stated (the review of 2026-12-04: 72 of the record's 109 such windows)."""
+    from swapctl.experiment import run as experiment
+
+    text = LOG.read_bytes()
+    monkeypatch.setattr(experiment, "POLL_S", 0.0)
+    log = _GrowingLog(text[_b_start(text):])
+    log.fetch()
+    base = experiment._Baseline(start=0, runs=[runs[0]], proofs=4, looks=[])
+    settings = experiment.Settings(binary="b", for_s=60, warmup=warmup)
+    said: list[str] = []
+    experiment._watch(log, 0, settings, base, _Hooks(said))
+    judged, left = experiment.without_warmup(log.runs(0), warmup)
+    assert (sum(r.jobs for r in judged), left) == (4, warmup), said
+    assert said[-1].startswith(f"window: 4 proofs (and {warmup} warm-up)"), said
+
+
+class _Hooks:
+    def __init__(self, said: list[str]):
+        self.say = lambda line, style: said.append(line)
+
+
+def test_the_early_looks_and_the_verdict_judge_b_against_the_same_a(monkeypatch):
+    """The looks compared B with the baseline fetched before the deploy, and the verdict with A's log as it
+    ended, proofs A made in between included: in the resolution record, windows a look ended early then
+    got a verdict of no change. A stopped here after 5 of its 12 proofs; both must judge all 12."""
+    from types import SimpleNamespace
+
+    from swapctl.experiment import run as experiment
+
+    text = LOG.read_bytes()
+    b = _b_start(text)
+    fifth = [m.start() for m in re.finditer(rb"Phase 7: all partitions", text)][4]
+    base = experiment._Baseline(start=0, runs=_parse(text[:text.index(b"\n", fifth) + 1]), proofs=8, looks=[2, 4, 6])
+    assert sum(r.jobs for r in base.runs) == 5
+    judged_against: list[int] = []
+    real_moved = experiment.moved
+    monkeypatch.setattr(experiment, "moved", lambda a, b_: (judged_against.append(sum(r.jobs for r in a)),
+                                                            real_moved(a, b_))[1])
+    monkeypatch.setattr(experiment, "POLL_S", 0.0)
+    verdicts: list = []
+    hooks = SimpleNamespace(say=lambda line, style: None, verdict=verdicts.append, decide=lambda v: "keep")
+    sw = SimpleNamespace(host=SimpleNamespace(name="lab"))
+    settings = experiment.Settings(binary="b", for_s=60, warmup=1)
+    v, decision = experiment._judge(sw, _GrowingLog(text, b), settings, hooks, base, b, None,
+                                    SimpleNamespace(new_sha="b" * 64))
+    assert decision == "keep" and v is verdicts[0]
+    assert judged_against and set(judged_against) == {v.before.proofs} == {11}, judged_against
+

@@ -36,7 +36,8 @@ def experiment(
     host: Annotated[str, typer.Argument(help="One host: a name, user@address:port.")],
     binary: Annotated[str, typer.Option("--binary", "-b", help="The build to try (a local file).")],
     for_: Annotated[str, typer.Option("--for", help="How long B runs before the verdict (90s, 10m, 1h).")] = "10m",
-    proofs: Annotated[int | None, typer.Option("--proofs", help="Or until B has made this many proofs.")] = None,
+    proofs: Annotated[int | None, typer.Option(
+        "--proofs", help="Or until B has made this many proofs after its --warmup ones.")] = None,
     baseline: Annotated[str, typer.Option(
         "--baseline", help="Measure the running release this long first, if its log since its start is too small.")
     ] = "10m",

@@ -140,9 +140,11 @@ def _judge(sw: Swap, win: Window, s: Settings, hooks: Hooks, base: _Baseline, ne
     v: Verdict | None = None
     decision = "rollback"
     try:
+        win.fetch()  # A's log is whole once B has started: the looks judge against the A the verdict reads
+        base.runs = side_runs(win.runs(base.start, new_start))[-1:] or base.runs
         _watch(win, new_start, s, base, hooks)
         win.fetch()
-        before, left_a = without_warmup(side_runs(win.runs(base.start, new_start))[-1:] or base.runs, s.warmup)
+        before, left_a = without_warmup(base.runs, s.warmup)
         after, left_b = without_warmup(side_runs(win.runs(new_start)), s.warmup)
         hooks.say(f"warm-up: {left_b} proof(s) of B and {left_a} of the build before left out of the verdict "
                   f"(--warmup {s.warmup}: the SRS loads at a daemon's first proof)", None)
@@ -172,7 +174,8 @@ def _ntt_p50(run: Run) -> float | None:
 def _watch(win: Window, start: int, s: Settings, base: _Baseline, hooks: Hooks) -> None:
     """Waits for the window to end, saying how B does against the baseline as it goes; with looks (proof
     counts), it ends at the first look where a headline phase moved (verdict.moved), judged as the
-    verdict is: without B's first `warmup` proofs."""
+    verdict is: without B's first `warmup` proofs, which the plan's and the looks' counts leave out too
+    (counted in, every window planned for a change ran one proof short of the power it stated)."""
     looks = list(base.looks)
     baseline = without_warmup(base.runs, s.warmup)[0]
     deadline = time.monotonic() + s.for_s
@@ -181,16 +184,17 @@ def _watch(win: Window, start: int, s: Settings, base: _Baseline, hooks: Hooks) 
         time.sleep(min(POLL_S, max(0.0, deadline - time.monotonic())))
         win.fetch()
         runs = win.runs(start)
-        done = sum(r.jobs for r in runs)
+        judged, warm = without_warmup(side_runs(runs), s.warmup)
+        done = sum(r.jobs for r in judged)  # as the plan and the verdict count B's proofs: after its warm-up
         ntt = _ntt_p50(runs[-1]) if runs else None
-        hooks.say(f"window: {done} proofs, ntt_kernels p50 {_ms(ntt)} (baseline {_ms(base_p50)})"
-                  f"{_busy(win)}, {max(0.0, deadline - time.monotonic()):.0f} s left", "dim")
+        hooks.say(f"window: {done} proofs (and {warm} warm-up), ntt_kernels p50 {_ms(ntt)} (baseline "
+                  f"{_ms(base_p50)}){_busy(win)}, {max(0.0, deadline - time.monotonic()):.0f} s left", "dim")
         if base.proofs is not None and done >= base.proofs:
             return
         if looks and done >= looks[0]:
             while looks and done >= looks[0]:  # one judgement however many looks this poll passed
                 looks.pop(0)
-            phase = moved(baseline, without_warmup(side_runs(runs), s.warmup)[0])
+            phase = moved(baseline, judged)
             if phase:
                 hooks.say(f"window: {phase} moved at {done} proofs (a look of {LOOKS}): ending early", None)
                 return
