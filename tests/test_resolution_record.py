@@ -73,5 +73,12 @@ def test_docs_and_readme_say_what_the_record_holds():
     assert f"median of {needed[len(needed) // 2]} proofs ({needed[0]}-{needed[-1]})" in doc
     assert f"median of {seen[len(seen) // 2]} proofs" in doc
     readme = " ".join((ROOT / "README.md").read_text().split())
+    same = runs("b0")
+    moved, named = sum(r["moved"] for r in same), sum(not r["summary"].startswith("no significant") for r in same)
     assert (f"median of {needed[len(needed) // 2]} proofs for 3%; builds 3% and 10% slower were seen after "
-            f"{seen[len(seen) // 2]}, and of 90 windows with no change, 1 called one") in readme
+            f"{seen[len(seen) // 2]}, and of {len(same)} windows with no change, {moved} called ntt_kernels moved "
+            f"and {named} named some phase") in readme
+    late = [r for r in runs() if not r["early"]]
+    assert (f"{sum(r['proofs_b'] < r['needed'] for r in late)} of the {len(late)} windows no look ended early "
+            f"made one proof fewer than planned") in doc
+    assert f"{named} of the {len(same)} no-change verdicts named a phase" in doc

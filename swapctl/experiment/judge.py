@@ -223,7 +223,8 @@ class Need:
                 f"baseline's spread)")
         if self.baseline_proofs < self.proofs:
             line += (f"; the baseline has {self.baseline_proofs}, so the verdict will say what it could resolve "
-                     f"(a longer --baseline measures more)")
+                     f"(it is the running build's proofs since its start: an experiment started once it has made "
+                     f"more measures more; --baseline waits only where it has fewer than --min-proofs)")
         return line
 
 
