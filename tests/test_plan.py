@@ -228,3 +228,13 @@ def test_a_rollback_plan_is_lock_backup_and_the_swap_back_to_what_ran():
     plan = Plan(host="lab", status=None, daemon=None, releases={r.id: r for r in (OLD, MID, NEW)}, current=NEW.id,
                 to_save=(), warnings=(), history=(OLD.id, MID.id, NEW.id), new=MID)
     assert steps.of(plan) == (steps.Lock(), steps.Save(()), steps.SwapIn("rollback", MID, NEW))
+
+
+def test_a_resumed_upload_is_said_after_its_paths_whatever_the_method():
+    """--dry-run: `sftp put SRC DST (resumed after N bytes)` and `receive a zstd stream (zstd -d) into DST
+    (resumed after N bytes)`; the resume once said inside the method's words, before the paths."""
+    from swapctl.swap.plan import Method
+
+    assert (Method("sftp", offset=7).said(), Method("sftp", offset=7).resumed()) == ("sftp put",
+                                                                                     " (resumed after 7 bytes)")
+    assert (Method("zstd").said(), Method("zstd").resumed()) == ("a zstd stream (zstd -d)", "")

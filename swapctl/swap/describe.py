@@ -29,9 +29,8 @@ def said(ctx: Context, plan: Plan, session: Session, step: steps.Step) -> list[t
         case steps.Send(method=method) if isinstance(plan, DeployPlan) and method.kind != "present":
             sender = session.uploader(plan)
             sha = f"takes its sha256 (openssl dgst -sha256, else sha256sum): it must be {new.sha256}; then ldd"
-            resumed = f" (resumed after {method.offset} bytes)" if method.offset else ""
-            what = (f"sftp put {plan.binary.path} {sender.tmp}{resumed}, then: {sha}" if method.kind == "sftp" else
-                    f"receive {method.said()} into {sender.tmp}; {sha}")
+            what = (f"{method.said()} {plan.binary.path} {sender.tmp}{method.resumed()}, then: {sha}"
+                    if method.kind == "sftp" else f"receive {method.said()} into {sender.tmp}{method.resumed()}; {sha}")
             return [(what, sender.first_cmd(method))]
         case steps.Save(backups=backups):
             return [(f"backup ({b.release.source}): cp {b.source} {b.release.path(st)}", store.backup_cmd(ctx, b))

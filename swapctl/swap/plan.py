@@ -179,9 +179,12 @@ class Method:
         """The method in a few words, for --dry-run."""
         if self.kind == "patch" and self.base:
             return f"a zstd patch against release {self.base.id} (zstd -d --patch-from={self.base.remote_path})"
-        sent = {"present": "nothing: the host has the release", "zstd": "a zstd stream (zstd -d)",
+        return {"present": "nothing: the host has the release", "zstd": "a zstd stream (zstd -d)",
                 "sftp": "sftp put"}[self.kind]
-        return sent + (f", resumed after {self.offset} bytes" if self.offset else "")
+
+    def resumed(self) -> str:
+        """What --dry-run says after the upload's paths of one that goes on from an interrupted one."""
+        return f" (resumed after {self.offset} bytes)" if self.offset else ""
 
 
 @dataclass(frozen=True, kw_only=True)
