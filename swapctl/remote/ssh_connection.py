@@ -220,9 +220,9 @@ class _KnownHosts(paramiko.HostKeys):
                 fields = line.split()
                 if not fields or fields[0].startswith("#"):
                     continue
-                if fields[0] == "@revoked" and len(fields) >= 4:
-                    revoked.add(fields[3])
-                if fields[0].startswith("@"):
+                if fields[0].startswith("@"):  # `@revoked PATTERNS TYPE KEY`: refused for every host
+                    if fields[0] == "@revoked" and len(fields) >= 4:
+                        revoked.add(fields[3])
                     continue
                 try:
                     entry = paramiko.hostkeys.HostKeyEntry.from_line(line.strip(), lineno)
