@@ -220,7 +220,7 @@ class _GrowingLog:
         self.fetched += 1
 
     def runs(self, start: int, end: int | None = None):
-        seen = self.ends[min(self.fetched, len(self.ends)) - 1] if self.fetched > 1 else self.b
+        seen = self.ends[min(self.fetched - 1, len(self.ends)) - 1] if self.fetched > 1 else self.b
         cut = self.text[start:min(seen, len(self.text) if end is None else end)] if self.fetched else b""
         return _parse(cut)
 
