@@ -310,3 +310,33 @@ def test_frames_made_before_the_upload_and_during_it_unpack_to_the_file(big_b):
     # the bar moves as the wire takes each piece, not once a 4 MiB frame (2 s of a 16 Mbit/s link): these
     # bytes are incompressible, so a piece stands for about as many bytes of the file
     assert len(done) >= len(out) // PIECE and max(done) <= PIECE * 1.01, (len(done), max(done))
+
+
+def test_a_ctrl_c_as_the_cache_thread_starts_is_an_interrupt_and_the_daemon_runs_on(box, prover, prover_b,
+                                                                                     monkeypatch):
+    """The stateful test found it: Ctrl-C just after the upload ended in `RuntimeError: cannot join thread
+    before it is started`, exit 1. The interrupt landed between making the cache's thread and starting it,
+    and the clean-up joined the thread. A signal cannot be aimed at one bytecode, so this test raises the
+    KeyboardInterrupt in that thread's start (a patched Thread.start, for that thread only), on a real sshd."""
+    import threading
+
+    real = threading.Thread.start
+    hit = []
+
+    def interrupted(thread):
+        if getattr(getattr(thread, "_target", None), "__func__", None) is Cache.add:
+            hit.append(thread)
+            raise KeyboardInterrupt
+        real(thread)
+
+    pid = box.start_by_hand(prover)
+    book = load(box.playbook_path)
+    with connect(book.hosts["lab"]) as host:
+        sw = Swap(host, book)
+        plan = sw.plan(str(prover_b))
+        monkeypatch.setattr(threading.Thread, "start", interrupted)
+        with pytest.raises(Refused, match="interrupted before the old daemon was stopped"):
+            swap_deploy.deploy(sw, plan)  # raised RuntimeError from the clean-up before the fix
+        monkeypatch.setattr(threading.Thread, "start", real)
+    assert hit and box.daemons() == [pid] and exe_sha(pid) == sha(prover)
+    assert not box.binary.is_symlink() and sha(box.binary) == sha(prover)

@@ -123,8 +123,9 @@ class _Run:
             case steps.Send() if isinstance(plan, DeployPlan):
                 self.sent = self.sw.upload(plan)
                 self._timed("upload")
-                self.cached = threading.Thread(target=upload.Cache().add, args=(plan.binary.path, plan.new.sha256))
-                self.cached.start()  # the old side of the next deploy's patch; off the upload's path
+                cached = threading.Thread(target=upload.Cache().add, args=(plan.binary.path, plan.new.sha256))
+                cached.start()  # the old side of the next deploy's patch; off the upload's path
+                self.cached = cached  # only once started: a Ctrl-C before it leaves nothing to join
             case steps.Save():
                 self.epilogue = journal.epilogue(ctx)  # its shell starts beside the backup and the swap
                 self.plan = store.backup(ctx, plan)  # the daemon may have exited by itself since the preflight
