@@ -3,6 +3,7 @@
 import os
 import socket
 import subprocess
+import threading
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from swapctl.host import scripts
 from swapctl.playbook import HostSpec
 from swapctl.remote import Cmd, Secret, SshHost
 
-from lab import NetnsLab, keygen, wait_until
+from lab import NetnsLab, keygen, make_server, wait_until
 
 
 def spec(server, **over) -> HostSpec:
@@ -161,11 +162,12 @@ def test_one_connection_serves_every_command(sshd):
     assert len(ports) == 1
 
 
-def test_a_ctrl_c_inside_opening_a_channel_leaves_a_connection_that_closes(sshd, monkeypatch):
+def _interrupted_open(host_spec: HostSpec, monkeypatch) -> None:
     """The stateful test found it: Ctrl-C as the deploy took the lock ended in `AttributeError: 'NoneType'
     object has no attribute '_unlink_channel'`, exit 1. The interrupt landed in paramiko's open_channel after
-    the channel was registered, before it was linked. A signal cannot be aimed at one bytecode, so this test
-    raises the KeyboardInterrupt at that line (a patched Channel._set_transport, once), on a real sshd."""
+    the channel was registered, before it was linked. A signal cannot be aimed at one bytecode, so this
+    raises the KeyboardInterrupt at that line (a patched Channel._set_transport, once), on a real sshd. Through
+    a gateway, the error was raised in paramiko's transport thread instead, its traceback on stderr."""
     import paramiko
 
     real = paramiko.Channel._set_transport
@@ -177,7 +179,9 @@ def test_a_ctrl_c_inside_opening_a_channel_leaves_a_connection_that_closes(sshd,
             raise KeyboardInterrupt
         real(chan, transport)
 
-    host = SshHost(spec(sshd))
+    died = []  # paramiko's own thread, where fabric's close meets the unlinked channel
+    monkeypatch.setattr(threading, "excepthook", died.append)
+    host = SshHost(host_spec)
     host.__enter__()
     host.run(Cmd("true"))
     transport = host._transport()
@@ -186,7 +190,36 @@ def test_a_ctrl_c_inside_opening_a_channel_leaves_a_connection_that_closes(sshd,
         host.run(Cmd("true"))
     monkeypatch.setattr(paramiko.Channel, "_set_transport", real)
     host.__exit__(None, None, None)  # raised AttributeError before the fix
+    transport.join(5)
     assert calls and not transport.is_active()
+    assert not died, [f"{d.thread}: {d.exc_type.__name__}: {d.exc_value}" for d in died]
+
+
+def test_a_ctrl_c_inside_opening_a_channel_leaves_a_connection_that_closes(sshd, monkeypatch):
+    _interrupted_open(spec(sshd), monkeypatch)
+
+
+def test_a_ctrl_c_inside_opening_a_channel_through_a_gateway_leaves_a_connection_that_closes(
+        sshd, lab_dir, swapctl_env, monkeypatch):
+    """The same through ssh_config's ProxyJump (fabric's Connection): the review after the fix above found
+    that it mended only the direct connection's close."""
+    from swapctl.remote.ssh_connection import _ssh_config
+
+    jump = make_server(lab_dir / "jump-ctrl-c", address="127.0.0.2", client_key=sshd.client_key,
+                       known_hosts=sshd.known_hosts)
+    jump.start()
+    jump.trust()
+    config = swapctl_env / "home" / ".ssh" / "config"
+    config.parent.mkdir(exist_ok=True)
+    common = f"    User root\n    IdentityFile {sshd.client_key}\n    UserKnownHostsFile {sshd.known_hosts}\n"
+    config.write_text(f"Host behind\n    HostName {sshd.address}\n    Port {sshd.port}\n{common}"
+                      f"    ProxyJump root@{jump.address}:{jump.port}\n\nHost {jump.address}\n{common}")
+    _ssh_config.cache_clear()  # read once a process: this test's HOME has its own
+    try:
+        _interrupted_open(HostSpec(name="behind", address="behind"), monkeypatch)
+    finally:
+        _ssh_config.cache_clear()
+        jump.stop()
 
 
 def test_failed_command_carries_exit_code_and_tail(sshd):

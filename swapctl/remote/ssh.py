@@ -26,6 +26,7 @@ from .ssh_connection import (
     close_quietly,
     open_connection,
     paramiko,
+    relink,
 )
 
 # The command's first stderr line (host/remote/report_session.sh): the session it runs in (its pid, sshd
@@ -281,6 +282,7 @@ class SshHost(Host):
                 self._sftp.close()
                 self._sftp = None
             if self._conn is not None:
+                relink(self._conn.client)  # a gateway's fabric.Connection as well as a direct one
                 self._conn.close()
                 self._conn = None
 

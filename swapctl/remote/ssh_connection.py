@@ -168,14 +168,17 @@ class _Direct:
                             banner_timeout=limit, **self.connect_kwargs)
 
     def close(self) -> None:
-        transport = self.client.get_transport()
-        if transport is not None:
-            # a Ctrl-C (KeyboardInterrupt) that lands inside paramiko's open_channel, between registering the
-            # channel and linking it to the transport, leaves one whose close raises AttributeError: link it
-            for chan in list(transport._channels.values()):  # type: ignore[attr-defined]
-                if chan.transport is None:
-                    chan._set_transport(transport)
         self.client.close()
+
+
+def relink(client: paramiko.SSHClient) -> None:
+    """A Ctrl-C (KeyboardInterrupt) that lands inside paramiko's open_channel, between registering the channel
+    and linking it to the transport, leaves one whose close raises AttributeError: links it, before a close."""
+    transport = client.get_transport()
+    if transport is not None:
+        for chan in list(transport._channels.values()):  # type: ignore[attr-defined]
+            if chan.transport is None:
+                chan._set_transport(transport)
 
 
 def _open_with(spec: HostSpec) -> Connection:
