@@ -65,6 +65,34 @@ sys.exit(os.waitstatus_to_exitcode(status))
 """
 
 
+# `swapctl ARGS...` with one Ctrl-C (a real SIGINT to itself) at a chosen moment: as `target` (module:attr,
+# a function or a method) is called for the `nth` time. A signal cannot be aimed at one line from outside.
+CTRL_C_AT = """
+import os, signal, sys
+from functools import reduce
+from importlib import import_module
+where, nth = sys.argv[1], int(sys.argv[2])
+module, _, attr = where.partition(":")
+*path, name = attr.split(".")
+owner = reduce(getattr, path, import_module(module))
+real, calls = getattr(owner, name), []
+def at(*args, **kw):
+    calls.append(1)
+    if len(calls) == nth:
+        os.kill(os.getpid(), signal.SIGINT)
+    return real(*args, **kw)
+setattr(owner, name, at)
+sys.argv = ["swapctl", *sys.argv[3:]]
+from swapctl.cli import main
+main()
+"""
+
+
+def swapctl_ctrl_c_at(target: str, nth: int, *args: str, timeout: float = 120) -> Ran:
+    """`swapctl(*args)`, interrupted once as `target` is called for the `nth` time (CTRL_C_AT)."""
+    return _ended([sys.executable, "-c", CTRL_C_AT, target, str(nth), *args], args, None, timeout)
+
+
 def swapctl_measured(*args: str, timeout: float = 120) -> tuple[Ran, float, int]:
     """`swapctl(*args)` with its seconds and its own peak RSS in KiB (MEASURE)."""
     with tempfile.NamedTemporaryFile("r") as rss:

@@ -21,7 +21,7 @@ from swapctl.swap.deploy import Swap
 from swapctl.swap.journal_entry import parse
 
 from conftest import own_box
-from lab import prover_config, session_of, swapctl, wait_until
+from lab import prover_config, session_of, swapctl, swapctl_ctrl_c_at, wait_until
 
 
 def sha(path: Path) -> str:
@@ -465,6 +465,19 @@ def test_a_second_ctrl_c_rolls_back_to_the_old_daemon(box, prover, prover_b):
     assert any("a second Ctrl-C" in line for line in lines)
     now = box.one_daemon()
     assert exe_sha(now) == sha(prover) and cmdline(now) == argv
+
+
+def test_a_ctrl_c_once_the_swap_has_ended_never_says_nothing_changed(box, prover, prover_b):
+    """The review of CI's Ctrl-C failure found it: a Ctrl-C after the host's swap had ended, as the result
+    was printed, said "interrupted before any change" with exit 3 while the new build ran. The Ctrl-C
+    lands as the report begins (its moment chosen, the signal real)."""
+    box.start_by_hand(prover)
+    r = swapctl_ctrl_c_at("swapctl.cli.deploy:report", 1, "deploy", "lab", "--binary", str(prover_b), "--yes",
+                          "-p", str(box.playbook_path))
+    assert r.returncode == 0, r.stderr
+    assert "before any change" not in r.stderr and "the swap has ended; swapctl finishes its report" in r.stderr
+    assert [exe_sha(p) for p in box.daemons()] == [sha(prover_b)]
+    assert journal(box)[-1]["outcome"] == "deployed"
 
 
 def _script_runs(marker: str, box) -> bool:

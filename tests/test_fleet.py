@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from lab import NetnsLab, free_port, prover_config, swapctl, wait_until
+from lab import NetnsLab, free_port, prover_config, swapctl, swapctl_ctrl_c_at, wait_until
 from test_deploy import sha
 
 HOSTS = 3
@@ -109,6 +109,18 @@ def test_unreachable_host_is_reported_and_the_others_proceed(farm, fleet, prover
     assert "swapctl: gone: cannot connect to root@127.0.0.1" in r.stderr and "failed (3)" in r.stdout
     for s in farm.servers:
         assert running(s) == [sha(prover_b)]
+
+
+def test_a_ctrl_c_between_hosts_reports_the_host_done_and_starts_no_other(farm, fleet, prover, prover_b):
+    """A Ctrl-C after the first host's swap and before the second's: it said "interrupted before any change"
+    (exit 3) and printed nothing of the host it had swapped. The Ctrl-C lands as the first host's result
+    is recorded (its moment chosen, the signal real)."""
+    r = swapctl_ctrl_c_at("swapctl.fleet:Rollout._record", 1, "deploy", "@farm", "--binary", str(prover_b),
+                          "--yes", "-p", str(fleet))
+    assert r.returncode == 3, r.stderr
+    assert "before any change" not in r.stderr and "rollout stopped: interrupted (Ctrl-C)" in r.stdout
+    assert re.search(r"gpu-0\s.*deployed", r.stdout) and re.search(r"gpu-1\s.*skipped", r.stdout), r.stdout
+    assert [running(s) for s in farm.servers] == [[sha(prover_b)], [sha(prover)], [sha(prover)]]
 
 
 def test_limit_deploys_only_the_matching_hosts_of_the_group(farm, fleet, prover, prover_b):

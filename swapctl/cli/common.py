@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import signal
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, is_dataclass
@@ -55,7 +56,9 @@ def fail(exc: SwapctlError) -> NoReturn:
 
 
 def guarded(fn: Callable[[], int | None]) -> NoReturn:
-    """Runs a verb: errors become one line on stderr and their exit code."""
+    """Runs a verb: errors become one line on stderr and their exit code. A rollout that changed a host
+    leaves its own Ctrl-C handler for the report (cli.fleet.roll_out); the one found here is put back."""
+    previous = signal.getsignal(signal.SIGINT)
     try:
         code = fn() or 0
     except SwapctlError as exc:
@@ -63,6 +66,9 @@ def guarded(fn: Callable[[], int | None]) -> NoReturn:
     except KeyboardInterrupt:
         err.print(Text("swapctl: interrupted before any change", style="bold red"))
         raise typer.Exit(int(ExitCode.REFUSED)) from None
+    finally:
+        if signal.getsignal(signal.SIGINT) is not previous:
+            signal.signal(signal.SIGINT, previous)
     raise typer.Exit(int(code))
 
 

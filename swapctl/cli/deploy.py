@@ -15,7 +15,7 @@ from rich.rule import Rule
 from rich.text import Text
 
 from .. import playbook as pb
-from ..errors import BadInput, Refused, SwapctlError
+from ..errors import BadInput, ExitCode, Refused, SwapctlError
 from ..remote import connect
 from ..swap import elf, environ
 from ..swap.deploy import DeployPlan, Event, EventSink, Interrupts, Outcome, Plan, Swap
@@ -38,6 +38,7 @@ from .common import (
     worst,
 )
 from .fleet import (
+    INTERRUPTED,
     CanaryOpt,
     CanaryWaitOpt,
     Fleet,
@@ -226,6 +227,7 @@ def _deploy(targets: list[str], binary: str | None, playbook_path: str | None, y
 
 def report(results: dict[str, Any], why: str, as_json: bool) -> int:
     codes = [int(r.exit_code) for r in results.values() if isinstance(r, SwapctlError)]
+    codes += [int(ExitCode.REFUSED)] * (why == INTERRUPTED)  # the hosts after it were never started
     if as_json:
         print_json({"hosts": {n: ({"skipped": why} if isinstance(r, str) else
                                   {"error": str(r), "exit_code": int(r.exit_code)} if isinstance(r, SwapctlError)

@@ -26,8 +26,8 @@ from ..swap.deploy import EventSink, Interrupts, Outcome, Plan
 from .common import err, out, select_hosts, text
 from .progress import FleetView, Reporter
 
-__all__ = ["SKIPPED", "Fleet", "One", "Preview", "confirm_after_plans", "fail_budget", "roll_out", "select_fleet",
-           "summary"]
+__all__ = ["INTERRUPTED", "SKIPPED", "Fleet", "One", "Preview", "confirm_after_plans", "fail_budget", "roll_out",
+           "select_fleet", "summary"]
 
 One = Callable[[HostSpec, Interrupts, EventSink], Result]
 
@@ -46,9 +46,15 @@ MaxFailOpt = Annotated[str | None, typer.Option(
     "--max-fail", help="Start no new host once more than N (or P%) hosts failed. Default: [rollout] max_fail.")]
 
 
+INTERRUPTED = "interrupted (Ctrl-C)"
+
+
 def press(interrupts: Interrupts) -> None:
-    """One Ctrl-C for one host's swap: before its stop it aborts; after it, the swap finishes or rolls back."""
-    if interrupts.critical:
+    """One Ctrl-C for one host's swap: before its stop it aborts; after it, the swap finishes or rolls back;
+    once the host's swap script has ended, the deploy finishes its report."""
+    if interrupts.swapped:
+        err.print("Ctrl-C: the swap has ended; swapctl finishes its report", style="bold yellow")
+    elif interrupts.critical:
         err.print("Ctrl-C: the old daemon is stopped, so the swap finishes; Ctrl-C again rolls back to it",
                   style="bold yellow") if interrupts.count == 0 else err.print(
             "Ctrl-C again: rolling back to the old daemon", style="bold yellow")
@@ -109,6 +115,8 @@ class _AtTerminal:
         self.one, self.fleet, self.live = one, fleet, live
         self.active: list[Interrupts] = []
         self.halt = ""  # why no further host starts: Ctrl-C
+        self.done: dict[str, Result] = {}  # each host's result, kept before its Ctrl-C counts as "before any change"
+        self.changed = False  # a host's old daemon was stopped: no later Ctrl-C may say "nothing changed"
         self.rollouts: list[Rollout] = []
         self.view: FleetView | None = None
 
@@ -116,15 +124,16 @@ class _AtTerminal:
         interrupts = Interrupts()
         self.active.append(interrupts)
         sink = self.view.sink(spec.name) if self.view else Reporter(spec.name, bars=self.fleet.parallel == 1)
-        result: Result
+        result: Result = Refused("interrupted before any change", host=spec.name)
         try:
             result = self.one(spec, interrupts, sink)
         except SwapctlError as exc:
             result = exc
-        except KeyboardInterrupt:
-            self.halt = "interrupted (Ctrl-C)"
-            result = Refused("interrupted before any change", host=spec.name)
-        finally:
+        except KeyboardInterrupt:  # raised only before the stop (Interrupts.press)
+            self.halt = INTERRUPTED
+        finally:  # while still active: a Ctrl-C now is counted, not raised, once the host changed
+            self.changed = self.changed or interrupts.critical
+            self.done[spec.name] = result
             if isinstance(sink, Reporter):
                 sink.close()
             self.active.remove(interrupts)
@@ -147,7 +156,7 @@ class _AtTerminal:
 
     def on_sigint(self, *_: object) -> None:
         for r in self.rollouts:
-            r.stopped = r.stopped or "interrupted (Ctrl-C)"
+            r.stopped = r.stopped or INTERRUPTED
         if self.fleet.parallel > 1:  # workers see the count between steps; this thread must not unwind
             for i in list(self.active):
                 i.tally()
@@ -156,6 +165,10 @@ class _AtTerminal:
             raise KeyboardInterrupt
         for i in list(self.active):
             press(i)
+
+    def late(self, *_: object) -> None:
+        """Ctrl-C once the rollout has ended, a host changed: the report of what changed is still to come."""
+        err.print("Ctrl-C: the swap has ended; swapctl finishes its report", style="bold yellow")
 
 
 def roll_out(book: pb.Playbook, specs: list[HostSpec], one: One, fleet: Fleet, yes: bool,
@@ -171,8 +184,12 @@ def roll_out(book: pb.Playbook, specs: list[HostSpec], one: One, fleet: Fleet, y
     try:
         results, why = core_roll_out(specs, run.each, fleet, gate, dry_run=dry_run, batch=run.batch,
                                      halted=lambda: run.halt)
-    finally:
-        signal.signal(signal.SIGINT, previous)
+    except KeyboardInterrupt:  # between hosts, or in the canary's wait: the hosts done are reported as they are
+        if not run.changed:
+            raise
+        results, why = {s.name: run.done.get(s.name, SKIPPED) for s in specs}, INTERRUPTED
+    finally:  # the verb's report is still to print; `guarded` puts the previous handler back
+        signal.signal(signal.SIGINT, run.late if run.changed else previous)
     if why == "the canary failed":
         err.print("the canary failed: no other host was touched", style="bold red")
     elif why.startswith("canary "):

@@ -27,6 +27,7 @@ class Interrupts:
     def __init__(self) -> None:
         self.count = 0
         self.critical = False  # set once the old daemon is being stopped: from then on, finish the swap
+        self.swapped = False  # set once the host's swap script has ended: nothing is left to roll back
         self.second = threading.Event()  # a second press: the swap rolls back at once (swaprun tells the host)
 
     def tally(self) -> None:

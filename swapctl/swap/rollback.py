@@ -43,6 +43,7 @@ def swap_in(ctx: Context, plan: Plan, target: Release, action: str, fallback: Re
     if run.drain_refused:  # proofs still in flight at the drain's limit: nothing was stopped
         ctx.interrupts.critical = False
         raise swaprun.drain_refused(ctx, run)
+    ctx.interrupts.swapped = True
     line = _recorded(run)
     if not run.outcome:
         raise UnknownState(f"the swap script on the host ended without saying how the swap ended "
