@@ -164,6 +164,26 @@ def test_ctrl_c_in_the_window_rolls_back_and_says_so(box, builds, swapctl_env):
     assert _sha(f"/proc/{pid}/exe") == _sha(builds["pageable"])  # the build before B
 
 
+def test_ctrl_c_during_the_swap_lets_it_finish_then_rolls_back(box, builds, swapctl_env):
+    """A Ctrl-C after the old daemon's stop, in the memory wait: it said "interrupted before the old daemon
+    was stopped: nothing changed" while the host finished the swap alone and kept B."""
+    old = box.start_by_hand(builds["pageable"], config=prover_config(**STEADY, child_hold_mib=8,
+                                                                     child_linger_ms=2000))
+    proc = subprocess.Popen([sys.executable, "-m", "swapctl", "experiment", "lab", "-p", str(box.playbook_path),
+                             "--dest", str(box.workdir / "logs"), "--yes", "--binary", str(builds["pinned"]),
+                             "--for", "60s", "--baseline", "3s", "--min-proofs", "2", "--then", "keep"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONFAULTHANDLER": "1"})
+    wait_until(lambda: old not in box.daemons(), timeout=90, what="the old daemon's stop")
+    proc.send_signal(signal.SIGINT)  # in the memory wait: its child holds memory 2 s after it
+    out, err = proc.communicate(timeout=120)
+    assert "nothing changed" not in err and "the swap finishes" in err, err
+    assert "interrupted during the swap: rolling back" in err and "rolled back" in err, err
+    assert proc.returncode == 3
+    pid = box.one_daemon()
+    assert _sha(f"/proc/{pid}/exe") == _sha(builds["pageable"])  # the build before B
+
+
 def _sha(path) -> str:
     import hashlib
 

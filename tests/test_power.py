@@ -245,6 +245,7 @@ def test_a_window_planned_for_n_proofs_gets_n_proofs_after_its_warm_up(runs, mon
     counted them in, so each window that no look ended early ran `warmup` proofs short of the power it
     stated (the review of 2026-12-04: 72 of the record's 109 such windows)."""
     from swapctl.experiment import run as experiment
+    from swapctl.swap.events import Interrupts
 
     text = LOG.read_bytes()
     monkeypatch.setattr(experiment, "POLL_S", 0.0)
@@ -271,6 +272,7 @@ def test_the_early_looks_and_the_verdict_judge_b_against_the_same_a(monkeypatch)
     from types import SimpleNamespace
 
     from swapctl.experiment import run as experiment
+    from swapctl.swap.events import Interrupts
 
     text = LOG.read_bytes()
     b = _b_start(text)
@@ -284,7 +286,7 @@ def test_the_early_looks_and_the_verdict_judge_b_against_the_same_a(monkeypatch)
     monkeypatch.setattr(experiment, "POLL_S", 0.0)
     verdicts: list = []
     hooks = SimpleNamespace(say=lambda line, style: None, verdict=verdicts.append, decide=lambda v: "keep")
-    sw = SimpleNamespace(host=SimpleNamespace(name="lab"))
+    sw = SimpleNamespace(host=SimpleNamespace(name="lab"), interrupts=Interrupts())  # no Ctrl-C in the swap
     settings = experiment.Settings(binary="b", for_s=60, warmup=1)
     v, decision = experiment._judge(sw, _GrowingLog(text, b), settings, hooks, base, b, None,
                                     SimpleNamespace(new_sha="b" * 64))

@@ -4,6 +4,7 @@ decides (as swapctl.fleet's rollout takes them); nothing here prints or asks."""
 
 from __future__ import annotations
 
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -88,7 +89,7 @@ def _run(sw: Swap, win: Window, s: Settings, hooks: Hooks) -> Result:
         raise BadInput("B is the build that runs already: nothing to compare", host=host.name)
     hooks.confirm(plan)
     try:
-        outcome = run_deploy(sw, plan)
+        outcome = _counted(sw, hooks, " and B is then rolled back", lambda: run_deploy(sw, plan))
     except SwapctlError as exc:
         hooks.say(f"verdict: B did not come up ({exc}); the deploy's own rollback decided", "bold red")
         raise
@@ -102,6 +103,25 @@ def _run(sw: Swap, win: Window, s: Settings, hooks: Hooks) -> Result:
         write_html(s.report, v, host.name, s.binary, win, (base.start, new_start))
         hooks.say(f"report: {s.report}", None)
     return Result(v, decision)
+
+
+def _counted(sw: Swap, hooks: Hooks, then: str, swap: Callable[[], Outcome]) -> Outcome:
+    """`swap` with Ctrl-C as `swapctl deploy` takes it: before the stop it aborts with nothing changed;
+    after it the swap finishes (`then` says what follows), and a second press rolls back at once. Under the
+    default handler a press mid-swap said "nothing changed" while the host finished the swap alone."""
+    sw.interrupts.reset()
+
+    def press(*_: object) -> None:
+        if sw.interrupts.critical and not sw.interrupts.swapped and not sw.interrupts.count:
+            hooks.say(f"Ctrl-C: the old daemon is stopped, so the swap finishes{then}; Ctrl-C again rolls back "
+                      f"at once", "bold yellow")
+        sw.interrupts.press()
+
+    previous = signal.signal(signal.SIGINT, press)
+    try:
+        return swap()
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _baseline(sw: Swap, win: Window, s: Settings, hooks: Hooks) -> _Baseline:
@@ -139,7 +159,10 @@ def _judge(sw: Swap, win: Window, s: Settings, hooks: Hooks, base: _Baseline, ne
     baseline runs again."""
     v: Verdict | None = None
     decision = "rollback"
+    when = "during the swap" if sw.interrupts.count else "in the window"  # pressed after the stop: B goes
     try:
+        if sw.interrupts.count:
+            raise KeyboardInterrupt
         win.fetch()  # A's log is whole once B has started: the looks judge against the A the verdict reads
         base.runs = side_runs(win.runs(base.start, new_start))[-1:] or base.runs
         _watch(win, new_start, s, base, hooks)
@@ -155,11 +178,11 @@ def _judge(sw: Swap, win: Window, s: Settings, hooks: Hooks, base: _Baseline, ne
         hooks.verdict(v)
         decision = hooks.decide(v)
     except KeyboardInterrupt:
-        hooks.say("interrupted in the window: rolling back to the build before B", "bold yellow")
+        hooks.say(f"interrupted {when}: rolling back to the build before B", "bold yellow")
         decision, v = "rollback", None
     finally:
         if decision == "rollback":
-            hooks.say(f"{sw.host.name}: rolled back; {_restore(sw, running)}", "bold")
+            hooks.say(f"{sw.host.name}: rolled back; {_restore(sw, hooks, running)}", "bold")
         else:
             hooks.say(f"{sw.host.name}: keeping B ({(outcome.new_sha or '')[:12]})", "bold")
     return v, decision
@@ -214,10 +237,10 @@ def _ms(v: float | None) -> str:
     return "-" if v is None else f"{v:,.0f} ms"
 
 
-def _restore(sw: Swap, baseline: Daemon) -> str:
+def _restore(sw: Swap, hooks: Hooks, baseline: Daemon) -> str:
     """Back to the baseline itself, named by its whole sha256 (not by what `rollback` would pick), then
     checked on the host: the daemon that runs there now must be the baseline's bytes."""
-    run_rollback(sw, sw.plan_rollback(baseline.sha256))
+    _counted(sw, hooks, "", lambda: run_rollback(sw, sw.plan_rollback(baseline.sha256)))
     now = sw.situation().daemon
     if now is None or now.sha256 != baseline.sha256:
         what = f"{now.sha256[:12]} (pid {now.pid})" if now else "no daemon"

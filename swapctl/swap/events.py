@@ -30,6 +30,11 @@ class Interrupts:
         self.swapped = False  # set once the host's swap script has ended: nothing is left to roll back
         self.second = threading.Event()  # a second press: the swap rolls back at once (swaprun tells the host)
 
+    def reset(self) -> None:
+        """Before another swap through the same Swap (an experiment's rollback after its deploy)."""
+        self.count, self.critical, self.swapped = 0, False, False
+        self.second.clear()
+
     def tally(self) -> None:
         """Counts one press; safe from a signal handler (it sets an event, nothing more)."""
         self.count += 1
