@@ -245,7 +245,6 @@ def test_a_window_planned_for_n_proofs_gets_n_proofs_after_its_warm_up(runs, mon
     counted them in, so each window that no look ended early ran `warmup` proofs short of the power it
     stated (the review of 2026-12-04: 72 of the record's 109 such windows)."""
     from swapctl.experiment import run as experiment
-    from swapctl.swap.events import Interrupts
 
     text = LOG.read_bytes()
     monkeypatch.setattr(experiment, "POLL_S", 0.0)
