@@ -164,9 +164,13 @@ def test_ctrl_c_in_the_window_rolls_back_and_says_so(box, builds, swapctl_env):
     assert _sha(f"/proc/{pid}/exe") == _sha(builds["pageable"])  # the build before B
 
 
-def test_ctrl_c_during_the_swap_lets_it_finish_then_rolls_back(box, builds, swapctl_env):
+def test_ctrl_c_during_the_swap_lets_it_finish_then_rolls_back_and_a_second_does_not_stop_that(
+        box, builds, swapctl_env):
     """A Ctrl-C after the old daemon's stop, in the memory wait: it said "interrupted before the old daemon
-    was stopped: nothing changed" while the host finished the swap alone and kept B."""
+    was stopped: nothing changed" while the host finished the swap alone and kept B. A second Ctrl-C, as
+    the rollback to the build before B begins, aborted that rollback and left B."""
+    import threading
+
     old = box.start_by_hand(builds["pageable"], config=prover_config(**STEADY, child_hold_mib=8,
                                                                      child_linger_ms=2000))
     proc = subprocess.Popen([sys.executable, "-m", "swapctl", "experiment", "lab", "-p", str(box.playbook_path),
@@ -174,11 +178,20 @@ def test_ctrl_c_during_the_swap_lets_it_finish_then_rolls_back(box, builds, swap
                              "--for", "60s", "--baseline", "3s", "--min-proofs", "2", "--then", "keep"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONFAULTHANDLER": "1"})
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
+    reader.start()
     wait_until(lambda: old not in box.daemons(), timeout=90, what="the old daemon's stop")
     proc.send_signal(signal.SIGINT)  # in the memory wait: its child holds memory 2 s after it
-    out, err = proc.communicate(timeout=120)
+    wait_until(lambda: any("rolling back to the build before B" in line for line in lines), timeout=60,
+               what="the rollback's first line")
+    proc.send_signal(signal.SIGINT)  # B's own child holds memory 2 s: the rollback has seconds to go
+    proc.wait(120)
+    reader.join(5)
+    err = "".join(lines)
     assert "nothing changed" not in err and "the swap finishes" in err, err
-    assert "interrupted during the swap: rolling back" in err and "rolled back" in err, err
+    assert "interrupted during the swap: rolling back" in err and "rolled back; the baseline" in err, err
+    assert "rolling back to the build before B; it finishes" in err, err
     assert proc.returncode == 3
     pid = box.one_daemon()
     assert _sha(f"/proc/{pid}/exe") == _sha(builds["pageable"])  # the build before B

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -89,39 +90,53 @@ def _run(sw: Swap, win: Window, s: Settings, hooks: Hooks) -> Result:
         raise BadInput("B is the build that runs already: nothing to compare", host=host.name)
     hooks.confirm(plan)
     try:
-        outcome = _counted(sw, hooks, " and B is then rolled back", lambda: run_deploy(sw, plan))
+        outcome = _counted(sw, hooks, lambda: run_deploy(sw, plan))
     except SwapctlError as exc:
-        hooks.say(f"verdict: B did not come up ({exc}); the deploy's own rollback decided", "bold red")
+        hooks.say(f"verdict: B did not come up ({exc}); the deploy's own rollback decided" if sw.interrupts.critical
+                  else f"B was not swapped in ({exc}): nothing to judge", "bold red")
         raise
     new_start = int(outcome.log_offset or 0)
     v, decision = _judge(sw, win, s, hooks, base, new_start, running, outcome)
-    journal.write(sw.ctx, JournalEntry(action="experiment", release=outcome.new_sha, decision=decision,
-                                       verdict=v.summary if v else "interrupted in the window"))
-    if s.report and v:
-        from .report import write_html
+    with _finishing(hooks, "the experiment has ended; its journal line and report are being written"):
+        journal.write(sw.ctx, JournalEntry(action="experiment", release=outcome.new_sha, decision=decision,
+                                           verdict=v.summary if v else "interrupted in the window"))
+        if s.report and v:
+            from .report import write_html
 
-        write_html(s.report, v, host.name, s.binary, win, (base.start, new_start))
-        hooks.say(f"report: {s.report}", None)
+            write_html(s.report, v, host.name, s.binary, win, (base.start, new_start))
+            hooks.say(f"report: {s.report}", None)
     return Result(v, decision)
 
 
-def _counted(sw: Swap, hooks: Hooks, then: str, swap: Callable[[], Outcome]) -> Outcome:
-    """`swap` with Ctrl-C as `swapctl deploy` takes it: before the stop it aborts with nothing changed;
-    after it the swap finishes (`then` says what follows), and a second press rolls back at once. Under the
-    default handler a press mid-swap said "nothing changed" while the host finished the swap alone."""
+def _counted(sw: Swap, hooks: Hooks, swap: Callable[[], Outcome]) -> Outcome:
+    """B's swap with Ctrl-C as `swapctl deploy` takes it: before the stop it aborts with nothing changed;
+    after it the swap finishes and B is then rolled back (_judge), and a second press rolls back at once.
+    Under the default handler a press mid-swap said "nothing changed" while the host finished alone."""
     sw.interrupts.reset()
 
     def press(*_: object) -> None:
         if sw.interrupts.critical and not sw.interrupts.swapped and not sw.interrupts.count:
-            hooks.say(f"Ctrl-C: the old daemon is stopped, so the swap finishes{then}; Ctrl-C again rolls back "
-                      f"at once", "bold yellow")
+            hooks.say("Ctrl-C: the old daemon is stopped, so the swap finishes and B is then rolled back; "
+                      "Ctrl-C again rolls back at once", "bold yellow")
         sw.interrupts.press()
 
-    previous = signal.signal(signal.SIGINT, press)
-    try:
+    with _on_sigint(press):
         return swap()
+
+
+@contextmanager
+def _on_sigint(handler: Callable[..., None]) -> Iterator[None]:
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def _finishing(hooks: Hooks, what: str) -> AbstractContextManager[None]:
+    """A stretch Ctrl-C does not cut short, once B has run: the rollback to the build before it (a press
+    there used to abort it and leave B), the journal line and the report. A press says so, nothing more."""
+    return _on_sigint(lambda *_: hooks.say(f"Ctrl-C: {what}; it finishes", "bold yellow"))
 
 
 def _baseline(sw: Swap, win: Window, s: Settings, hooks: Hooks) -> _Baseline:
@@ -182,7 +197,8 @@ def _judge(sw: Swap, win: Window, s: Settings, hooks: Hooks, base: _Baseline, ne
         decision, v = "rollback", None
     finally:
         if decision == "rollback":
-            hooks.say(f"{sw.host.name}: rolled back; {_restore(sw, hooks, running)}", "bold")
+            with _finishing(hooks, "rolling back to the build before B"):
+                hooks.say(f"{sw.host.name}: rolled back; {_restore(sw, running)}", "bold")
         else:
             hooks.say(f"{sw.host.name}: keeping B ({(outcome.new_sha or '')[:12]})", "bold")
     return v, decision
@@ -237,10 +253,11 @@ def _ms(v: float | None) -> str:
     return "-" if v is None else f"{v:,.0f} ms"
 
 
-def _restore(sw: Swap, hooks: Hooks, baseline: Daemon) -> str:
+def _restore(sw: Swap, baseline: Daemon) -> str:
     """Back to the baseline itself, named by its whole sha256 (not by what `rollback` would pick), then
     checked on the host: the daemon that runs there now must be the baseline's bytes."""
-    _counted(sw, hooks, "", lambda: run_rollback(sw, sw.plan_rollback(baseline.sha256)))
+    sw.interrupts.reset()  # a press during B's swap asked for this rollback: it must not refuse it
+    run_rollback(sw, sw.plan_rollback(baseline.sha256))
     now = sw.situation().daemon
     if now is None or now.sha256 != baseline.sha256:
         what = f"{now.sha256[:12]} (pid {now.pid})" if now else "no daemon"
