@@ -6,10 +6,12 @@ import os
 import pty
 import re
 import shutil
+import signal
 import struct
 import subprocess
 import sys
 import termios
+import threading
 from pathlib import Path
 
 import pytest
@@ -88,6 +90,29 @@ def test_canary_that_stays_up_lets_the_rollout_continue(farm, fleet, prover_b):
     assert "canary gpu-0" in r.stderr
     for s in farm.servers:
         assert running(s) == [sha(prover_b)]
+
+
+def test_a_ctrl_c_in_the_canarys_wait_with_parallel_starts_no_other_host(farm, fleet, prover, prover_b):
+    """With --parallel the Ctrl-C handler only counts presses: one in the canaries' wait went unseen, the
+    wait ran its whole length, and the rest of the farm was swapped."""
+    proc = subprocess.Popen([sys.executable, "-m", "swapctl", "deploy", "@farm", "--binary", str(prover_b),
+                             "--canary", "1", "--canary-wait", "60", "--parallel", "2", "--yes", "-p", str(fleet)],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
+    reader.start()
+    wait_until(lambda: any("canaries run for 60 s" in line for line in lines), timeout=60, what="the canaries' wait")
+    proc.send_signal(signal.SIGINT)
+    try:
+        out = proc.communicate(timeout=45)[0]  # not the wait's 60 s
+    except subprocess.TimeoutExpired:
+        proc.kill()  # it would go on to swap the other hosts under the next test
+        proc.wait()
+        pytest.fail("the Ctrl-C did not end the canaries' wait:\n" + "".join(lines)[-3000:])
+    reader.join(5)
+    assert proc.returncode == 3, "".join(lines)
+    assert "rollout stopped: interrupted (Ctrl-C)" in out and "before any change" not in "".join(lines), out
+    assert [running(s) for s in farm.servers] == [[sha(prover_b)], [sha(prover)], [sha(prover)]]
 
 
 def test_max_fail_1_with_two_bad_hosts_stops_after_the_second(farm, fleet, prover, prover_b):

@@ -39,6 +39,7 @@ from .common import (
 )
 from .fleet import (
     INTERRUPTED,
+    SKIPPED,
     CanaryOpt,
     CanaryWaitOpt,
     Fleet,
@@ -227,7 +228,8 @@ def _deploy(targets: list[str], binary: str | None, playbook_path: str | None, y
 
 def report(results: dict[str, Any], why: str, as_json: bool) -> int:
     codes = [int(r.exit_code) for r in results.values() if isinstance(r, SwapctlError)]
-    codes += [int(ExitCode.REFUSED)] * (why == INTERRUPTED)  # the hosts after it were never started
+    skipped = why == INTERRUPTED and SKIPPED in results.values()
+    codes += [int(ExitCode.REFUSED)] * skipped  # a Ctrl-C kept hosts from starting: not all went
     if as_json:
         print_json({"hosts": {n: ({"skipped": why} if isinstance(r, str) else
                                   {"error": str(r), "exit_code": int(r.exit_code)} if isinstance(r, SwapctlError)

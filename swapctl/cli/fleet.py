@@ -92,8 +92,10 @@ def confirm_after_plans(book: pb.Playbook, specs: list[HostSpec], plan_one: Call
     def seen(plan: Plan) -> None:
         warned.extend(f"{plan.host}: {w}" for w in plan.warnings)
 
-    results, _ = roll_out(book, specs, plan_one(seen), replace(fleet, parallel=max(fleet.parallel, min(len(specs), 16)),
-                                                       canary=0, max_fail=None), True, True)
+    planning = replace(fleet, parallel=max(fleet.parallel, min(len(specs), 16)), canary=0, max_fail=None)
+    results, why = roll_out(book, specs, plan_one(seen), planning, True, True)
+    if why == INTERRUPTED:  # hosts were skipped: the question would name hosts with no plan on the screen
+        raise Refused("interrupted while the plans were made; nothing changed")
     refused = [n for n, r in results.items() if isinstance(r, SwapctlError)]
     for name in refused:
         err.print(text(f"swapctl: {results[name]}"), style="bold red")
@@ -117,6 +119,7 @@ class _AtTerminal:
         self.halt = ""  # why no further host starts: Ctrl-C
         self.done: dict[str, Result] = {}  # each host's result, kept before its Ctrl-C counts as "before any change"
         self.changed = False  # a host's old daemon was stopped: no later Ctrl-C may say "nothing changed"
+        self.pressed = threading.Event()  # any Ctrl-C: it ends the canaries' wait
         self.rollouts: list[Rollout] = []
         self.view: FleetView | None = None
 
@@ -155,6 +158,8 @@ class _AtTerminal:
                 self.view = None
 
     def on_sigint(self, *_: object) -> None:
+        self.halt = self.halt or INTERRUPTED  # no host starts after it: in a batch, or the batch after the canaries
+        self.pressed.set()
         for r in self.rollouts:
             r.stopped = r.stopped or INTERRUPTED
         if self.fleet.parallel > 1:  # workers see the count between steps; this thread must not unwind
@@ -165,6 +170,11 @@ class _AtTerminal:
             raise KeyboardInterrupt
         for i in list(self.active):
             press(i)
+
+    def wait_for_canaries(self, seconds: float) -> None:
+        """The canaries' run before the rest; a Ctrl-C ends it (with --parallel it raises nothing)."""
+        err.print(text(f"canaries run for {seconds:g} s before the rollout goes on"))
+        self.pressed.wait(seconds)
 
     def late(self, *_: object) -> None:
         """Ctrl-C once the rollout has ended, a host changed: the report of what changed is still to come."""
@@ -179,7 +189,7 @@ def roll_out(book: pb.Playbook, specs: list[HostSpec], one: One, fleet: Fleet, y
     # the live table only where the cursor can move: rich draws nothing on a pipe or at TERM=dumb
     run = _AtTerminal(one, fleet, live=len(specs) > 1 and err.is_interactive)
     gate = CanaryGate(book, check_canary, fleet.canary_wait,
-                      lambda canaries: _confirm_canaries(canaries, fleet, yes), _wait_for_canaries)
+                      lambda canaries: _confirm_canaries(canaries, fleet, yes), run.wait_for_canaries)
     previous = signal.signal(signal.SIGINT, run.on_sigint)
     try:
         results, why = core_roll_out(specs, run.each, fleet, gate, dry_run=dry_run, batch=run.batch,
@@ -199,11 +209,6 @@ def roll_out(book: pb.Playbook, specs: list[HostSpec], one: One, fleet: Fleet, y
 
 def _outcome_word(result: Result) -> str:
     return f"failed ({int(result.exit_code)})" if isinstance(result, SwapctlError) else result.outcome
-
-
-def _wait_for_canaries(seconds: float) -> None:
-    err.print(text(f"canaries run for {seconds:g} s before the rollout goes on"))
-    threading.Event().wait(seconds)
 
 
 def _confirm_canaries(canaries: list[Canary], fleet: Fleet, yes: bool) -> bool:
