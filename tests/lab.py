@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -35,6 +36,18 @@ class Ran(subprocess.CompletedProcess):
 def swapctl(*args: str, env: dict | None = None, timeout: float = 120) -> Ran:
     """Runs the CLI; one that hangs fails the test with every thread's stack (faulthandler on SIGABRT)."""
     return _ended([sys.executable, "-m", "swapctl", *args], args, env, timeout)
+
+
+def swapctl_in_background(*args: str) -> tuple[subprocess.Popen, list[str], threading.Thread]:
+    """`swapctl ARGS...` as a child whose stderr lines are collected as they come, for a test that acts at
+    one of them (a signal, a kill); the caller waits for its end. Returns it, its lines, and their reader."""
+    proc = subprocess.Popen([sys.executable, "-m", "swapctl", *args], stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONFAULTHANDLER": "1"})
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
+    reader.start()
+    return proc, lines, reader
 
 
 def _ended(argv: list[str], args: tuple[str, ...], env: dict | None, timeout: float) -> Ran:

@@ -21,7 +21,7 @@ from swapctl.swap.deploy import Swap
 from swapctl.swap.journal_entry import parse
 
 from conftest import own_box
-from lab import prover_config, session_of, swapctl, swapctl_ctrl_c_at, wait_until
+from lab import prover_config, session_of, swapctl, swapctl_ctrl_c_at, swapctl_in_background, wait_until
 
 
 def sha(path: Path) -> str:
@@ -389,13 +389,8 @@ def test_ready_line_is_seen_when_the_daemon_goes_quiet_after_it(box, prover, pro
 
 def _deploy_in_background(box, binary, *extra):
     """swapctl deploy as a child whose stderr lines are collected as they come."""
-    proc = subprocess.Popen([sys.executable, "-m", "swapctl", "deploy", "lab", "--binary", str(binary), "--yes",
-                             "-p", str(box.playbook_path), *extra], stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
-    reader.start()
-    return proc, lines, reader
+    return swapctl_in_background("deploy", "lab", "--binary", str(binary), "--yes", "-p", str(box.playbook_path),
+                                 *extra)
 
 
 def test_ctrl_c_at_the_confirmation_changes_nothing(box, prover, prover_b):

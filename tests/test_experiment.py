@@ -16,7 +16,7 @@ import pytest
 
 from swapctl.logs.stats import compare, mann_whitney_p
 
-from lab import NetnsLab, build_prover, prover_config, swapctl, wait_until
+from lab import NetnsLab, build_prover, prover_config, swapctl, swapctl_in_background, wait_until
 
 # the copy of 48 MiB a partition dominates ntt_kernels in the pageable build; the pinned build overlaps it
 COPY = dict(memory_mib=8, jobs=-1, partitions=8, partition_mib=48, synth_ms=5, gpu_ms=20)
@@ -169,18 +169,11 @@ def test_ctrl_c_during_the_swap_lets_it_finish_then_rolls_back_and_a_second_does
     """A Ctrl-C after the old daemon's stop, in the memory wait: it said "interrupted before the old daemon
     was stopped: nothing changed" while the host finished the swap alone and kept B. A second Ctrl-C, as
     the rollback to the build before B begins, aborted that rollback and left B."""
-    import threading
-
     old = box.start_by_hand(builds["pageable"], config=prover_config(**STEADY, child_hold_mib=8,
                                                                      child_linger_ms=2000))
-    proc = subprocess.Popen([sys.executable, "-m", "swapctl", "experiment", "lab", "-p", str(box.playbook_path),
-                             "--dest", str(box.workdir / "logs"), "--yes", "--binary", str(builds["pinned"]),
-                             "--for", "60s", "--baseline", "3s", "--min-proofs", "2", "--then", "keep"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONFAULTHANDLER": "1"})
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
-    reader.start()
+    proc, lines, reader = swapctl_in_background(
+        "experiment", "lab", "-p", str(box.playbook_path), "--dest", str(box.workdir / "logs"), "--yes",
+        "--binary", str(builds["pinned"]), "--for", "60s", "--baseline", "3s", "--min-proofs", "2", "--then", "keep")
     wait_until(lambda: old not in box.daemons(), timeout=90, what="the old daemon's stop")
     proc.send_signal(signal.SIGINT)  # in the memory wait: its child holds memory 2 s after it
     wait_until(lambda: any("rolling back to the build before B" in line for line in lines), timeout=60,

@@ -11,12 +11,11 @@ import struct
 import subprocess
 import sys
 import termios
-import threading
 from pathlib import Path
 
 import pytest
 
-from lab import NetnsLab, free_port, prover_config, swapctl, swapctl_ctrl_c_at, wait_until
+from lab import NetnsLab, free_port, prover_config, swapctl, swapctl_ctrl_c_at, swapctl_in_background, wait_until
 from test_deploy import sha
 
 HOSTS = 3
@@ -95,12 +94,8 @@ def test_canary_that_stays_up_lets_the_rollout_continue(farm, fleet, prover_b):
 def test_a_ctrl_c_in_the_canarys_wait_with_parallel_starts_no_other_host(farm, fleet, prover, prover_b):
     """With --parallel the Ctrl-C handler only counts presses: one in the canaries' wait went unseen, the
     wait ran its whole length, and the rest of the farm was swapped."""
-    proc = subprocess.Popen([sys.executable, "-m", "swapctl", "deploy", "@farm", "--binary", str(prover_b),
-                             "--canary", "1", "--canary-wait", "60", "--parallel", "2", "--yes", "-p", str(fleet)],
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
-    reader.start()
+    proc, lines, reader = swapctl_in_background("deploy", "@farm", "--binary", str(prover_b), "--canary", "1",
+                                                "--canary-wait", "60", "--parallel", "2", "--yes", "-p", str(fleet))
     wait_until(lambda: any("canaries run for 60 s" in line for line in lines), timeout=60, what="the canaries' wait")
     proc.send_signal(signal.SIGINT)
     try:

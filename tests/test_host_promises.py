@@ -6,8 +6,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,7 +16,7 @@ from swapctl.host import scripts
 from swapctl.remote.host import LocalHost
 from swapctl.swap.journal_entry import parse
 
-from lab import session_of, swapctl, wait_until
+from lab import session_of, swapctl, swapctl_in_background, wait_until
 from test_deploy import deploy, journal, only_runs, sha
 
 
@@ -33,13 +31,7 @@ def state(box) -> Path:
 
 def in_background(box, binary):
     """swapctl deploy as a child whose stderr lines are collected as they come."""
-    proc = subprocess.Popen([sys.executable, "-m", "swapctl", "deploy", "lab", "--binary", str(binary), "--yes",
-                             "-p", str(box.playbook_path)], stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
-    reader.start()
-    return proc, lines, reader
+    return swapctl_in_background("deploy", "lab", "--binary", str(binary), "--yes", "-p", str(box.playbook_path))
 
 
 def said(lines: list[str], text: str) -> bool:

@@ -15,8 +15,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,7 +28,7 @@ from swapctl.remote import Cmd, connect
 from swapctl.remote.become import rule
 
 from conftest import Box
-from lab import SshServer, make_server, path_without, prover_config, swapctl, wait_until
+from lab import SshServer, make_server, path_without, prover_config, swapctl, swapctl_in_background, wait_until
 
 SECRET = "s3cr3t-value-that-sudo-must-never-log"
 
@@ -343,12 +341,8 @@ def test_a_command_past_its_deadline_is_ended_on_the_host_though_root_runs_it(su
 
 def test_a_swap_whose_connection_drops_finishes_alone_as_root(sbox, prover, prover_b):
     sbox.start_by_hand(prover, prover_config(child_hold_mib=8, child_linger_ms=2000))
-    proc = subprocess.Popen([sys.executable, "-m", "swapctl", "deploy", "lab", "--binary", str(prover_b), "--yes",
-                             "-p", str(sbox.playbook_path)], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
-    reader.start()
+    proc, lines, reader = swapctl_in_background("deploy", "lab", "--binary", str(prover_b), "--yes",
+                                                "-p", str(sbox.playbook_path))
     wait_until(lambda: any("waiting" in line or "MemAvailable" in line for line in lines), what="the memory wait")
     procs = _processes()
     found = [pid for pid, (ppid, cmd) in procs.items()  # sudo's child, not the script's own subshells

@@ -10,14 +10,11 @@ import os
 import re
 import shutil
 import signal
-import subprocess
-import sys
-import threading
 from pathlib import Path
 
 import pytest
 
-from lab import prover_config, session_of, swapctl, wait_until
+from lab import prover_config, session_of, swapctl, swapctl_in_background, wait_until
 
 
 def sha(path: Path | str) -> str:
@@ -236,12 +233,8 @@ def test_a_unit_crashed_and_waiting_to_restart_is_found_and_deployed_through(ubo
 def test_the_host_goes_back_through_the_unit_when_the_deploy_loses_its_connection(ubox, prover, prover_noready):
     ubox.install(prover, restart="on-failure", restart_sec="200ms")
     ubox.write_playbook(ready_timeout_s=4)
-    proc = subprocess.Popen([sys.executable, "-m", "swapctl", "deploy", "lab", "--binary", str(prover_noready),
-                             "--yes", "-p", str(ubox.playbook_path)], stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
-    reader.start()
+    proc, lines, reader = swapctl_in_background("deploy", "lab", "--binary", str(prover_noready), "--yes",
+                                                "-p", str(ubox.playbook_path))
     wait_until(lambda: any(" start: started " in line for line in lines), what="the new daemon's start")
     os.kill(session_of("swapctl-swap", pidns=ubox.pidns), signal.SIGKILL)  # nobody is left to roll back but the host
     assert proc.wait(60) == 5
