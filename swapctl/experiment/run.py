@@ -90,7 +90,7 @@ def _run(sw: Swap, win: Window, s: Settings, hooks: Hooks) -> Result:
         raise BadInput("B is the build that runs already: nothing to compare", host=host.name)
     hooks.confirm(plan)
     try:
-        outcome = _counted(sw, hooks, lambda: run_deploy(sw, plan))
+        outcome = _swap_in_b(sw, plan, hooks)
     except SwapctlError as exc:
         hooks.say(f"verdict: B did not come up ({exc}); the deploy's own rollback decided" if sw.interrupts.critical
                   else f"B was not swapped in ({exc}): nothing to judge", "bold red")
@@ -108,12 +108,10 @@ def _run(sw: Swap, win: Window, s: Settings, hooks: Hooks) -> Result:
     return Result(v, decision)
 
 
-def _counted(sw: Swap, hooks: Hooks, swap: Callable[[], Outcome]) -> Outcome:
+def _swap_in_b(sw: Swap, plan: DeployPlan, hooks: Hooks) -> Outcome:
     """B's swap with Ctrl-C as `swapctl deploy` takes it: before the stop it aborts with nothing changed;
     after it the swap finishes and B is then rolled back (_judge), and a second press rolls back at once.
     Under the default handler a press mid-swap said "nothing changed" while the host finished alone."""
-    sw.interrupts.reset()
-
     def press(*_: object) -> None:
         if sw.interrupts.critical and not sw.interrupts.swapped and not sw.interrupts.count:
             hooks.say("Ctrl-C: the old daemon is stopped, so the swap finishes and B is then rolled back; "
@@ -121,7 +119,7 @@ def _counted(sw: Swap, hooks: Hooks, swap: Callable[[], Outcome]) -> Outcome:
         sw.interrupts.press()
 
     with _on_sigint(press):
-        return swap()
+        return run_deploy(sw, plan)
 
 
 @contextmanager
