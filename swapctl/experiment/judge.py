@@ -79,7 +79,7 @@ def side(runs: list[Run], samples: list[Sample]) -> Side:
     r = gpu.read(log, "all", samples)
     f = r.figures
     wall = (f.wall_ms or 0) / 1000
-    proving = sum(r.proving_s or 0 for r in runs)  # the runs' wall time (figures.wall_ms), less any warm-up
+    proving = sum(run.proving_s or 0 for run in runs)  # the runs' wall time (figures.wall_ms), less any warm-up
     return Side(proofs=f.jobs, partitions=f.partitions, wall_s=wall,
                 proofs_per_hour=f.jobs / proving * 3600 if proving and f.jobs else None,
                 phase_share=f.gpu_phase_share, gpu_busy=r.busy(), where={g: v.time for g, v in r.gpus.items()},
