@@ -47,13 +47,14 @@ MaxFailOpt = Annotated[str | None, typer.Option(
 
 
 INTERRUPTED = "interrupted (Ctrl-C)"
+ENDED = "Ctrl-C: the swap has ended; swapctl finishes its report"
 
 
 def press(interrupts: Interrupts) -> None:
     """One Ctrl-C for one host's swap: before its stop it aborts; after it, the swap finishes or rolls back;
     once the host's swap script has ended, the deploy finishes its report."""
     if interrupts.swapped:
-        err.print("Ctrl-C: the swap has ended; swapctl finishes its report", style="bold yellow")
+        err.print(ENDED, style="bold yellow")
     elif interrupts.critical:
         err.print("Ctrl-C: the old daemon is stopped, so the swap finishes; Ctrl-C again rolls back to it",
                   style="bold yellow") if interrupts.count == 0 else err.print(
@@ -132,8 +133,8 @@ class _AtTerminal:
             result = self.one(spec, interrupts, sink)
         except SwapctlError as exc:
             result = exc
-        except KeyboardInterrupt:  # raised only before the stop (Interrupts.press)
-            self.halt = INTERRUPTED
+        except KeyboardInterrupt:  # raised only before the stop (Interrupts.press); on_sigint set the halt
+            pass
         finally:  # while still active: a Ctrl-C now is counted, not raised, once the host changed
             self.changed = self.changed or interrupts.critical
             self.done[spec.name] = result
@@ -178,7 +179,7 @@ class _AtTerminal:
 
     def late(self, *_: object) -> None:
         """Ctrl-C once the rollout has ended, a host changed: the report of what changed is still to come."""
-        err.print("Ctrl-C: the swap has ended; swapctl finishes its report", style="bold yellow")
+        err.print(ENDED, style="bold yellow")
 
 
 def roll_out(book: pb.Playbook, specs: list[HostSpec], one: One, fleet: Fleet, yes: bool,
