@@ -110,3 +110,37 @@ def test_status_url_comes_from_the_configs_status_listen(config, url):
 ])
 def test_config_path_is_cuzks_own_default_unless_named(argv, path):
     assert config_path(argv) == path
+
+
+def pipeline(**fields: object) -> dict:
+    return {"job_id": "a1", "proof_kind": "porep", "started_secs_ago": 4, "partitions_done": 1, "total_partitions": 3,
+            "partitions": [{"state": "gpu"}], **fields}
+
+
+HOSTILE = {
+    "arrays 100,000 deep": '{"pipelines": ' + "[" * 100_000 + "]" * 100_000 + "}",
+    "a NaN age": json.dumps({"pipelines": [pipeline(started_secs_ago=float("nan"))]}),
+    "an infinite uptime": '{"pipelines": [], "uptime_secs": 1e400, "counters": {"total_completed": -Infinity}}',
+    "a count past any counter": '{"pipelines": [], "counters": {"queue_depth": 1' + "0" * 400 + "}}",
+    "a negative age": json.dumps({"pipelines": [pipeline(started_secs_ago=-5, partitions_done=1e400)]}),
+    "a job id of controls": json.dumps({"pipelines": [pipeline(job_id="a\x1b[2J\u202eb\n\ud800")]}),
+    "an object for a job id": json.dumps({"pipelines": [pipeline(job_id={"x": [1]}, proof_kind=[2])],
+                                          "gpu_workers": [{"state": {}, "current_job": 1e300}]}),
+}
+
+
+@pytest.mark.parametrize("text", HOSTILE.values(), ids=HOSTILE.keys())
+def test_an_answer_that_is_no_snapshot_becomes_finite_numbers_and_plain_text_or_none(text):
+    from swapctl.cli.common import to_json
+    from swapctl.cli.status import _view_shown
+
+    v = parse_view(text)
+    if v is None:
+        return
+    shown = json.dumps(to_json(_view_shown(v)), allow_nan=False)  # --json: strict JSON, or this raises
+    for p in v.pipelines:
+        assert p.age_s >= 0 and p.text().isprintable() and p.proof_kind.isprintable()
+        assert "\u202e" not in p.job_id
+    assert all(w.state.isprintable() and (w.job_id or "").isprintable() for w in v.workers)
+    assert "NaN" not in shown and "Infinity" not in shown
+    assert v.summary()

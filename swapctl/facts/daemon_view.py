@@ -5,6 +5,7 @@ recorded snapshots (tests/data/status/)."""
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -113,12 +114,27 @@ class DaemonView:
         return summary(tuple(p.proof for p in self.in_flight), self.waiting)
 
 
-def _int(v: object) -> int:
-    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else 0
+BIGGEST = 2**63 - 1  # what a daemon's u64/i64 counter can hold; past it, or not finite, a number reads as 0
+# C0, DEL, C1, the line breaks U+2028/9, the bidi overrides U+202E, lone surrogates
+NOT_TEXT = re.compile(r"[^\x20-\x7e\xa0-\u2027\u202a-\u202d\u202f-\ud7ff\ue000-\U0010ffff]")
 
 
 def _num(v: object) -> float:
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else 0.0
+    """A finite number of the answer, else 0: NaN, 1e400, 10**400 and -1 are no count, age or size."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= BIGGEST:
+        return 0.0
+    return float(v) if math.isfinite(v) else 0.0
+
+
+def _int(v: object) -> int:
+    return int(_num(v))
+
+
+def _str(v: object, default: str = "") -> str:
+    """Plain text of the answer: controls shown as '?', at most 200 characters."""
+    if isinstance(v, bool) or not isinstance(v, (str, int)):
+        return default
+    return NOT_TEXT.sub("?", str(v)[:200] if isinstance(v, str) else str(_int(v)))
 
 
 def _list(v: object) -> list[dict[str, Any]]:
@@ -134,18 +150,18 @@ def parse_view(text: str) -> DaemonView | None:
     Read from the host: any field may be missing or of another type."""
     try:
         doc = json.loads(text)
-    except (json.JSONDecodeError, ValueError):
+    except (ValueError, RecursionError):  # RecursionError: arrays 100,000 deep
         return None
     if not isinstance(doc, dict) or "pipelines" not in doc:
         return None
     pipelines = tuple(
-        Pipeline(str(p.get("job_id", "?")), str(p.get("proof_kind", "")), _num(p.get("started_secs_ago")),
+        Pipeline(_str(p.get("job_id"), "?"), _str(p.get("proof_kind")), _num(p.get("started_secs_ago")),
                  _int(p.get("partitions_done")), _int(p.get("total_partitions")),
-                 tuple(str(x.get("state", "")) for x in _list(p.get("partitions"))))
+                 tuple(_str(x.get("state")) for x in _list(p.get("partitions"))))
         for p in _list(doc.get("pipelines")))
     workers = tuple(
-        Worker(_int(w.get("worker_id")), _int(w.get("gpu_ordinal")), str(w.get("state", "")),
-               None if w.get("current_job") is None else str(w.get("current_job")),
+        Worker(_int(w.get("worker_id")), _int(w.get("gpu_ordinal")), _str(w.get("state")),
+               None if w.get("current_job") is None else _str(w.get("current_job"), "?"),
                None if w.get("current_partition") is None else _int(w.get("current_partition")))
         for w in _list(doc.get("gpu_workers")))
     counters, memory, alloc = _dict(doc.get("counters")), _dict(doc.get("memory")), _dict(doc.get("allocations"))
