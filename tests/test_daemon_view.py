@@ -144,3 +144,19 @@ def test_an_answer_that_is_no_snapshot_becomes_finite_numbers_and_plain_text_or_
     assert all(w.state.isprintable() and (w.job_id or "").isprintable() for w in v.workers)
     assert "NaN" not in shown and "Infinity" not in shown
     assert v.summary()
+
+
+@pytest.mark.parametrize("garbled", [
+    "INFLIGHT 12 queue 0 1 job with blanks:1/3:4",  # a job id with a blank: awk split it
+    "INFLIGHT 12 queue 0 1 a1:1/3:nan",  # a NaN age as %.0f writes it
+    "INFLIGHT 12 queue 0 1 a1:1/3:-5",  # a negative age
+    "INFLIGHT 12 queue 0 1 a1:1/3:inf a2:x/y:z :/:",
+    "INFLIGHT nan queue -1", "INFLIGHT", "DRAINED nan", "UNDRAINED 5", "UNDRAINED x 1", "STOPPED ", "STARTED 1",
+    "WATCH ²", "R 1",
+])
+def test_no_line_the_host_sends_ends_the_swaps_stream_and_the_outcome_is_still_read(garbled):
+    run = parse_swap([(0.0, "SWAP 4242"), (0.1, garbled), (0.2, "KIDS "), (0.3, "STOPPED 5"), (0.4, "DONE"),
+                      (0.5, "STARTED 77 0"), (0.6, "READY"), (0.7, "OUTCOME deployed 77")])
+    assert (run.stopped_ms, run.pid, run.outcome, run.outcome_pid) == (5, 77, "deployed", 77)
+    for p in run.in_flight.proofs if run.in_flight else ():
+        assert p.age_s >= 0 and p.done >= 0 and p.total >= 0

@@ -3,6 +3,7 @@ from lines to a frozen result. Tested on transcripts of real runs (tests/data/tr
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -123,6 +124,14 @@ class Reading:
         return cls(int(parts[0]), int(parts[1]), alive, parts[3] if len(parts) > 3 else "")
 
 
+PROOF = re.compile(r"(?P<job>.+):(?P<done>[^:/]*)/(?P<total>[^:]*):(?P<age>[^:]*)")  # job:done/total:age
+
+
+def _whole(text: str) -> int:
+    """A count, age or time the host wrote: its digits, else 0 (the daemon's NaN or negative age is no age)."""
+    return int(text) if text.isascii() and text.isdigit() and len(text) < 19 else 0
+
+
 @dataclass(frozen=True)
 class InFlight:
     """One INFLIGHT line: the proofs in flight and how many wait to start (queued: stopped, they lose no work)."""
@@ -133,14 +142,10 @@ class InFlight:
 
     @classmethod
     def parse(cls, rest: str) -> InFlight:
-        parts = rest.split()  # ms queue q n job:done/total:age ...
-        proofs = []
-        for p in parts[4:]:
-            job, _, tail = p.rpartition(":")
-            job, _, frac = job.rpartition(":")
-            done, _, total = frac.partition("/")
-            proofs.append(Proof(job, int(done), int(total), int(tail)))
-        return cls(int(parts[0]), int(parts[2]), tuple(proofs))
+        parts = [*rest.split(), "", "", ""]  # ms queue q n job:done/total:age ...
+        proofs = tuple(Proof(m["job"], _whole(m["done"]), _whole(m["total"]), _whole(m["age"]))
+                       for m in map(PROOF.fullmatch, parts[4:]) if m)
+        return cls(_whole(parts[0]), _whole(parts[2]), proofs)
 
     def summary(self) -> str:
         """"2 proofs in flight (job a1b2: 7/10 partitions, 41 s in; ...)", and how many wait."""
@@ -233,7 +238,10 @@ class SwapParser:
         if word is Word.ROLLBACK:
             self.back = SwapParser(at)
         if word is not None:
-            self.report = _step(self.report, word, rest)
+            try:
+                self.report = _step(self.report, word, rest)
+            except (ValueError, IndexError):  # a line the host garbled says nothing: the ones after it still count
+                return None, line
             self._time(word, at)
         return word, rest
 
@@ -332,7 +340,8 @@ def _drain_step(r: SwapReport, word: Word, rest: str) -> SwapReport:
     if word is Word.DRAINED:
         return replace(r, drained_ms=int(rest))
     if word is Word.UNDRAINED:
-        return replace(r, undrained_ms=int(rest.split()[0]))
+        ms, _ = map(int, rest.split())  # both, as the stream's view shows the count too, or the line says nothing
+        return replace(r, undrained_ms=ms)
     return r
 
 
