@@ -160,3 +160,91 @@ def test_no_line_the_host_sends_ends_the_swaps_stream_and_the_outcome_is_still_r
     assert (run.stopped_ms, run.pid, run.outcome, run.outcome_pid) == (5, 77, "deployed", 77)
     for p in run.in_flight.proofs if run.in_flight else ():
         assert p.age_s >= 0 and p.done >= 0 and p.total >= 0
+
+
+class Answering:
+    """Whoever holds the daemon's status port (a proxy, or any user while it is down): a real HTTP server that
+    answers every GET with `body`."""
+
+    def __init__(self, body: bytes):
+        import http.server
+        import threading
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802 (http.server's name)
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                try:
+                    self.wfile.write(body)
+                except OSError:  # the reader stopped at its bound
+                    pass
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/status"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def drain_on_host(url: str, then: str = "") -> subprocess.CompletedProcess:
+    """drain.sh's reading of the daemon's status at `url` as the swap script makes it (INFLIGHT or NOSTATUS),
+    kept for the journal as the drain keeps it; `then` runs after it."""
+    lib = scripts.load("lib.sh").body
+    body = scripts.load("drain.sh").body
+    script = f'{lib}\n{body}\nline=$(in_flight_line "$1" 0); echo "$line"; seen "$line" quiet\n{then}'
+    return subprocess.run(["sh", "-c", script, "sh", url], capture_output=True, text=True, timeout=60)
+
+
+def test_a_pretty_printed_answer_counts_what_the_compact_one_counts():
+    """A proxy that pretty-prints: the drain must still see the proof in flight, not count it as queued."""
+    doc = json.loads((DATA / "mid-proof.json").read_text())
+    with Answering(json.dumps(doc, indent=2).encode()) as daemon:
+        line = drain_on_host(daemon.url).stdout.splitlines()[0]
+    seen = InFlight.parse(line.removeprefix("INFLIGHT "))
+    assert [(p.job_id, p.done, p.total) for p in seen.proofs] == [("lg-00002", 1, 3)]
+    assert seen.queued == 2
+
+
+ODD = [pipeline(job_id="job with blanks", started_secs_ago=float("nan")),
+       pipeline(job_id="a\tb\x01c\u202ed", started_secs_ago=-7),
+       pipeline(job_id="", partitions_done=-1, total_partitions=1e400, started_secs_ago=1e400)]
+
+
+def test_whatever_the_daemon_says_in_a_drain_the_host_writes_a_journal_line_swapctl_reads():
+    from swapctl.swap.journal_entry import parse as parse_entry
+
+    answer = json.dumps({"pipelines": ODD, "counters": {"queue_depth": float("nan")}}, ensure_ascii=False).encode()
+    answer = answer.replace(b"\\t", b"\t").replace(b"\\u0001", b"\x01")  # raw controls, as no serde writes them
+    with Answering(answer) as daemon:
+        out = drain_on_host(daemon.url, "printf '%s\\n' \"$(stop_json)\"").stdout.splitlines()
+    run = parse_swap([(0.0, out[0]), (0.1, "STOPPED 5")])
+    assert run.in_flight is not None and len(run.in_flight.proofs) == 2  # the third has no partition left
+    deployed = {"action": "deploy", "by": "root@ctl", "current": "b" * 12, "from": "a" * 64, "host": "lab",
+                "log_offset": 0, "outcome": "deployed", "pid": 1, "steps": {}, "time": "2026-01-01T00:00:00Z",
+                "to": "b" * 64}
+    entry = parse_entry(json.dumps(deployed)[:-1] + out[1] + "}")
+    assert entry is not None and entry.stop is not None and entry.stop.lost == 2
+    proofs = entry.stop.in_flight or ()
+    assert [p.job_id for p in proofs] == ["job?with?blanks", "a?b?c???d"]
+    assert all(p.age_s >= 0 for p in proofs)
+
+
+def test_a_64_mib_answer_is_read_only_to_its_bound_and_within_the_drains_time():
+    """A status read on the host is bounded in bytes (as status.sh reads it) and time: 64 MiB is no answer."""
+    import time
+
+    with Answering(b'{"pipelines": [' + b" " * (64 << 20) + b"]}") as daemon:
+        began = time.monotonic()
+        line = drain_on_host(daemon.url).stdout
+        took = time.monotonic() - began
+    assert line.startswith("NOSTATUS ") and "bytes" in line
+    assert took < 10, took

@@ -11,22 +11,30 @@
 # shellcheck source=status_get.sh
 . ./status_get.sh
 
-# in_flight: a StatusSnapshot (stdin, one line of JSON as serde_json writes it) as `queue N` then one
-# `job_id done total age_s` line per proof in flight: a pipeline with a partition begun, partitions left
-# and none failed (a finished one stays in the snapshot 30 s: status.rs:399-403). A pipeline none of whose
-# partitions has begun counts as queued with the scheduler's queue_depth: stopped, it loses no work.
+# in_flight: a StatusSnapshot (stdin, JSON compact as serde_json writes it or with blanks between its tokens,
+# as a proxy that pretty-prints it) as `queue N` then one `job_id done total age_s` line per proof in flight:
+# a pipeline with a partition begun, partitions left and none failed (a finished one stays in the snapshot
+# 30 s: status.rs:399-403). A pipeline none of whose partitions has begun counts as queued with the
+# scheduler's queue_depth: stopped, it loses no work. The answer is the daemon's (or whoever holds its port):
+# a job id keeps only printable ASCII without blanks ('?' for the rest, at most 128), and a count or an age
+# only its leading digits (NaN, -5 or 1e400 read as 0), so every line parses and every journal line reads.
 in_flight() {
-  tr -d '\n' | awk '{
-    q = $0; if (sub(/.*"queue_depth":/, "", q)) q += 0; else q = 0
+  tr -d '\n' | awk '
+    function whole(s) { return match(s, /^[0-9]+/) ? substr(s, 1, RLENGTH > 15 ? 15 : RLENGTH) + 0 : 0 }
+    {
+    gsub(/[ \t\r]*:[ \t\r]*/, ":"); gsub(/[ \t\r]*,[ \t\r]*/, ","); gsub(/[ \t\r]*[]][ \t\r]*/, "]")
+    gsub(/[ \t\r]*[}][ \t\r]*/, "}"); gsub(/[[][ \t\r]+/, "["); gsub(/[{][ \t\r]+/, "{")
+    q = $0; q = sub(/.*"queue_depth":/, "", q) ? whole(q) : 0
     n = split($0, chunk, /"job_id":/)
     for (i = 2; i <= n; i++) {
       c = chunk[i]; e = index(c, "]}"); if (e) c = substr(c, 1, e)
-      id = c; sub(/^"/, "", id); sub(/".*/, "", id)
-      t = c; sub(/.*"total_partitions":/, "", t); t += 0
-      d = c; sub(/.*"partitions_done":/, "", d); d += 0
-      a = c; sub(/.*"started_secs_ago":/, "", a); a += 0
+      id = c; sub(/^"/, "", id); sub(/".*/, "", id); gsub(/[^!-~]/, "?", id); id = substr(id, 1, 128)
+      if (id == "") id = "?"
+      t = c; t = sub(/.*"total_partitions":/, "", t) ? whole(t) : 0
+      d = c; d = sub(/.*"partitions_done":/, "", d) ? whole(d) : 0
+      a = c; a = sub(/.*"started_secs_ago":/, "", a) ? whole(a) : 0
       if (d >= t || c ~ /"state":"failed"/) continue
-      if (c ~ /"state":"(synthesizing|synth_done|gpu|done)"/) line[++k] = sprintf("%s %d %d %.0f", id, d, t, a)
+      if (c ~ /"state":"(synthesizing|synth_done|gpu|done)"/) line[++k] = sprintf("%s %d %d %d", id, d, t, a)
       else q++
     }
     print "queue " q
@@ -34,10 +42,20 @@ in_flight() {
   }'
 }
 
+STATUS_MAX=4194304  # bytes of a status answer read, as status.sh reads it: past them, it is no answer
+
+# status_read URL: status_get's answer (2 s, as it bounds it) of at most STATUS_MAX bytes; returns 1 when it
+# failed or was longer (then the exit status after it is cut off too)
+status_read() {
+  got=$( { status_get "$1" 2>/dev/null; echo " $?"; } | head -c $(( STATUS_MAX + 5 )) )
+  [ "${got##* }" = 0 ] || return 1
+  printf '%s\n' "${got% *}"
+}
+
 # in_flight_line URL BEGIN_MS: the INFLIGHT line for the daemon's status now (ms since BEGIN_MS), or a
 # NOSTATUS line (and returns 1)
 in_flight_line() {
-  body=$(status_get "$1" 2>/dev/null) || { echo "NOSTATUS no answer from $1 (or no curl, wget or python3 on the host)"; return 1; }
+  body=$(status_read "$1") || { echo "NOSTATUS no answer of at most $STATUS_MAX bytes from $1 (or no curl, wget or python3 on the host)"; return 1; }
   [ -n "$body" ] || { echo "NOSTATUS $1 answered nothing"; return 1; }
   now
   printf '%s\n' "$body" | in_flight | awk -v ms=$(( NOW - $2 )) 'NR == 1 { q = $2; next }
@@ -65,9 +83,12 @@ stop_json() {
   printf '%s\n%s\n' "$drain_last" "$drain_first" | awk -v waited="$drain_waited" '
     function esc(t,   i, c, o) {  # a JSON string body, one character at a time (awks differ on gsub and \\)
       o = ""
-      for (i = 1; i <= length(t); i++) { c = substr(t, i, 1); o = o ((c == "\\" || c == "\"") ? "\\" c : c) }
+      for (i = 1; i <= length(t); i++) {
+        c = substr(t, i, 1); o = o ((c == "\\" || c == "\"") ? "\\" c : (c ~ /[^ -~]/ ? "?" : c))
+      }
       return o
     }
+    function whole(s) { return match(s, /^[0-9]+/) ? substr(s, 1, RLENGTH > 15 ? 15 : RLENGTH) + 0 : 0 }
     function proofs(   i, out, p, id, frac, age) {
       out = ""
       for (i = 5; i <= NF; i++) {
@@ -75,11 +96,11 @@ stop_json() {
         frac = p; sub(/.*:/, "", frac); id = p; sub(/:[^:]*$/, "", id)
         id = esc(id)
         split(frac, dt, "/")
-        out = out (out == "" ? "" : ", ") sprintf("{\"age_s\": %d, \"job_id\": \"%s\", \"partitions_done\": %d, \"total_partitions\": %d}", age, id, dt[1], dt[2])
+        out = out (out == "" ? "" : ", ") sprintf("{\"age_s\": %d, \"job_id\": \"%s\", \"partitions_done\": %d, \"total_partitions\": %d}", whole(age), id, whole(dt[1]), whole(dt[2]))
       }
       return "[" out "]"
     }
-    NR == 1 { printf ", \"in_flight_at_stop\": %s, \"lost\": %d, \"queued_at_stop\": %d", proofs(), $4, $3 }
+    NR == 1 { printf ", \"in_flight_at_stop\": %s, \"lost\": %d, \"queued_at_stop\": %d", proofs(), whole($4), whole($3) }
     NR == 2 && waited != "" { printf ", \"drain_s\": %.3f, \"in_flight_at_drain\": %s", waited / 1000, proofs() }'
 }
 
@@ -127,10 +148,11 @@ before_stop() {
 # starts it before the status server) or shows a completed proof (probe "proof": counters.total_completed
 # above 0, a fresh daemon's count)
 probe_ready() {
-  body=$(status_get "$1" 2>/dev/null) || return 1
+  body=$(status_read "$1") || return 1
   case $2 in
     status) printf '%s' "$body" | grep -q '"uptime_secs"' ;;
-    proof) n=$(printf '%s' "$body" | sed -n 's/.*"total_completed":\([0-9]*\).*/\1/p'); [ "${n:-0}" -gt 0 ] ;;
+    proof) n=$(printf '%s\n' "$body" | sed -n 's/.*"total_completed"[[:space:]]*:[[:space:]]*\([0-9]*\).*/\1/p')
+      case $n in *[1-9]*) return 0 ;; *) return 1 ;; esac ;;
     *) return 1 ;;
   esac
 }
