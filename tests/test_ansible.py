@@ -98,6 +98,37 @@ def test_the_modules_swap_script_inputs_are_swapctl_deploys(collection):
     assert plain(ours) == {**plain(theirs), "j_by": f"ansible {theirs['j_by']}"}
 
 
+def test_the_module_calls_the_daemon_what_swapctl_status_does(collection):
+    """The module's restated rule (engine.daemon_rule) and the CLI's (facts.status._the_daemon) agree on
+    every process of one table: binaries in and beside the binary's directory and its releases, each user."""
+    sys.path.insert(0, str(collection))
+    try:
+        from ansible_collections.swapctl.cuzk.plugins.module_utils import engine
+    finally:
+        sys.path.remove(str(collection))
+    from swapctl.facts.status import _the_daemon
+    from swapctl.facts.system import Process
+    from swapctl.playbook import DaemonSpec
+
+    exes = ["/data/cuzk", "/data/cuzk (deleted)", "/data/cuzk-timing", "/data/pub/cuzk", "/real/data/cuzk",
+            "/data/.swapctl/cuzk/releases/abc/cuzk", "/real/data/.swapctl/cuzk/releases/abc/cuzk",
+            "/data/.swapctl/other/releases/abc/cuzk", "/data/../tmp/cuzk", "/tmp/cuzk", "/cuzk", None]
+    compared = 0
+    for binary in ("/data/cuzk", "/cuzk"):
+        for user, ids in (("", None), ("cuzk", (1000, 1000)), ("gone", None)):
+            for owner, real_dir in (("0", ""), ("1000", "/real/data"), ("", "/data"), ("65534", "")):
+                theirs = _the_daemon(DaemonSpec(binary=binary, log="/data/cuzk.log", user=user or None),
+                                     {"binary-owner": owner, "binary-dir": real_dir}, ids)
+                ours = engine.daemon_rule(binary, real_dir, int(owner) if owner else None, ids, bool(user))
+                for exe in exes:
+                    for uid in (0, 1000, 65534, None):
+                        p = Process(pid=9, ppid=1, pgid=9, state="S", cpu_pct=0, rss_kib=1, elapsed_s=1, user="u",
+                                    args=f"{binary} --config x", exe=exe, uid=uid, gid=uid)
+                        assert ours(exe, uid) == theirs(p), (binary, user, owner, real_dir, exe, uid)
+                        compared += theirs(p)
+    assert compared  # the table holds daemons too, not only strangers
+
+
 # -- the farm ---------------------------------------------------------------------------------------------
 
 
@@ -246,6 +277,78 @@ def test_rollback_module_goes_back_to_what_ran_before_and_status_says_so(
     assert running(farm.servers[0]) == [sha(prover)]
     assert journal(farm.servers[0])[-1]["action"] == "rollback" and journal(farm.servers[0])[-1]["outcome"] == \
         "rolled-back"
+
+
+def daemons(server) -> list[dict]:
+    """Each process on a namespace host whose command line is the daemon's: pid, uid, cwd, sha256, argv."""
+    r = server.exec(f"for p in $(pgrep -f {DAEMON}); do printf '%s\\t%s\\t%s\\t%s\\t' \"$p\" "
+                    "\"$(awk '/^Uid:/{print $3}' /proc/$p/status)\" \"$(readlink /proc/$p/cwd)\" "
+                    "\"$(sha256sum < /proc/$p/exe | cut -d' ' -f1)\"; tr '\\0' ' ' < /proc/$p/cmdline; echo; done",
+                    check=False)
+    rows = [line.split("\t") for line in r.stdout.splitlines() if line.count("\t") == 4]
+    return [{"pid": int(p), "uid": int(u), "cwd": c, "sha256": h, "argv": a.strip()} for p, u, c, h, a in rows]
+
+
+def roots(server) -> list[dict]:
+    return [d for d in daemons(server) if d["uid"] == 0]
+
+
+@pytest.fixture
+def look_alike(farm, prover):
+    """On gpu-0, `nobody` runs its own copy of the prover from its own directory beside the binary, as
+    `exec -a /data/cuzk` with a config of its own (issue 45, item 3); yields its pid on the host."""
+    s = farm.servers[0]
+    pub = s.data / "pub"
+    pub.mkdir()
+    shutil.copy(prover, pub / "cuzk")
+    (pub / "evil.toml").write_text(prover_config())
+    for path in (pub, pub / "cuzk", pub / "evil.toml"):
+        os.chown(path, 65534, 65534)
+    os.chmod(s.data, 0o755)
+    s.exec("cd /data/pub && setsid setpriv --reuid=65534 --regid=65534 --clear-groups bash -c "
+           "'exec -a /data/cuzk /data/pub/cuzk --config /data/pub/evil.toml' >/dev/null 2>&1 </dev/null &")
+    wait_until(lambda: [d for d in daemons(s) if d["uid"] == 65534], what="nobody's look-alike")
+    [fake] = [d["pid"] for d in daemons(s) if d["uid"] == 65534]
+    yield fake
+    s.exec(f"kill -9 {fake}; rm -rf /data/pub", check=False)
+
+
+def test_another_users_look_alike_neither_blocks_the_swap_nor_is_touched(
+        farm, inventory, collection, tmp_path, prover, prover_b, look_alike):
+    r = play(collection, inventory, tmp_path, "--limit", "gpu-0", builds={0: prover_b}, sha256={0: sha(prover_b)})
+    assert r.returncode == 0, r.stdout[-3000:]
+    assert [d["sha256"] for d in roots(farm.servers[0])] == [sha(prover_b)]
+    assert [d["pid"] for d in daemons(farm.servers[0]) if d["uid"] == 65534] == [look_alike]
+
+
+def test_with_the_daemon_down_another_users_look_alike_is_not_adopted(
+        farm, inventory, collection, tmp_path, prover, prover_b, look_alike):
+    s = farm.servers[0]
+    s.exec("pkill -9 -u 0 -f '^\\./cuzk '")  # the daemon started by hand is gone; nobody's runs on
+    wait_until(lambda: not roots(s), what="the daemon gone")
+    r = play(collection, inventory, tmp_path, "--limit", "gpu-0", builds={0: prover_b}, sha256={0: sha(prover_b)})
+    assert r.returncode == 0, r.stdout[-3000:]
+    [new] = roots(s)  # started as root with the module's own settings, not nobody's uid, config or cwd
+    assert (new["sha256"], new["argv"], new["cwd"]) == (sha(prover_b), "/data/cuzk --config /data/cuzk.toml", "/data")
+    assert [d["pid"] for d in daemons(s) if d["uid"] == 65534] == [look_alike]
+    assert not [m for m in (s.data / ".swapctl/cuzk/releases").glob("*/manifest.json")
+                if json.loads(m.read_text())["source"] == "adopted"]
+
+
+def test_a_fallback_with_no_recorded_command_line_starts_with_the_modules_args_and_cwd(
+        farm, inventory, collection, tmp_path, prover, prover_crash):
+    s = farm.servers[0]
+    s.exec("pkill -9 -f '^\\./cuzk '")  # no daemon: the build on disk is saved with no command line
+    wait_until(lambda: not daemons(s), what="the daemon gone")
+    r = play(collection, inventory, tmp_path, "--limit", "gpu-0", builds={0: prover_crash},
+             sha256={0: sha(prover_crash)})
+    assert r.returncode != 0 and '"rolled_back": true' in r.stdout, r.stdout[-3000:]
+    [back] = daemons(s)  # the build on disk again, started as a deploy starts one: never bare, never in /
+    assert (back["sha256"], back["argv"], back["cwd"]) == (sha(prover), "/data/cuzk --config /data/cuzk.toml", "/data")
+    assert "RUST_LOG=info" in s.exec(f"tr '\\0' '\\n' < /proc/{back['pid']}/environ").stdout
+    manifest = json.loads((s.data / ".swapctl/cuzk/releases" / sha(prover)[:12] / "manifest.json").read_text())
+    assert (manifest["source"], manifest["argv"], manifest["cwd"]) == (
+        "disk", ["/data/cuzk", "--config", "/data/cuzk.toml"], "/data")  # what it was started with, recorded
 
 
 def test_export_ansible_writes_the_playbooks_hosts_and_daemon_as_inventory_and_group_vars(tmp_path):

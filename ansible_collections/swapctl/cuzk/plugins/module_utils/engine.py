@@ -21,6 +21,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from pathlib import PurePosixPath
 from typing import Any
 
 from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.host import scripts, sh_texts
@@ -285,26 +286,74 @@ def _procs() -> dict[int, tuple[int, str, str]]:
     return out
 
 
+def daemon_rule(binary: str, binary_dir: str, owner: int | None, user: tuple[int, int] | None,
+                has_user: bool) -> Callable[[str | None, int | None], bool]:
+    """Whether a process that matches daemon.match, running `exe` as effective `uid`, is the daemon: the rule
+    of facts.status._the_daemon, restated (that module imports the CLI's playbook types, which cannot travel;
+    tests/test_ansible.py runs both over one table). It runs the binary's directory's file or a release of it,
+    as daemon.user (`has_user`; `user` its ids on the host, None: nothing is the daemon), else as root or the
+    binary's `owner`. `binary_dir`: the binary's directory with its links resolved."""
+    name, parent = PurePosixPath(binary).name, str(PurePosixPath(binary).parent)
+    dirs = {binary_dir or parent, parent}
+    releases = tuple(f"{d}/.swapctl/{name}/releases/" for d in dirs)
+    uids = ({user[0]} if user else set()) if has_user else {0} | ({owner} if owner is not None else set())
+
+    def is_it(exe: str | None, uid: int | None) -> bool:
+        if exe is None or "/.." in exe:
+            return False
+        return (str(PurePosixPath(exe).parent) in dirs or exe.startswith(releases)) and uid in uids
+
+    return is_it
+
+
+def _host_rule(s: Settings) -> Callable[[str | None, int | None], bool]:
+    """daemon_rule with this host's facts: the binary's owner and real directory, daemon.user's ids."""
+    try:
+        owner: int | None = os.stat(s.binary).st_uid
+    except OSError:
+        owner = None
+    user = _user_ids(s.user) if s.user else None
+    return daemon_rule(s.binary, os.path.realpath(os.path.dirname(s.binary) or "."), owner, user, bool(s.user))
+
+
+def _user_ids(user: str) -> tuple[int, int] | None:
+    """daemon.user's uid and gid on this host (a name, else a uid, as `id -u --` reads it); None: no such user."""
+    try:
+        pw = pwd.getpwnam(user)
+    except KeyError:
+        try:
+            pw = pwd.getpwuid(int(user)) if user.isdigit() else None
+        except (KeyError, OverflowError):
+            pw = None
+    return (pw.pw_uid, pw.pw_gid) if pw else None
+
+
+def _exe_and_uid(pid: int) -> tuple[str | None, int | None]:
+    """/proc/PID/exe and the effective uid (as status.sh's links and ids sections read them)."""
+    try:
+        exe: str | None = os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        exe = None
+    try:
+        with open(f"/proc/{pid}/status", encoding="utf-8") as f:
+            uid = next((int(line.split()[2]) for line in f if line.startswith("Uid:")), None)
+    except (OSError, ValueError, IndexError):
+        uid = None
+    return exe, uid
+
+
 def find_daemon(s: Settings) -> int | None:
-    """The daemon's pid: a process matching daemon.match (else the binary's name) that runs the binary or
-    one of its releases, topmost of its kind, not this module or its callers (as facts.status does)."""
+    """The daemon's pid: a process matching daemon.match (else the binary's name) that daemon_rule calls the
+    daemon, topmost of its kind, not this module or its callers (as facts.status does)."""
     procs = _procs()
     mine, p = set(), os.getpid()
     while p in procs and p not in mine:
         mine.add(p)
         p = procs[p][0]
     regex = re.compile(s.match or s.binary.rsplit("/", 1)[-1])
-    dirs = {os.path.dirname(s.binary), os.path.realpath(os.path.dirname(s.binary)), f"{s.state}/releases"}
-
-    def runs_it(pid: int) -> bool:
-        try:
-            exe = os.readlink(f"/proc/{pid}/exe").removesuffix(" (deleted)")
-        except OSError:
-            return False
-        return exe == s.binary or any(exe.startswith(d + "/") for d in dirs)
-
+    is_it = _host_rule(s)
     found = {pid for pid, (_parent, state, cmd) in procs.items()
-             if pid not in mine and not state.startswith("Z") and regex.search(cmd) and runs_it(pid)}
+             if pid not in mine and not state.startswith("Z") and regex.search(cmd) and is_it(*_exe_and_uid(pid))}
     top = sorted(pid for pid in found if procs[pid][0] not in found)
     if len(top) > 1:
         raise HostError(f"several processes match daemon.match {regex.pattern!r} (pids "
@@ -417,18 +466,29 @@ def new_release(s: Settings, sit: Situation, sha: str, size: int) -> Release:
     return new
 
 
-def fallback(sit: Situation, new: Release) -> Release | None:
-    """What a failed start goes back to (swap.plan.Plan.fallback)."""
+def as_configured(s: Settings, rel: Release) -> Release:
+    """`rel` as it starts: with its recorded command line; one with none on record (saved from the disk) as a
+    deploy with these settings starts a build: daemon.args, daemon.cwd (else the binary's directory), the
+    default environment then daemon.env. Never the bare binary in /."""
+    if rel.argv is not None:
+        return rel
+    env = {"PATH": DEFAULT_PATH, "HOME": "/root", **dict(s.environment)}
+    return replace(rel, argv=(s.binary, *(s.args or ())), cwd=s.cwd or os.path.dirname(s.binary) or "/",
+                   env=tuple(env.items()))
+
+
+def fallback(s: Settings, sit: Situation, new: Release) -> Release | None:
+    """What a failed start goes back to (swap.plan.Plan.fallback), as it starts."""
     known = sit.known
     candidate = known.get(sit.running or "")
     if candidate is None or candidate.id == new.id or candidate.status != "ok":
         candidate = previous_good(known, new.id, sit.history)
-    return candidate
+    return as_configured(s, candidate) if candidate else None
 
 
 def command_for(s: Settings, rel: Release) -> list[str]:
     """The command line a release runs with (swaprun.command_for)."""
-    cmd = list(rel.argv or (s.binary,))
+    cmd = list(rel.argv or (s.binary, *(s.args or ())))
     if not (cmd[0] == s.binary and "=" not in cmd[0]):
         cmd = ["perl", "-e", scripts.PERL_ARGV0, rel.path(s.state), *cmd]
     if rel.uid:
@@ -449,7 +509,7 @@ def swap_inputs(s: Settings, old: Daemon | None, target: Release, gpu_max: str, 
     """swap.sh's named inputs: the one place this side restates swaprun.swap_cmd (with its fallback_inputs,
     status_inputs and journal_inputs; tests/test_ansible.py holds the two to the same inputs). The host rolls
     back to `fb` itself and writes the journal line; its `by` is "ansible user@host"."""
-    url = s.status_url
+    url, home = s.status_url, os.path.dirname(s.binary) or "/"  # home: a cwd never recorded (as_configured)
     back = "status" if s.ready == "proof" and url else s.ready  # going back needs no proof (swaprun.ready_mode)
     ready_re = "Phase 7: all partitions complete, proof assembled" if s.ready == "proof" and not url else s.ready_log
     inputs: dict[str, Any] = {
@@ -458,13 +518,13 @@ def swap_inputs(s: Settings, old: Daemon | None, target: Release, gpu_max: str, 
         "timeout_ms": int(s.release_timeout_s * 1000), "min_kib": int(s.min_available_gib * (1 << 20)),
         "smi_cs": max(1, round(s.nvidia_smi_timeout_s * 100)), "gpu_max": gpu_max, "bin": s.binary,
         "target": target.path(s.state), "sha": target.sha256, "run_gid": str(target.gid) if target.uid else "",
-        "cwd": target.cwd or "/", "log": s.log, "re": ready_re, "ready_s": int(s.ready_timeout_s),
+        "cwd": target.cwd or home, "log": s.log, "re": ready_re, "ready_s": int(s.ready_timeout_s),
         "port": str(s.ready_port or ""), "stable_ms": int(s.ready_stable_s * 1000), "envq": env_block(target),
         "lock_info": ""}  # no swapctl deploy lock here: Ansible's own serial/throttle orders the hosts
     if fb is None:
         inputs.update(dict.fromkeys(("fb_target", "fb_sha", "fb_cwd", "fb_env", "fb_cmd"), ""))
     else:
-        inputs.update({"fb_target": fb.path(s.state), "fb_sha": fb.sha256, "fb_cwd": fb.cwd or "/",
+        inputs.update({"fb_target": fb.path(s.state), "fb_sha": fb.sha256, "fb_cwd": fb.cwd or home,
                        "fb_env": env_block(fb), "fb_cmd": Cmd(*command_for(s, fb)).render()})
     drain = url and s.stop == "drain" and old is not None and old.sha256
     inputs.update({"status_url": url, "stop_mode": "drain" if drain else "term",
@@ -672,6 +732,9 @@ def changing(s: Settings, sit: Situation, new: Release, action: str, fb: Release
         for source, rel in sit.to_save:
             run(scripts.command_of("backup.sh", {"src": source, "dir": rel.dir(s.state), "name": rel.name,
                                                  "manifest": manifest(rel)}))
+        recorded = {r.id for r in sit.known.values() if r.argv is not None}
+        for rel in {r.id: r for r in (new, fb) if r and r.id in sit.known and r.id not in recorded}.values():
+            write_manifest(s, rel)  # no command line on record: the one as_configured starts it with
         _timed(steps, "adopt", t)
         result = swap_in(s, sit, new, action, fb, steps)
         protect = {new.id} | ({fb.id} if fb else set())
@@ -720,6 +783,7 @@ def deploy(s: Settings, src: str | None, sha256: str | None, release: str | None
     else:
         rel = find_release(sit.known, release or "")
         new = replace(rel, env=environ.carried(rel.env or (), s.keep_loader_env)[0]) if rel.env is not None else rel
+        new = as_configured(s, new)
         size = 0
     check_configs(sit, new.argv or (), checked)
     unchanged = bool(sit.daemon and sit.daemon.sha256 == new.sha256 and not restart)
@@ -734,7 +798,7 @@ def deploy(s: Settings, src: str | None, sha256: str | None, release: str | None
     if src and sit.free_kib < needed:
         raise HostError(f"only {sit.free_kib // 1024} MiB free beside {s.binary}; the release and its backup need "
                         f"{needed // 1024} MiB; nothing changed")
-    return noted(sit, {**result, **changing(s, sit, new, "deploy", fallback(sit, new), src)})
+    return noted(sit, {**result, **changing(s, sit, new, "deploy", fallback(s, sit, new), src)})
 
 
 def rollback(s: Settings, to: str | None, check: bool) -> dict[str, Any]:
@@ -748,9 +812,10 @@ def rollback(s: Settings, to: str | None, check: bool) -> dict[str, Any]:
         raise HostError(f"release {target.id} is the one running now; nothing changed")
     if target.env is not None:
         target = replace(target, env=environ.carried(target.env, (*s.keep_loader_env, *dict(s.env)))[0])
+    target = as_configured(s, target)
     check_configs(sit, target.argv or (), ())
     running = sit.known.get(sit.running or "")
-    fb = running if running and running.status == "ok" and running.id != target.id else None
+    fb = as_configured(s, running) if running and running.status == "ok" and running.id != target.id else None
     result: dict[str, Any] = {"changed": True, "release": {"from": sit.running, "to": target.id}, "rolled_back": False,
                               "diff": {"before": shown_command(s, sit.daemon), "after": shown_command(s, target)}}
     if check:
