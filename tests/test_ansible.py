@@ -351,6 +351,27 @@ def test_a_fallback_with_no_recorded_command_line_starts_with_the_modules_args_a
         "disk", ["/data/cuzk", "--config", "/data/cuzk.toml"], "/data")  # what it was started with, recorded
 
 
+def test_a_rollback_to_a_release_with_no_recorded_command_line_starts_it_with_the_modules_settings(
+        farm, inventory, collection, tmp_path, prover, prover_b):
+    s = farm.servers[0]
+    r = play(collection, inventory, tmp_path, "--limit", "gpu-0", builds={0: prover_b}, sha256={0: sha(prover_b)})
+    assert r.returncode == 0, r.stdout[-3000:]
+    path = s.data / ".swapctl/cuzk/releases" / sha(prover)[:12] / "manifest.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "argv": None, "cwd": None, "env": None}))
+    daemon = json.dumps({"daemon": {"binary": "/data/cuzk", "log": "/data/cuzk.log", "ready_timeout_s": 20,
+                                    "stop_grace_s": 5, "args": ["--config", "/data/cuzk.toml"],
+                                    "env": {"RUST_LOG": "info"}}, "host": "gpu-0"})
+    out = subprocess.run([str(BIN / "ansible"), "-i", str(inventory), "gpu-0", "-m", "swapctl.cuzk.rollback", "-a",
+                          daemon, "-o"], env=ansible_env(collection, tmp_path), capture_output=True, text=True,
+                         timeout=120, cwd=tmp_path)
+    assert out.returncode == 0, out.stdout[-2000:]
+    [back] = daemons(s)  # as a deploy starts a build: daemon.args, in the binary's directory
+    assert (back["sha256"], back["argv"], back["cwd"]) == (sha(prover), "/data/cuzk --config /data/cuzk.toml", "/data")
+    assert "RUST_LOG=info" in s.exec(f"tr '\\0' '\\n' < /proc/{back['pid']}/environ").stdout
+    manifest = json.loads(path.read_text())
+    assert (manifest["argv"], manifest["cwd"]) == (["/data/cuzk", "--config", "/data/cuzk.toml"], "/data")
+
+
 def test_export_ansible_writes_the_playbooks_hosts_and_daemon_as_inventory_and_group_vars(tmp_path):
     book = tmp_path / "swapctl.toml"
     book.write_text('[hosts.gpu-a]\naddress = "10.0.0.5"\nport = 2222\nuser = "ops"\nidentity_file = "~/.ssh/k"\n'
