@@ -11,6 +11,7 @@ import urllib.request
 
 import pytest
 from loadgen import LoadGen
+from test_daemon_view import Answering  # whoever holds a status port, answering what the test says
 
 from swapctl import playbook as pb
 
@@ -225,3 +226,22 @@ def test_init_from_fills_status_url_from_the_configs_status_listen(box, prover, 
     st = swapctl("status", "gpu1", "-p", str(out), "--json")
     view = json.loads(st.stdout)["hosts"]["gpu1"]["daemon_view"]
     assert view["summary"] == "0 proofs in flight" and view["completed"] == 1
+
+
+@pytest.mark.parametrize("by", ["proof", "port"])
+def test_readiness_comes_only_from_the_new_daemons_own_port(box, prover, prover_noready, by):
+    """Any user can listen on status_url's port (ready = "proof") or ready_port while the new build never binds
+    it: its answer (a completed proof) or its accept must not make a build that never got ready "deployed".
+    The daemon serves on ports of its own; another process holds the one readiness is judged on."""
+    d = Daemon(box, synth_ms=50)
+    old = d.start(prover)
+    impostor = {"uptime_secs": 60, "pipelines": [], "counters": {"total_completed": 5, "queue_depth": 0}}
+    with Answering(json.dumps(impostor).encode()) as other:
+        port = int(other.url.split(":")[2].split("/")[0])
+        judged = {"status_url": other.url, "ready": "proof"} if by == "proof" else {"ready_port": port}
+        box.write_playbook(daemon={**judged, "ready_timeout_s": 3})
+        r = d.deploy(prover_noready)
+    # not deployed: the build failed, and the old one, judged by the same rule, is not ready either (no work comes)
+    assert r.returncode != 0, r.stderr
+    assert "failed (not ready after 3 s)" in " ".join(r.stderr.split())
+    assert old not in box.daemons()

@@ -52,9 +52,30 @@ status_read() {
   printf '%s\n' "${got% *}"
 }
 
-# in_flight_line URL BEGIN_MS: the INFLIGHT line for the daemon's status now (ms since BEGIN_MS), or a
-# NOSTATUS line (and returns 1)
+# holds_port PORT PID: whether PID or one of its descendants holds the socket listening on PORT (its inode
+# among their fds). Between the old daemon's exit and the new one's bind any user can listen there: only the
+# judged process's own socket says it is ready or what it has in flight.
+holds_port() {
+  case $1 in '' | *[!0-9]*) return 1 ;; esac
+  inodes=$(awk -v p="$(printf ':%04X' "$1")" '$4 == "0A" && substr($2, length($2) - 4) == p { print $10 }' \
+    /proc/net/tcp /proc/net/tcp6 2>/dev/null)
+  [ -n "$inodes" ] || return 1
+  for q in "$2" $(ps -eo pid=,ppid= | awk -v root="$2" '{p[$1]=$2} END {for (x in p) {y=p[x]; while (y in p && y != root && y > 1) y=p[y]; if (y == root) printf "%s ", x}}'); do
+    # shellcheck disable=SC2010 # an fd's name is its number; what is read is the link, as ls -l shows it
+    fds=$(ls -l "/proc/$q/fd" 2>/dev/null | grep -F 'socket:[')
+    for i in $inodes; do case $fds in *"socket:[$i]"*) return 0 ;; esac; done
+  done
+  return 1
+}
+
+# url_port URL: the port of an http URL (80 without one)
+url_port() { p=${1#*://}; p=${p%%/*}; case $p in *:*) echo "${p##*:}" ;; *) echo 80 ;; esac; }
+
+# in_flight_line URL BEGIN_MS [PID]: the INFLIGHT line for the daemon's status now (ms since BEGIN_MS), or a
+# NOSTATUS line (and returns 1); with PID, only from a port PID (or a descendant) listens on
 in_flight_line() {
+  [ -z "${3:-}" ] || holds_port "$(url_port "$1")" "$3" || {
+    echo "NOSTATUS $1 is not served by the daemon (pid $3): another process holds its port, or none"; return 1; }
   body=$(status_read "$1") || { echo "NOSTATUS no answer of at most $STATUS_MAX bytes from $1 (or no curl, wget or python3 on the host)"; return 1; }
   [ -n "$body" ] || { echo "NOSTATUS $1 answered nothing"; return 1; }
   now
@@ -113,13 +134,13 @@ stop_json() {
 drain_daemon() {
   now; drain_begin=$NOW; last=""
   while :; do
-    line=$(in_flight_line "$2" "$drain_begin") || { seen "$line"; return 0; }
+    line=$(in_flight_line "$2" "$drain_begin" "$1") || { seen "$line"; return 0; }
     count=$(printf '%s\n' "$line" | cut -d' ' -f5)
     key=$(printf '%s\n' "$line" | awk '{ $1 = $2 = ""; for (i = 6; i <= NF; i++) sub(/:[0-9]+$/, "", $i); print }')
     if [ "$key" != "$last" ]; then seen "$line"; else seen "$line" quiet; fi; last=$key
     if [ "$count" = 0 ]; then
       kill -INT "$1" 2>/dev/null
-      seen "$(in_flight_line "$2" "$drain_begin")"  # what got in before the signal took is lost at the stop
+      seen "$(in_flight_line "$2" "$drain_begin" "$1")"  # what got in before the signal took is lost at the stop
       now; drain_waited=$(( NOW - drain_begin )); echo "DRAINED $drain_waited"; return 0
     fi
     now
@@ -140,14 +161,15 @@ before_stop() {
     echo "FAILED drain: proofs still in flight after $(( $4 / 1000 )) s and daemon.drain_timeout is \"refuse\": nothing was stopped"
     return 1
   fi
-  now; seen "$(in_flight_line "$2" "$NOW")"
+  now; seen "$(in_flight_line "$2" "$NOW" "$1")"
   return 0
 }
 
-# probe_ready URL PROBE: the started daemon's status answers (probe "status": the engine is up, as main.rs:118-127
+# probe_ready URL PROBE PID: the started daemon's (PID's own port's) status answers (probe "status": the engine is up, as main.rs:118-127
 # starts it before the status server) or shows a completed proof (probe "proof": counters.total_completed
 # above 0, a fresh daemon's count)
 probe_ready() {
+  holds_port "$(url_port "$1")" "$3" || return 1
   body=$(status_read "$1") || return 1
   case $2 in
     status) printf '%s' "$body" | grep -q '"uptime_secs"' ;;

@@ -67,9 +67,11 @@ ready_now() {
   else log_since 2>/dev/null | grep -qE -- "$re"; fi
 }
 
-# ready_probe: the status probe (drain.sh's probe_ready), else whether the port takes a connection
+# ready_probe: the status probe (drain.sh's probe_ready), else whether the port takes a connection; either
+# only on a port the started daemon (or a descendant) listens on
 ready_probe() {
-  [ -n "$probe" ] && { probe_ready "$status_url" "$probe"; return; }
+  [ -n "$probe" ] && { probe_ready "$status_url" "$probe" "$new"; return; }
+  holds_port "$port" "$new" || return 1
   # shellcheck disable=SC3025 # with a port, swapctl runs this script under bash
   (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null
 }
