@@ -335,3 +335,35 @@ def test_a_manifest_that_is_no_json_object_does_not_break_status(box):
     [release] = json.loads(r.stdout)["hosts"]["lab"]["releases"]
     assert release["env"] is None  # not [name, value] pairs: not shown
     assert swapctl("status", "lab", "-p", str(box.playbook_path)).returncode == 0
+
+
+# -- issue 45, item 5: a status answer that parses but is no snapshot ------------------------------
+
+NO_SNAPSHOT = {
+    "deep": b'{"pipelines": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+    "nan": b'{"uptime_secs": 1e400, "pipelines": [{"job_id": "a\\u001b[2Jb", "started_secs_ago": NaN, '
+           b'"partitions_done": 1, "total_partitions": 3, "partitions": [{"state": "gpu"}]}], '
+           b'"counters": {"total_completed": -Infinity, "queue_depth": 1' + b"0" * 400 + b"}}",
+}
+
+
+@pytest.mark.parametrize("answer", NO_SNAPSHOT.values(), ids=NO_SNAPSHOT.keys())
+def test_a_status_answer_that_is_no_snapshot_shows_as_finite_numbers_or_no_status(box, prover, prover_b,
+                                                                                  swapctl_env, answer):
+    """Whoever answers on the daemon's status_url: status, status --json and the plan go on, without a traceback."""
+    from test_daemon_view import Answering
+
+    def strict(name: str) -> None:
+        raise AssertionError(f"--json printed {name}")
+
+    box.start_by_hand(prover)
+    with Answering(answer) as other:
+        box.write_playbook(daemon={"status_url": other.url})
+        r = swapctl("status", "lab", "-p", str(box.playbook_path), env=WIDE)
+        assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+        assert no_control_codes(r.stdout)
+        r = swapctl("status", "lab", "--json", "-p", str(box.playbook_path))
+        assert r.returncode == 0, r.stderr
+        json.loads(r.stdout, parse_constant=strict)  # strict JSON: no NaN, no Infinity
+        r = swapctl("deploy", "lab", "--binary", str(prover_b), "--dry-run", "-p", str(box.playbook_path))
+        assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
