@@ -367,3 +367,20 @@ def test_a_status_answer_that_is_no_snapshot_shows_as_finite_numbers_or_no_statu
         json.loads(r.stdout, parse_constant=strict)  # strict JSON: no NaN, no Infinity
         r = swapctl("deploy", "lab", "--binary", str(prover_b), "--dry-run", "-p", str(box.playbook_path))
         assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+
+
+def test_an_unforeseen_error_on_one_host_is_that_hosts_result_not_the_rollouts_end():
+    """A fault no parser foresaw cannot be made on a real host once they are fixed: a stand-in for one host's swap
+    raises it. The rollout keeps it as that host's result (its report and the other hosts go on)."""
+    from swapctl.cli.fleet import _AtTerminal
+    from swapctl.errors import UnknownState
+    from swapctl.fleet import Fleet
+    from swapctl.playbook import HostSpec
+
+    def one(spec, interrupts, sink):
+        raise ValueError("cannot convert float NaN to integer")
+
+    at = _AtTerminal(one, Fleet(), live=False)
+    result = at.each(HostSpec(name="gpu1", address="gpu1"))
+    assert isinstance(result, UnknownState) and at.done["gpu1"] is result
+    assert str(result).startswith("gpu1: swapctl stopped on ValueError: cannot convert float NaN to integer")

@@ -18,7 +18,7 @@ from rich.table import Table
 
 from .. import playbook as pb
 from ..canary import check_canary
-from ..errors import BadInput, Refused, SwapctlError
+from ..errors import BadInput, Refused, SwapctlError, UnknownState
 from ..fleet import SKIPPED, Canary, CanaryGate, Fleet, Result, Rollout, fail_budget
 from ..fleet import roll_out as core_roll_out
 from ..playbook import HostSpec
@@ -133,6 +133,9 @@ class _AtTerminal:
             result = self.one(spec, interrupts, sink)
         except SwapctlError as exc:
             result = exc
+        except Exception as exc:  # a host's answer no parser foresaw: this host's result, not the rollout's end
+            result = UnknownState(f"swapctl stopped on {type(exc).__name__}: {exc} (see `swapctl status {spec.name}`, "
+                                  "and report it)", host=spec.name)
         except KeyboardInterrupt:  # raised only before the stop (Interrupts.press); on_sigint set the halt
             pass
         finally:  # while still active: a Ctrl-C now is counted, not raised, once the host changed
