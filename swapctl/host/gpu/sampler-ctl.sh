@@ -44,12 +44,19 @@ state() {
 # shellcheck source=lib.sh
 . ./lib.sh
 state=${dir%/*}
-bad=$(unsafe_path "${state%/.swapctl/*}" "$( [ -n "$user" ] && id -u -- "$user" 2>/dev/null)"
-      unsafe_dirs "${state%/*}" "$state" "$dir")
+bad=$(unsafe_path "${state%/.swapctl/*}" "$( [ -n "$user" ] && id -u -- "$user" 2>/dev/null)")
 [ -z "$bad" ] || { echo "UNSAFE $bad" | head -n 1; exit 0; }
+# the state tree, made where missing (a start) and entered once, then DIR in it: a rename of .swapctl by the
+# owner of the binary's directory afterwards redirects nothing (lib.sh's enter_state)
+if [ "$action" = start ]; then why=$(make_state "$state" 2>&1) || { echo "FAILED $why" | head -n 1; exit 0; }; fi
+enter_state "$state"; case $? in
+  0) unsafe=$(unsafe_dir "${dir##*/}" "$dir") ;;
+  2) [ "$action" = stop ] && echo NOT_RUNNING; echo IDLE; exit 0 ;;
+esac
+[ -z "$unsafe" ] || { echo "UNSAFE $unsafe" | head -n 1; exit 0; }
 
 if [ "$action" != start ]; then
-  cd -- "$dir" 2>/dev/null || { [ "$action" = stop ] && echo NOT_RUNNING; echo IDLE; exit 0; }
+  cd -- "${dir##*/}" 2>/dev/null || { [ "$action" = stop ] && echo NOT_RUNNING; echo IDLE; exit 0; }
   if [ "$action" = stop ]; then
     exec 8>>gpu-sampler.ctl.lock; flock -w 30 8
     if running; then stop_it "by request"; echo STOPPED; else echo NOT_RUNNING; fi
@@ -57,9 +64,8 @@ if [ "$action" != start ]; then
   state
 fi
 
-# shellcheck disable=SC2174 # 700 for the sampler's directory itself; its parent is the state directory
-why=$(mkdir -p -m 700 -- "$dir" 2>&1) || { echo "FAILED $why" | head -n 1; exit 0; }
-cd -- "$dir" || exit 1
+[ -d "${dir##*/}" ] || why=$(mkdir -m 700 -- "${dir##*/}" 2>&1) || { echo "FAILED $why" | head -n 1; exit 0; }
+cd -- "${dir##*/}" || exit 1
 # one start or stop at a time: two starts at once would each clear the other's pid file
 exec 8>>gpu-sampler.ctl.lock; flock -w 30 8
 # the notes stay small: rewritten to their last lines now and then (fetch-logs then starts a new copy)

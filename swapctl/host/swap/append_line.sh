@@ -5,5 +5,7 @@
 : "${path?}" "${text?}" "${keep?}" "${cap_bytes?}"
 # shellcheck source=lib.sh
 . ./lib.sh
-append_line "$path" "$text" "$keep" "$cap_bytes" || { echo "the journal line could not be written to $path (is the disk full?)" >&2; exit 1; }
+# in the state directory, entered once: a rename of .swapctl meanwhile redirects no write (in_state_tree)
+in_state_tree "$path" || { echo "the journal line was not written to $path: $unsafe (not a directory only root may change)" >&2; exit 1; }
+append_line "$rel" "$text" "$keep" "$cap_bytes" || { echo "the journal line could not be written to $path (is the disk full?)" >&2; exit 1; }
 exit 0

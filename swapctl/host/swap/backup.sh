@@ -4,6 +4,10 @@
 # Inputs: src, dir (the release's directory), name (the file's name in it), manifest (its manifest.json).
 # Prints GONE (and exits 0) when src is a /proc/PID/exe whose process has exited meanwhile.
 : "${src?}" "${dir?}" "${name?}" "${manifest?}"
+# shellcheck source=lib.sh
+. ./lib.sh
+state=${dir%/releases/*}  # entered once: a rename of .swapctl meanwhile redirects no write (enter_state)
+if ! enter_state "$state" || ! dir=$(here "$state" "$dir"); then echo "backup: $dir: ${unsafe:-outside the state directory}" >&2; exit 1; fi
 umask 077
 # shellcheck disable=SC2174 # 700 for the release directory itself; its parents exist already
 mkdir -p -m 700 -- "$dir" || exit 1

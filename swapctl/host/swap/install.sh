@@ -6,4 +6,5 @@
 . ./lib.sh
 # shellcheck source=release.sh
 . ./release.sh
+in_release_dir || { echo "BROKEN the state directory is not safe to write to: $unsafe"; exit 0; }
 install_release ""

@@ -28,15 +28,61 @@ release_id() { case $1 in *[!0-9a-f]*) return 1 ;; ????????????) return 0 ;; *) 
 # unsafe_dirs DIR...: prints `DIR owner mode` for each existing directory not owned by the user this runs
 # as, or writable by its group or others: whoever may write there could swap a release or a manifest, and
 # `mkdir -p -m 700` leaves a directory that was there already as it was.
-unsafe_dirs() {
-  me=$(id -u)
-  for d; do
-    [ -e "$d" ] || [ -L "$d" ] || continue
-    if [ -L "$d" ] || [ ! -d "$d" ]; then printf '%s not-a-directory -\n' "$d"; continue; fi
-    info=$(stat -c '%u %a' -- "$d") || continue
-    owner=${info% *}; mode=${info#* }
-    if [ "$owner" != "$me" ] || [ $(( 0$mode & 022 )) -ne 0 ]; then printf '%s %s %s\n' "$d" "$owner" "$mode"; fi
+unsafe_dirs() { for d; do unsafe_dir "$d"; done; }
+
+# unsafe_dir DIR [SHOWN]: unsafe_dirs for one directory (a link, or no directory, is `not-a-directory`),
+# named SHOWN in what it prints
+unsafe_dir() {
+  [ -e "$1" ] || [ -L "$1" ] || return 0
+  if [ -L "$1" ] || [ ! -d "$1" ]; then printf '%s not-a-directory -\n' "${2:-$1}"; return 0; fi
+  info=$(stat -c '%u %a' -- "$1") || return 0
+  owner=${info% *}; mode=${info#* }
+  if [ "$owner" != "$(id -u)" ] || [ $(( 0$mode & 022 )) -ne 0 ]; then printf '%s %s %s\n' "${2:-$1}" "$owner" "$mode"; fi
+}
+
+# enter_state STATE: the cwd becomes the state directory STATE (BINDIR/.swapctl/NAME), entered once (cd -P);
+# from then on the script reaches the state tree only by paths relative to it. A process holds its cwd:
+# whoever owns the binary's directory (daemon.user may) and renames .swapctl, or puts a link in its place,
+# afterwards redirects none of root's writes. Returns 2 when STATE is missing, 1 (`unsafe`: `DIR owner mode`)
+# when what was entered is not STATE itself (a link on the way: its real path differs), or it, its parent
+# or its releases/ may be changed by someone else. Sets real_bindir, the binary's directory's real path.
+enter_state() {
+  [ -e "$1" ] || [ -L "$1" ] || [ -L "${1%/*}" ] || { unsafe="$1 missing -"; return 2; }
+  unsafe="$1 not-a-directory -"; [ -L "${1%/*}" ] && unsafe="${1%/*} not-a-directory -"
+  real_bindir=$(cd -P -- "${1%/.swapctl/*}" 2>/dev/null && pwd -P) && cd -P -- "$1" 2>/dev/null &&
+    [ "$(pwd -P)" = "${real_bindir%/}/.swapctl/${1##*/}" ] || return 1
+  unsafe=$(unsafe_dir .. "${1%/*}"; unsafe_dir . "$1"; unsafe_dir releases "$1/releases")
+  [ -z "$unsafe" ]
+}
+
+# make_state STATE: STATE and its releases/ made where missing (700), a level at a time, each made in the level
+# above once that was entered and found where it should be and this user's: never `mkdir -p` through a
+# directory another user may rename. What it leaves unmade, enter_state refuses.
+make_state() (
+  mkdir -p -- "${1%/.swapctl/*}" && cd -P -- "${1%/.swapctl/*}" || exit 1
+  for d in .swapctl "${1##*/}" releases; do
+    up=$(pwd -P); [ -e "$d" ] || [ -L "$d" ] || mkdir -m 700 -- "$d" || exit 1
+    cd -P -- "$d" 2>/dev/null && [ "$(pwd -P)" = "${up%/}/$d" ] && [ -z "$(unsafe_dir .)" ] || exit 0
   done
+)
+
+# here STATE PATH: PATH, a path inside the state directory STATE that enter_state entered, relative to it;
+# fails for any other (or one with a `.` or `..` part)
+here() {
+  case /$2/ in */../* | */./*) return 1 ;; esac
+  case $2 in "$1"/?*) printf '%s\n' "${2#"$1"/}" ;; *) return 1 ;; esac
+}
+
+# in_state_tree PATH: for a PATH in a state tree (BINDIR/.swapctl/NAME/...), that tree entered (enter_state)
+# and rel set to PATH relative to it; rel is PATH itself for any other. Returns 1 (`unsafe` says why) for a
+# tree that is not root's alone or not where it should be.
+in_state_tree() {
+  rel=$1
+  case $1 in */.swapctl/*/?*) ;; *) return 0 ;; esac
+  t=${1%/.swapctl/*}; r=${1#"$t"/.swapctl/}
+  enter_state "$t/.swapctl/${r%%/*}" || return 1
+  # shellcheck disable=SC2034 # rel, unsafe: the caller's
+  unsafe="$1 has a . or .. in it" && rel=$(here "$t/.swapctl/${r%%/*}" "$1")
 }
 
 # append_line PATH TEXT KEEP CAP_BYTES: TEXT as one line at the end of PATH (the journal), whole or not at

@@ -15,6 +15,7 @@
 # shellcheck source=release.sh
 . ./release.sh
 IFS= read -r go && [ "$go" = GO ] || exit 0
+in_release_dir || { cat >/dev/null; echo "BROKEN the state directory is not safe to write to: $unsafe"; exit 0; }
 set -o pipefail
 umask 077
 have=$(stat -c %s -- "$tmp" 2>/dev/null || echo 0)

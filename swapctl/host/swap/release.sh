@@ -2,6 +2,17 @@
 # Turning a verified upload into a release: the install script and the receive script include this file.
 # Needs lib.sh (sha256).
 
+# in_release_dir: the state tree that holds $dir entered once (lib.sh's enter_state), and $tmp, $dir (and
+# $base, a patch's) made relative to it: a rename of .swapctl meanwhile redirects no write
+in_release_dir() {
+  state=${dir%/releases/*}
+  enter_state "$state" || return 1
+  # shellcheck disable=SC2034 # unsafe: the caller says it
+  unsafe="$dir: outside the state directory"
+  tmp=$(here "$state" "$tmp") && dir=$(here "$state" "$dir") || return 1
+  [ -z "${base:-}" ] || base=$(here "$state" "$base")
+}
+
 # install_release GOT: checks that $tmp has sha256 $sha (GOT when taken on the way in), then renames it to
 # $dir/$name with $manifest beside it. Prints MISMATCH sha256 or INSTALLED, then MISSING for each shared
 # library the release needs and the host lacks: they must resolve here, before anything stops.

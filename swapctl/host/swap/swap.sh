@@ -79,8 +79,9 @@ ready_probe() {
 # log_since: the started daemon's output, from byte $off of $log; with log "journal", its unit's journal
 # for this start (its InvocationID, $inv)
 log_since() {
+  # shellcheck disable=SC2086 # runas: setpriv and its options, or nothing
   if [ "$log" = journal ]; then journalctl -q -o cat _SYSTEMD_INVOCATION_ID="$inv"
-  else tail -c +"$((off + 1))" -- "$log"; fi
+  else $runas tail -c +"$((off + 1))" -- "$log"; fi
 }
 
 # wait_ready: streams the new daemon's log until it is ready, exits or ready_s pass; then, with stable_ms,
@@ -92,7 +93,7 @@ log_since() {
 # for the pid there is no reader: settle polls the log to the same deadline.
 wait_ready() {
   me=$$; use_log=1; watched=""; now; started_ms=$NOW
-  rp=$(mktemp 2>/dev/null) || rp=$(mktemp -p "${target%/*}" 2>/dev/null) || rp=""
+  rp=$(mktemp 2>/dev/null) || rp=$(mktemp -p "${target_here%/*}" 2>/dev/null) || rp=""
   # a daemon gone before the reader starts (a unit's MainPID 0: it exited already): the end is retried until
   # the reader is there (the watchers are killed after)
   ( while alive "$new"; do sleep 0.01; done; echo EXITED; n=0
@@ -110,8 +111,9 @@ wait_ready() {
   case "$(awk -W version 2>&1 | head -n 1)" in mawk*) line_input="-W interactive" ;; *) line_input="" ;; esac
   # log_since, followed (-f alone starts at the last 10 lines: a daemon that wrote more before it starts
   # would hide its ready line)
+  # shellcheck disable=SC2086 # runas: setpriv and its options, or nothing
   if [ "$log" = journal ]; then set -- journalctl -q -o cat -f -n all _SYSTEMD_INVOCATION_ID="$inv"
-  else set -- tail -c +"$((off + 1))" -F -s 0.02 -- "$log"; fi
+  else set -- $runas tail -c +"$((off + 1))" -F -s 0.02 -- "$log"; fi
   if [ -n "$rp" ]; then
     # shellcheck disable=SC2086 # $line_input is empty or two words
     { "$@" 2>/dev/null 8>&- & echo "$!" > "$rp"; wait "$!"; } |
@@ -152,30 +154,60 @@ say() { printf '%s\n' "$*" 2>/dev/null || alone=1; }
 # stopping: a second Ctrl-C came (interrupt.sh's SIGUSR1) while the new build starts: roll back at once
 stopping() { [ -n "$interrupted" ] && [ -z "$back" ]; }
 
-# start ENV COMMAND...: COMMAND in a session of its own (setsid), its output appended to $log, with the
-# environment ENV (shell assignments, one a line) and nothing else. ENV goes to a clean shell through a
+# start CWD ENV COMMAND...: COMMAND in CWD, in a session of its own (setsid), its output appended to $log,
+# with the environment ENV (shell assignments, one a line) and nothing else. ENV goes to a clean shell through a
 # pipe (fd 3), never through a command line, as `env -i K=V...` would put it. Sets new (its pid). env,
-# setsid and a leading setpriv or perl are the system's own (tool): ENV's PATH is the daemon's.
+# setsid and a leading setpriv or perl are the system's own (tool): ENV's PATH is the daemon's. A daemon of
+# another user (setpriv: runas) opens its log itself, as that user, after setpriv: root never opens a file
+# through that user's directory, which may hold a link to one of root's
 sid=$(tool setsid); envp=$(tool env)
 start() {
-  ( trap - PIPE HUP; start_env=$1; shift
-    case $1 in setpriv | perl) t=$(tool "$1") && shift && set -- "$t" "$@" ;; esac
+  ( trap - PIPE HUP; cd -- "$1" || exit 127; start_env=$2; shift 2
+    case $1 in perl) t=$(tool perl) && shift && set -- "$t" "$@" ;; esac
+    if [ "$1" = setpriv ]; then
+      [ -n "$runas" ] && shift 4 || exit 127
+      # shellcheck disable=SC2086,SC2016 # runas: setpriv and its 3 options; $0 and $@ are the inner shell's
+      set -- $runas /bin/sh -c 'exec >>"$0" 2>&1 && exec "$@"' "$log" "$@"; exec >/dev/null 2>&1
+    else exec >>"$log" 2>&1; fi
     exec "$envp" -i -- /bin/sh -c 'unset PWD; set -a; . /dev/fd/3 || exit 127; set +a; exec "$@" 3<&-' \
       swapctl-start "$sid" "$@" 3<<EOF
 $start_env
 EOF
-  ) >> "$log" 2>&1 < /dev/null 8>&- &
+  ) < /dev/null 8>&- &
   new=$!
 }
 
-# switch_to RELEASE: the binary path becomes a symlink to RELEASE, atomically (a rename). The link is made
-# under a name of its own in the state directory (root's): a fixed name beside the binary, in a directory
-# others may write to, could be taken first (a directory of that name made the switch fail).
-switch_to() {
-  sw=$(mktemp -d -- "$state/.switch.XXXXXX") || return 1
-  ln -s -- "$1" "$sw/link" && mv -Tf -- "$sw/link" "$bin"; sw_rc=$?
-  rm -rf -- "$sw"; return "$sw_rc"
+# runas_of COMMAND...: runas becomes what drops to COMMAND's user (the system's setpriv and the three options
+# swaprun.command_for gives it), or nothing for a daemon of root's. Its log is read and sized as that user
+runas_of() {
+  case "$1 $2 $3 $4" in
+    "setpriv --reuid="*" --regid="*" --init-groups") runas="$(tool setpriv) $2 $3 $4" ;;
+    *) runas="" ;;
+  esac
 }
+
+# log_size: where the next start's output begins in $log (as its user, the link followed as it will be)
+log_size() {
+  # shellcheck disable=SC2086 # runas: setpriv and its options
+  if [ -n "$runas" ]; then $runas stat -L -c %s -- "$log" 2>/dev/null || echo 0
+  else stat -c %s -- "$log" 2>/dev/null || echo 0; fi
+}
+
+# in_bindir COMMAND...: COMMAND in a subshell whose cwd is the binary's directory, entered again (cd -P) and
+# found where enter_state found it; COMMAND names what it makes there by name only. A link put in place of that
+# directory (or one above it) by whoever may rename it is never followed: nothing is done
+in_bindir() { ( cd -P -- "${bin%/*}/" 2>/dev/null && [ "$(pwd -P)" = "$real_bindir" ] && "$@" ); }
+
+# new_link TO: a symlink to TO under a fresh name beside the binary (BIN.swapctl-new.XXXXXXXX; ln -sT never
+# replaces a file, nor makes its link inside a directory another user named so first); prints that name
+# shellcheck disable=SC2317 # new_link and switch_here run through in_bindir
+new_link() { l=$(mktemp -u -- "${bin##*/}.swapctl-new.XXXXXXXX") && ln -sT -- "$1" "$l" && printf '%s\n' "$l"; }
+
+# switch_to RELEASE: the binary path becomes a symlink to RELEASE, atomically (a rename: it replaces a link
+# there, never follows one)
+switch_to() { in_bindir switch_here "$1"; }
+# shellcheck disable=SC2317
+switch_here() { l=$(new_link "$1") && { mv -Tf -- "$l" "${bin##*/}" || { rm -f -- "$l"; return 1; }; }; }
 
 # killed_by: the signal that ended the started daemon when it was one of those a person or a tool sends
 # (HUP INT KILL TERM: someone killed it, it did not fail by itself); nothing otherwise. Only once it ended.
@@ -231,8 +263,8 @@ finish() {
 \"host\": $(json_str "$j_host"), \"log_offset\": $lo, \"outcome\": \"$1\", \"pid\": ${2:-null}$more$(stop_json), \
 \"steps\": {${j_steps}${j_steps:+${steps:+, }}${steps#, }}, \"time\": \"$(date -u +%Y-%m-%dT%H:%M:%S.%6NZ)\", \
 \"to\": $(jv "$to")${j_extra:+, $j_extra}}"
-  [ -n "$way_back" ] && rm -f -- "$way_back"
-  if append_line "$state/journal.jsonl" "$line" "$keep" "$cap_bytes"; then say "JOURNAL ok $line"
+  [ -n "$way_back" ] && in_bindir rm -f -- "$way_back"
+  if append_line journal.jsonl "$line" "$keep" "$cap_bytes"; then say "JOURNAL ok $line"
   else say "JOURNAL lost $line"; fi
   exit 0
 }
@@ -240,7 +272,7 @@ finish() {
 # mark_good: a release marked bad that has now come up and stayed up (deployed again on purpose) is good
 # again: its `bad` link goes, and its manifest says ok, else it would never be a fallback or a rollback target
 mark_good() {
-  dir=${target%/*}
+  dir=${target_here%/*}
   [ -L "$dir/bad" ] && rm -f -- "$dir/bad"
   grep -q '"status":"bad"' -- "$dir/manifest.json" 2>/dev/null || return 0
   { sed 's/"status":"bad"/"status":"ok"/' -- "$dir/manifest.json" > "$dir/manifest.json.tmp.$$" &&
@@ -252,7 +284,7 @@ mark_good() {
 # disk lets it (a copy, then a rename)
 mark_bad() {
   [ -n "$bad" ] || return 0
-  dir=${target%/*}
+  dir=${target_here%/*}
   ln -s failed-start "$dir/bad" 2>/dev/null || [ -L "$dir/bad" ] || return 0
   marked=true; say "MARKED ${dir##*/}"
   { sed 's/"status":"ok"/"status":"bad"/' -- "$dir/manifest.json" > "$dir/manifest.json.tmp.$$" &&
@@ -262,12 +294,12 @@ mark_bad() {
 # start_target: the binary path becomes the release, and it starts (through its unit, or here); sets failed
 start_target() {
   switch_to "$target" || { failed="FAILED switch"; say "$failed"; return 1; }
-  off=$(stat -c %s -- "$log" 2>/dev/null || echo 0)
+  runas_of "$@"; off=$(log_size)
   if [ -n "$unit" ]; then
     start_unit "$unit" "$reset" || { failed="systemctl start $unit refused"; return 1; }
   else
-    cd -- "$cwd" || { failed="FAILED cd $cwd"; say "$failed"; return 1; }
-    start "$envq" "$@"
+    (cd -- "$cwd") || { failed="FAILED cd $cwd"; say "$failed"; return 1; }
+    start "$cwd" "$envq" "$@"
   fi
   say "STARTED $new $off${inv:+ $inv}"
 }
@@ -277,25 +309,25 @@ start_target() {
 # symlink to a long path takes a data block)
 keep_way_back() {
   [ -n "$fb_target" ] || return 0
-  way_back=$(mktemp -u -- "$bin.swapctl-back.XXXXXXXX") && ln -s -- "$fb_target" "$way_back" 2>/dev/null || way_back=""
+  way_back=$(in_bindir new_link "$fb_target" 2>/dev/null) || way_back=""
 }
 
 # switch_back: the binary path becomes the fallback release again (the link kept_way_back made, else a new one)
 switch_back() {
   [ "$(readlink -- "$bin")" = "$fb_target" ] && return 0
-  if [ -n "$way_back" ] && mv -Tf -- "$way_back" "$bin" 2>/dev/null; then way_back=""; return 0; fi
+  if [ -n "$way_back" ] && in_bindir mv -Tf -- "$way_back" "${bin##*/}" 2>/dev/null; then way_back=""; return 0; fi
   switch_to "$fb_target"
 }
 
 # start_fallback: as start_target, for the fallback release, started as it was recorded
 start_fallback() {
   switch_back || return 1
-  off=$(stat -c %s -- "$log" 2>/dev/null || echo 0)
+  eval "runas_of $fb_cmd"; off=$(log_size)
   if [ -n "$unit" ]; then  # back through the unit: a daemon started beside it, systemd would start again
     start_unit "$unit" 1 >/dev/null || return 1
   else
-    cd -- "$fb_cwd" || return 1
-    eval "start \"\$fb_env\" $fb_cmd"
+    (cd -- "$fb_cwd") || return 1
+    eval "start \"\$fb_cwd\" \"\$fb_env\" $fb_cmd"
   fi
   say "STARTED $new $off${inv:+ $inv}"
 }
@@ -330,7 +362,7 @@ go_back() {
   took memory
   # a fallback changed on the host since it was checked is never started: no daemon runs, and the journal
   # says why (status shows none; history this line)
-  if [ "$(sha256 < "$fb_target")" != "$fb_sha" ]; then
+  if [ "$(sha256 < "$fb_here")" != "$fb_sha" ]; then
     mark_bad; finish no-daemon "" "$why; the fallback release changed on the host: nothing started"
   fi
   probe=$fb_probe; re=$fb_re; tries=0  # what ran before needs no proof that it can prove
@@ -353,23 +385,29 @@ go_back() {
 # fail, and the script goes on. The daemon gets the default dispositions back. A second Ctrl-C is SIGUSR1.
 trap '' PIPE HUP
 trap 'interrupted=1' USR1
+# The state tree, entered once: from here on, every path into it is relative to this cwd, which no rename by
+# the owner of the binary's directory (daemon.user may own it) can redirect (lib.sh's enter_state)
 state=${target%/releases/*}
+enter_state "$state" || { echo "FAILED the state directory is not safe to write to: $unsafe"; exit 0; }
+if ! target_here=$(here "$state" "$target") || ! fb_here=$(here "$state" "${fb_target:-$state/-}"); then
+  echo "FAILED the release to start is outside the state directory $state"; exit 0
+fi
 alone=""; interrupted=""; back=""; failed=""; bad=""; marked=""; new=""; steps=""
 # The swap holds its own lock until it ends, even when the deploy that started it has lost its connection
 # (and with it the deploy lock); lock.sh refuses a new deploy meanwhile. Nothing started here keeps fd 8.
-exec 8>>"$state/swap.lock"
+exec 8>>swap.lock
 flock -w 30 8 || { echo "FAILED another swap still runs on this host"; exit 0; }
 # begun only under its deploy's lock: a shell that reads its command late (a slow .bashrc, its session killed
 # by an sshd restart) after its deploy ended, or after another deploy took the lock, changes nothing
-if [ -n "$lock_info" ] && { flock -n "$state/lock" true || [ "$(cat -- "$state/lock.info" 2>/dev/null)" != "$lock_info" ]; }; then
+if [ -n "$lock_info" ] && { flock -n lock true || [ "$(cat -- lock.info 2>/dev/null)" != "$lock_info" ]; }; then
   echo "FAILED the deploy that started this swap no longer holds the host's deploy lock: nothing was stopped"; exit 0
 fi
 # who runs it, since when: a deploy refused meanwhile says so (lock.sh)
 printf '{"by": %s, "since": "%s", "pid": %s}\n' "$(json_str "$j_by")" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$$" \
-  > "$state/swap.info" 2>/dev/null
+  > swap.info 2>/dev/null
 say "SWAP $$"
 # the release is what was uploaded and checked, still: a file changed since is never switched to
-got=$(sha256 < "$target")
+got=$(sha256 < "$target_here")
 if [ "$got" != "$sha" ]; then
   echo "FAILED release changed: $target has sha256 ${got:-unreadable}, not $sha"; exit 0
 fi
@@ -378,10 +416,17 @@ for t in setsid env setpriv perl; do
   case "$t $* $fb_cmd" in setsid* | env* | *" $t "* | *"'$t'"*) ;; *) continue ;; esac
   tool "$t" >/dev/null || { echo "FAILED no tool: the host has no $t in /usr/sbin, /usr/bin, /sbin or /bin"; exit 0; }
 done
+# a daemon of another user opens its log itself (start): a log it cannot open is said before anything stops
+runas_of "$@"
+if [ -n "$runas" ] && [ -z "$unit" ] && [ "$log" != journal ]; then
+  # shellcheck disable=SC2086,SC2016 # runas: setpriv and its options; $0 is the inner shell's
+  $runas /bin/sh -c ': >>"$0"' "$log" 2>/dev/null || {
+    echo "FAILED daemon.log $log cannot be opened for appending by the daemon's user (${runas#* }): make it a file of that user's, not a link to another's; nothing was stopped"; exit 0; }
+fi
 WATCH=""; inv=""; way_back=""; keep_way_back; now; mark=$NOW
 # drain.sh: the proofs in flight, and the drain; a drain refused at its limit stops nothing
 if [ -n "$pid" ] && [ -n "$status_url" ]; then
-  before_stop "$pid" "$status_url" "$stop_mode" "$drain_ms" "$drain_fail" || { [ -n "$way_back" ] && rm -f -- "$way_back"; exit 0; }
+  before_stop "$pid" "$status_url" "$stop_mode" "$drain_ms" "$drain_fail" || { [ -n "$way_back" ] && in_bindir rm -f -- "$way_back"; exit 0; }
 fi
 [ -n "$pid" ] && stop_daemon "$pid" "$grace_ms" "$group" "$unit"
 # no daemon, but its unit may be about to restart one (Restart=, after a crash): the stop cancels that
@@ -392,7 +437,7 @@ took memory
 # a daemon that runs as another user (its gid set) must reach its release: the state directories become
 # that group's, searchable by it and by nobody else (710)
 if [ -n "$run_gid" ]; then
-  for d in "${state%/*}" "$state" "$state/releases" "${target%/*}"; do chgrp -- "$run_gid" "$d" && chmod 710 "$d"; done
+  for d in .. . releases "${target_here%/*}"; do chgrp -- "$run_gid" "$d" && chmod 710 "$d"; done
 fi
 if stopping; then why_failed; go_back; fi  # the second Ctrl-C came before the start: the new build never starts
 start_target "$@" || { why_failed; go_back; }
