@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
+import tomlkit
 import typer
 
 from .. import playbook as pb
@@ -143,11 +143,11 @@ def _playbook_text(target: str, spec: pb.HostSpec, found: _Found, user: str | No
     exact, config, status_url = found.exact, found.config, found.status_url
     ready = propose_ready(launch.ready_lines)
     held = int(daemon.rss_kib / (1 << 20))  # GiB the daemon holds now: the new one needs as much back
-    q = json.dumps
+    q, c = _value, _comment
     lines = [
-        f"# written by `swapctl init --from {target}` from the daemon running there (pid {daemon.pid}):",
-        f"#   {' '.join(argv)}",
-        f"# check each value, then `swapctl status {spec.name}` and `swapctl deploy {spec.name} --binary ...`",
+        f"# written by `swapctl init --from {c(target)}` from the daemon running there (pid {daemon.pid}):",
+        f"#   {c(' '.join(argv))}",
+        f"# check each value, then `swapctl status {c(spec.name)}` and `swapctl deploy {c(spec.name)} --binary ...`",
         "",
         f"[hosts.{q(spec.name)}]",
         f"address = {q(spec.address)}",
@@ -169,14 +169,14 @@ def _playbook_text(target: str, spec: pb.HostSpec, found: _Found, user: str | No
     else:
         lines.append('log = "/data/cuzk.log"                # its stdout is no file now: say where the new one writes')
     if ready:
-        lines.append(f"ready_log = {q(ready)}     # proposed from its log: {launch.ready_lines[0][:60]!r}")
+        lines.append(f"ready_log = {q(ready)}     # proposed from its log: {c(repr(launch.ready_lines[0][:60]))}")
     else:
         lines.append('# ready_log = "..."                  # nothing in its log looked like a ready line: set it')
     if status_url:
-        lines += [f"status_url = {q(status_url)}  # its GET /status (status_listen in {config})",
+        lines += [f"status_url = {q(status_url)}  # its GET /status (status_listen in {c(config)})",
                   '# stop = "drain"                     # wait until no proof is in flight before the stop']
     else:
-        lines.append(f"# status_url = \"http://127.0.0.1:9821/status\"  # {config} sets no status_listen")
+        lines.append(f"# status_url = \"http://127.0.0.1:9821/status\"  # {c(config)} sets no status_listen")
     lines += [
         "ready_timeout_s = 600",
         "stop_grace_s = 30",
@@ -188,6 +188,17 @@ def _playbook_text(target: str, spec: pb.HostSpec, found: _Found, user: str | No
     if launch.stdout:
         lines += ["", "[logs]", f"paths = [{q(launch.stdout)}]"]
     return "\n".join(lines) + "\n"
+
+
+def _value(value: str) -> str:
+    """`value` as a quoted TOML string: whatever the host said, it stays one value."""
+    return tomlkit.string(value).as_string()
+
+
+def _comment(said: str) -> str:
+    """`said` fit for a comment: anything that could end the comment or the line (a newline, a control, a
+    line separator, a bidi override) as `?`, 500 characters at most."""
+    return "".join(ch if ch.isprintable() else "?" for ch in said[:500])
 
 
 def _binary_of(daemon: Process, launch: Launch) -> str:
