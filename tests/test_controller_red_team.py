@@ -5,12 +5,18 @@ real daemon on the lab's sshd host, real files, a real second user."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
+from swapctl import playbook as pb
+from swapctl.errors import BadInput
+from swapctl.logs.fetch import host_path
 from swapctl.playbook import parse
 
 from conftest import Box, prover_config
@@ -47,3 +53,63 @@ def test_init_from_writes_the_daemons_argv_and_config_path_only_as_quoted_values
     book = parse(out.read_text(), str(out))
     assert book.log_paths == () and book.daemon.unit is None, out.read_text()
     assert book.daemon.args == tuple(argv[1:])  # the host's text is all there, as values
+
+
+# -- 9: a host's name is one plain name: refused at load, and every local path stays under DEST ---------
+
+def fetch_logs_from_inventory(box: Box, swapctl_env: Path, inventory: Path, dest: Path):
+    shutil.copy(box.server.known_hosts, swapctl_env / "home" / ".ssh" / "known_hosts")
+    box.write_playbook(logs={"paths": [str(box.log)]})
+    return swapctl("-i", str(inventory), "fetch-logs", "@gpus", "--dest", str(dest), "-p", str(box.playbook_path))
+
+
+@pytest.mark.parametrize("form", ["ini", "yml"])
+@pytest.mark.parametrize("name", ["../../escaped", "{tmp}/planted"], ids=["dot-dot", "absolute"])
+def test_an_inventory_host_whose_name_is_no_plain_name_is_refused_at_load_and_nothing_is_written(
+        box: Box, swapctl_env, tmp_path, form, name):
+    """`../../escaped` or an absolute path as an inventory host, its ansible_host the lab's real sshd: fetch-logs
+    once wrote the host's log outside --dest."""
+    (swapctl_env / "home" / ".ssh").mkdir(exist_ok=True)
+    box.log.write_text("the daemon's log\n")
+    name = name.format(tmp=tmp_path)
+    s = box.server
+    hostvars = {"ansible_host": s.address, "ansible_port": s.port, "ansible_user": "root",
+                "ansible_ssh_private_key_file": str(s.client_key)}
+    inventory = tmp_path / f"hosts.{form}"
+    if form == "ini":
+        inventory.write_text("[gpus]\n" + name + " " + " ".join(f"{k}={v}" for k, v in hostvars.items()) + "\n")
+    else:
+        inventory.write_text(json.dumps({"gpus": {"hosts": {name: hostvars}}}))  # JSON is YAML
+    dest = tmp_path / "a" / "b" / "logs"
+    r = fetch_logs_from_inventory(box, swapctl_env, inventory, dest)
+    assert r.returncode == 2, r.stderr
+    [line] = r.stderr.strip().splitlines()
+    where = f"{inventory}:2" if form == "ini" else str(inventory)
+    assert line.startswith(f"swapctl: {where}: group 'gpus': host {name!r} "), line
+    assert "rename it" in line
+    assert not (dest.parent.parent / "escaped").exists() and not (tmp_path / "planted").exists()
+    assert not dest.exists()
+
+
+@pytest.mark.parametrize("name, problem", [
+    ("../x", "holds a `/`"), ("..", "is `..`"), (".", "is `.`"), ("", "is empty"),
+    ("gpu\n01", "holds a control character"), ("gpu\u202e10", "holds a control character"),
+])
+def test_a_playbook_host_whose_name_is_no_plain_name_is_refused_with_its_key(tmp_path, name, problem):
+    path = str(tmp_path / "swapctl.toml")
+    with pytest.raises(pb.PlaybookError) as e:
+        pb.parse(f'[hosts.{json.dumps(name)}]\naddress = "10.0.0.1"\n', path)
+    assert str(e.value).startswith(f"{path}: hosts.{name!r}: {problem}"), e.value
+    assert "\n" not in str(e.value)
+    with pytest.raises(pb.PlaybookError, match=re.escape(f"host {name!r} {problem}")):
+        pb.resolve_host(pb.Playbook(path=path), name, ssh_aliases={name})
+
+
+@pytest.mark.parametrize("host, names, problem", [
+    ("..", (), "'..' is `..`"), ("gpu-01", ("..",), "'..' is `..`"), ("/root/.ssh", (), "holds a `/`"),
+    ("gpu-01", ("a/b",), "'a/b' holds a `/`"),
+])
+def test_every_local_path_built_from_a_host_name_stays_under_dest(tmp_path, host, names, problem):
+    assert host_path(tmp_path, "gpu-01", "cuzk.log") == tmp_path / "gpu-01" / "cuzk.log"
+    with pytest.raises(BadInput, match=re.escape(problem) + f".* names no file under {re.escape(str(tmp_path))}"):
+        host_path(tmp_path, host, *names)

@@ -14,6 +14,7 @@ from .. import playbook as pb
 from ..errors import BadInput
 from ..logs import gpu
 from ..logs.cuzk.report import RunRow, Summary
+from ..logs.fetch import host_path
 from ..logs.gpu_figures import PARTS, GpuFigures, GpuReport, compare
 from ..logs.timings import PHASE_SHARE, RunReport, by_release, parse_files
 from ..remote import connect
@@ -63,9 +64,9 @@ def _by_release(targets: list[str], dest: Path, playbook_path: str | None, as_js
     [spec] = select_hosts(book, targets)
     if book.daemon.journal:
         raise BadInput(f"--by-release splits a log file by the byte offsets in the host's journal; this daemon logs "
-                       f"to its unit's journal: run timings on {dest / spec.name / f'{book.daemon.unit}.log'} "
+                       f"to its unit's journal: run timings on {host_path(dest, spec.name, f'{book.daemon.unit}.log')} "
                        f"(fetch-logs saves it there)")
-    log = dest / spec.name / PurePosixPath(book.require_daemon().log).name
+    log = host_path(dest, spec.name, PurePosixPath(book.require_daemon().log).name)
     if not log.is_file():
         raise BadInput(f"{log}: no fetched log; run `swapctl fetch-logs {spec.name} --dest {dest}` first")
     with connect(spec) as host:

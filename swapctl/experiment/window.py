@@ -8,7 +8,7 @@ from pathlib import Path, PurePosixPath
 from .. import playbook as pb
 from ..gpu.sampler import fetch_patterns
 from ..gpu.samples import Sample, samples_in
-from ..logs.fetch import LogFetcher
+from ..logs.fetch import LogFetcher, host_path
 from ..logs.timings import ByteRange, Run, parse
 from ..remote import Host
 
@@ -19,8 +19,8 @@ class Window:
     def __init__(self, host: Host, book: pb.Playbook, dest: Path) -> None:
         self.book, self.fetcher = book, LogFetcher(host, dest)
         self.log_remote = book.require_daemon().log
-        self.local = dest / host.name / PurePosixPath(self.log_remote).name
-        self.samples_dir = dest / host.name
+        self.local = host_path(dest, host.name, PurePosixPath(self.log_remote).name)
+        self.samples_dir = host_path(dest, host.name)
         self.patterns = [self.log_remote] + fetch_patterns(book.daemon.state_dir)
 
     def fetch(self) -> None:

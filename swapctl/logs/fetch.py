@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import os
 import posixpath
 import re
 import zlib
@@ -21,6 +22,7 @@ import zstandard
 
 from ..errors import BadInput, RemoteCommandFailed, RemoteOutputTooLarge
 from ..host import scripts
+from ..playbook.spec import host_name_problem
 from ..remote import Host
 
 # The host's halves are swapctl/host/logs/: list_logs.sh's listing (NUL-separated records, each name checked
@@ -37,6 +39,20 @@ OWN_PREFIX = ".swapctl-"
 # what one decompression step may produce: a 32 KiB zstd frame can hold 1 GiB of zeros, and one call of
 # decompressobj() made all of it at once
 OUT_CHUNK = 1 << 17
+
+
+def host_path(dest: Path, host: str, *names: str) -> Path:
+    """DEST/HOST/NAMES...: where a host's files lie here (fetch-logs, the experiment, timings). Each part is
+    one plain name, so the path stays under DEST; else one line naming the part."""
+    for part in (host, *names):
+        problem = host_name_problem(part)
+        if problem:
+            raise BadInput(f"{part!r} {problem}, so it names no file under {dest}; give the host and daemon.log "
+                           f"plain names", host=repr(host))
+    path = dest.joinpath(host, *names)
+    if os.path.commonpath([os.path.normpath(dest), os.path.normpath(path)]) != os.path.normpath(dest):
+        raise BadInput(f"{path} is not under {dest}", host=repr(host))  # not reached: the parts are checked
+    return path
 
 
 def within(path: str, patterns: list[str]) -> bool:
@@ -147,7 +163,7 @@ class LogFetcher:
     def __init__(self, host: Host, dest: Path, on_bytes: Callable[[str, int], None] | None = None,
                  since: dict[str, tuple[int, str]] | None = None):
         """`since` maps a remote path to (offset, tag): only bytes from that offset, into `<name>.<tag>`."""
-        self.host, self.dir = host, dest / host.name
+        self.host, self.dir = host, host_path(dest, host.name)
         self.since = since or {}
         self.dir.mkdir(parents=True, exist_ok=True)
         self.state_path = self.dir / RECORD

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import PlaybookError
-from .spec import HostSpec
+from .spec import HostSpec, host_name_problem
 
 VARS = {"ansible_host": "address", "ansible_ssh_host": "address", "ansible_port": "port",
         "ansible_ssh_port": "port", "ansible_user": "user", "ansible_ssh_user": "user",
@@ -38,6 +38,10 @@ class _Inventory:
         self.children.setdefault(name, [])
 
     def add_host(self, name: str, group: str, variables: dict[str, Any], line: int | None = None) -> None:
+        problem = host_name_problem(name)
+        if problem:
+            raise PlaybookError(self.path, f"group {group!r}: host {name!r} {problem}; a host's name is a local "
+                                           f"directory's (fetch-logs' DEST/NAME): rename it", line=line)
         self.group(group)
         self.lines.setdefault(name, line)
         self.host_vars.setdefault(name, {}).update(variables)

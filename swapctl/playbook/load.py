@@ -45,6 +45,10 @@ def _hosts_and_groups(ld: Loader, doc: dict[str, Any], inventory: str | None
         hosts, groups = load_inventory(inventory)
     for name, data in ld.table(doc, "hosts").items():
         table = f"hosts.{name}"
+        problem = sp.host_name_problem(name)
+        if problem:
+            raise ld.fail(f"{problem}; a host's name is a local directory's (fetch-logs' DEST/NAME): rename it",
+                          "hosts", repr(name))
         if not isinstance(data, dict):
             raise ld.fail("must be a table, like [hosts.NAME] with address = ...", "hosts", name)
         values = ld.section(data, "host", table)

@@ -141,6 +141,20 @@ class Playbook:
         return self.daemon
 
 
+def host_name_problem(name: str) -> str | None:
+    """Why `name` cannot name a host, else None. A host's name is a directory of its own under fetch-logs'
+    and the experiment's DEST, so it is one plain path component: no `/`, not `.` or `..`, no control."""
+    if not name:
+        return "is empty"
+    if name in (".", ".."):
+        return f"is `{name}`"
+    if "/" in name:
+        return "holds a `/`"
+    if not name.isprintable():
+        return "holds a control character (or a line or bidi mark)"
+    return None
+
+
 def with_become(spec: HostSpec, default: str) -> HostSpec:
     """`spec` with its own `become`, else the playbook's: a host's word wins over the playbook's. A local
     host never takes the playbook's sudo (swapctl runs there as whoever started it)."""

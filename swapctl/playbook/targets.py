@@ -7,7 +7,7 @@ import os
 import re
 
 from ..errors import BadInput, PlaybookError
-from .spec import DEFAULT_PLAYBOOK, SSH_CONFIGS, HostSpec, Playbook
+from .spec import DEFAULT_PLAYBOOK, SSH_CONFIGS, HostSpec, Playbook, host_name_problem
 
 _ADHOC = re.compile(r"^(?:(?P<user>[^@\s]+)@)?(?P<address>\[[0-9a-fA-F:]+\]|[^@:\s]+)(?::(?P<port>\d+))?$")
 
@@ -30,6 +30,10 @@ def resolve_host(playbook: Playbook, target: str, ssh_aliases: set[str] | None =
     `Host` alias of ~/.ssh/config, which then decides address, port, user and keys as for `ssh NAME`."""
     if target in playbook.hosts:
         return playbook.hosts[target]
+    problem = host_name_problem(target)
+    if problem:
+        raise PlaybookError(playbook.path, f"host {target!r} {problem}; a host's name is a local directory's "
+                                           f"(fetch-logs' DEST/NAME): give a plain name", key="HOST")
     if "@" in target or ":" in target:
         m = _ADHOC.match(target)
         if m and (m["port"] is None or 0 < int(m["port"]) < 65536):
