@@ -7,12 +7,16 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import re
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+
+# fixtures (daemon_user, shared_dir): a test naming one redefines it (F811)
+from test_security import daemon_user, shared_dir  # noqa: F401
 
 from swapctl import playbook as pb
 from swapctl.errors import BadInput
@@ -113,3 +117,87 @@ def test_every_local_path_built_from_a_host_name_stays_under_dest(tmp_path, host
     assert host_path(tmp_path, "gpu-01", "cuzk.log") == tmp_path / "gpu-01" / "cuzk.log"
     with pytest.raises(BadInput, match=re.escape(problem) + f".* names no file under {re.escape(str(tmp_path))}"):
         host_path(tmp_path, host, *names)
+
+
+# -- 10: secrets and records only in new files, in directories of the invoking user nobody else can write -----
+
+def as_user(user: pwd.struct_passwd, *argv: str) -> None:
+    subprocess.run(["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--clear-groups", *argv],
+                   check=True)
+
+
+@pytest.fixture
+def pub(shared_dir: Path) -> Path:  # noqa: F811
+    """A directory every user may make things in, as /tmp (sticky)."""
+    d = shared_dir / "pub"
+    d.mkdir()
+    d.chmod(0o1777)
+    yield d
+    shutil.rmtree(d)
+
+
+def secret_playbook(tmp_path: Path) -> Path:
+    book = tmp_path / "swapctl.toml"
+    book.write_text('[hosts.gpu-a]\naddress = "10.0.0.5"\n[daemon]\nbinary = "/data/cuzk"\nlog = "/data/cuzk.log"\n'
+                    'secret_env = ["KEY"]\n[daemon.env]\nKEY = "s3cret"\n')
+    return book
+
+
+@pytest.mark.parametrize("made_by", ["U", "root, writable by all"])
+def test_export_ansible_writes_no_secret_into_a_directory_another_user_made_first(pub, daemon_user,  # noqa: F811
+                                                                                  tmp_path, made_by):
+    """U makes DIR/group_vars/cuzk/secrets.yml first, a file U reads (or DIR is root's but any user may write it,
+    and U made the rest): export-ansible once wrote the secrets into U's file."""
+    user, out = daemon_user, pub / "out"
+    if made_by != "U":
+        out.mkdir()
+        out.chmod(0o777)
+    as_user(user, "mkdir", "-p", str(out / "group_vars" / "cuzk"))
+    as_user(user, "sh", "-c", f"echo planted > {out}/group_vars/cuzk/secrets.yml; chmod 666 {out}/group_vars/cuzk/*")
+    r = swapctl("export-ansible", str(out), "-p", str(secret_playbook(tmp_path)))
+    assert r.returncode == 2, r.stderr
+    [line] = r.stderr.strip().splitlines()
+    owner = user.pw_name if made_by == "U" else "root"
+    assert line.startswith(f"swapctl: {out} is {owner}'s, mode "), line
+    assert "nobody else can write; pick another" in line
+    assert (out / "group_vars/cuzk/secrets.yml").read_text() == "planted\n" and not (out / "inventory.ini").exists()
+
+
+def test_export_ansible_replaces_a_link_in_its_own_directory_and_writes_through_none(tmp_path):
+    """A secrets.yml that is a link (to a file everyone reads) in the user's own directory: the secrets go into a
+    new file of mode 0600 that takes its name; the link's target is untouched."""
+    target = tmp_path / "public.txt"
+    target.write_text("public\n")
+    below = tmp_path / "out" / "group_vars" / "cuzk"
+    below.mkdir(parents=True)
+    (below / "secrets.yml").symlink_to(target)
+    r = swapctl("export-ansible", str(tmp_path / "out"), "-p", str(secret_playbook(tmp_path)))
+    assert r.returncode == 0, r.stderr
+    assert target.read_text() == "public\n" and not (below / "secrets.yml").is_symlink()
+    assert (below / "secrets.yml").stat().st_mode & 0o777 == 0o600 and "s3cret" in (below / "secrets.yml").read_text()
+    assert sorted(p.name for p in below.iterdir()) == ["secrets.yml", "swapctl.yml"]  # no temporary left
+
+
+@pytest.mark.parametrize("made_by", ["U", "root, writable by all"])
+def test_fetch_logs_writes_its_record_through_no_link_another_user_planted(box: Box, pub, daemon_user,  # noqa: F811
+                                                                           swapctl_env,
+                                                                           tmp_path, made_by):
+    """U makes DEST/lab/ first, with `.swapctl-fetch.tmp` a link to a file of root's (or DEST is root's but any
+    user may write it): fetch-logs once wrote its record over root's file through the link, and kept it."""
+    user, dest = daemon_user, pub / "logs"
+    if made_by != "U":
+        dest.mkdir()
+        dest.chmod(0o777)
+    victim = tmp_path / "roots-file"
+    victim.write_text("root's\n")
+    as_user(user, "mkdir", "-p", str(dest / "lab"))
+    as_user(user, "ln", "-s", str(victim), str(dest / "lab" / ".swapctl-fetch.tmp"))
+    box.log.write_text("the daemon's log\n")
+    box.write_playbook(logs={"paths": [str(box.log)]})
+    r = swapctl("fetch-logs", "lab", "--dest", str(dest), "-p", str(box.playbook_path))
+    assert r.returncode == 2, r.stderr
+    [line] = r.stderr.strip().splitlines()
+    owner = user.pw_name if made_by == "U" else "root"
+    assert line.startswith(f"swapctl: {dest} is {owner}'s, mode "), line
+    assert victim.read_text() == "root's\n" and (dest / "lab" / ".swapctl-fetch.tmp").is_symlink()
+    assert sorted(p.name for p in (dest / "lab").iterdir()) == [".swapctl-fetch.tmp"]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Annotated
 
@@ -11,6 +10,7 @@ import yaml
 
 from .. import playbook as pb
 from ..errors import BadInput
+from ..localfiles import own_dir, write_new
 from ..playbook import export
 from .common import PlaybookOpt, guarded, out
 
@@ -24,13 +24,6 @@ def export_ansible(
     guarded(lambda: _export(directory, playbook, group))
 
 
-def _write(path: Path, text: str, mode: int = 0o644) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.chmod(path, mode)
-
-
 def _export(directory: str, playbook_path: str | None, group: str) -> int:
     book = pb.load(playbook_path)
     book.require_daemon()
@@ -39,18 +32,20 @@ def _export(directory: str, playbook_path: str | None, group: str) -> int:
     if not book.hosts:
         raise BadInput(f"{book.path}: no hosts to export; add [hosts.NAME] tables (or an inventory)")
     root = Path(directory)
-    try:
-        (root / "group_vars" / group).mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise BadInput(f"cannot make {root / 'group_vars' / group}: {exc.strerror} (pick another DIR)") from None
     variables, secrets = export.group_vars(book)
     head = f"# written by swapctl export-ansible from {book.path}: the swapctl.cuzk modules take these\n"
-    _write(root / "inventory.ini", export.inventory(book, group))
-    _write(root / "group_vars" / group / "swapctl.yml", head + yaml.safe_dump(variables, sort_keys=False))
-    written = ["inventory.ini", f"group_vars/{group}/swapctl.yml"]
+    files = [("", "inventory.ini", export.inventory(book, group), 0o644),
+             (f"group_vars/{group}", "swapctl.yml", head + yaml.safe_dump(variables, sort_keys=False), 0o644)]
     if secrets:  # only its owner reads it; `ansible-vault encrypt` it before it goes anywhere
-        _write(root / "group_vars" / group / "secrets.yml", "# the daemon's secret_env values: ansible-vault "
-               "encrypt this file\n" + yaml.safe_dump({"swapctl_daemon_secret_env": secrets}), 0o600)
-        written.append(f"group_vars/{group}/secrets.yml")
+        files.append((f"group_vars/{group}", "secrets.yml", "# the daemon's secret_env values: ansible-vault "
+                      "encrypt this file\n" + yaml.safe_dump({"swapctl_daemon_secret_env": secrets}), 0o600))
+    # both directories checked before anything is written: one another user made is named, never written into
+    with own_dir(root) as top, own_dir(root, "group_vars", group) as below:
+        for where, name, body, mode in files:
+            try:
+                write_new(below if where else top, name, body.encode(), mode)
+            except OSError as exc:
+                raise BadInput(f"cannot write {root / where / name}: {exc.strerror} (pick another DIR)") from None
+    written = [f"{where}/{name}" if where else name for where, name, _, _ in files]
     out.print(f"wrote {', '.join(str(root / w) for w in written)}", markup=False, highlight=False)
     return 0

@@ -22,6 +22,7 @@ import zstandard
 
 from ..errors import BadInput, RemoteCommandFailed, RemoteOutputTooLarge
 from ..host import scripts
+from ..localfiles import own_dir, write_new
 from ..playbook.spec import host_name_problem
 from ..remote import Host
 
@@ -163,9 +164,10 @@ class LogFetcher:
     def __init__(self, host: Host, dest: Path, on_bytes: Callable[[str, int], None] | None = None,
                  since: dict[str, tuple[int, str]] | None = None):
         """`since` maps a remote path to (offset, tag): only bytes from that offset, into `<name>.<tag>`."""
-        self.host, self.dir = host, host_path(dest, host.name)
+        self.host, self.dest, self.dir = host, dest, host_path(dest, host.name)
         self.since = since or {}
-        self.dir.mkdir(parents=True, exist_ok=True)
+        with own_dir(dest, host.name):  # DEST and DEST/HOST yours alone, or one line before anything is written
+            pass
         self.state_path = self.dir / RECORD
         self.state: dict[str, dict[str, Any]] = self._load()
         self.on_bytes = on_bytes or (lambda name, n: None)
@@ -186,9 +188,11 @@ class LogFetcher:
                        f"each file again, in new local names)", host=self.host.name)
 
     def _save(self) -> None:
-        tmp = self.state_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.state, indent=1, sort_keys=True))
-        tmp.replace(self.state_path)
+        with own_dir(self.dest, self.host.name) as here:
+            try:
+                write_new(here, RECORD, json.dumps(self.state, indent=1, sort_keys=True).encode())
+            except OSError as exc:
+                raise BadInput(f"cannot write {self.state_path}: {exc.strerror}", host=self.host.name) from None
 
     def _new_name(self, remote: str) -> str:
         base = re.sub(r"[\x00-\x1f\x7f]", "_", PurePosixPath(remote).name)  # a local name with no newline
