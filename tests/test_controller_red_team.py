@@ -201,3 +201,50 @@ def test_fetch_logs_writes_its_record_through_no_link_another_user_planted(box: 
     assert line.startswith(f"swapctl: {dest} is {owner}'s, mode "), line
     assert victim.read_text() == "root's\n" and (dest / "lab" / ".swapctl-fetch.tmp").is_symlink()
     assert sorted(p.name for p in (dest / "lab").iterdir()) == [".swapctl-fetch.tmp"]
+
+
+# -- 12: no text read from a log is parsed by the plotting library -------------------------------------------
+
+SAVED = Path(__file__).resolve().parent / "data" / "h200-gpm" / "run1" / "default"
+
+
+def hostile_log(tmp_path: Path) -> Path:
+    """The saved H200 run's log with worker 0 named `$\\bogus$` (mathtext matplotlib cannot parse) and worker 1
+    `\\xff$` (no UTF-8), under a file name with a `$...$` of its own."""
+    log = tmp_path / "cuzk-$\\bogus$.log"
+    log.write_bytes((SAVED / "cuzk.log").read_bytes().replace(b"worker=0,", b"worker=$\\bogus$,")
+                    .replace(b"worker=1,", b"worker=\xff$,"))
+    return log
+
+
+def test_timings_plot_draws_a_log_whose_fields_are_mathtext(tmp_path):
+    png = tmp_path / "timeline.png"
+    r = swapctl("timings", str(hostile_log(tmp_path)), "--plot", str(png))
+    assert r.returncode == 0, r.stderr
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+
+
+def test_the_experiments_report_draws_a_log_whose_fields_are_mathtext(tmp_path):
+    from swapctl.experiment import verdict
+    from swapctl.experiment.report import write_html
+    from swapctl.gpu.samples import read_samples
+    from swapctl.logs.timings import ByteRange
+    from swapctl.logs.timings import parse as parse_log
+
+    class Window:  # what the experiment's Window gives the report, from the files (as tests/saved_report.py)
+        local = hostile_log(tmp_path)
+
+        def runs(self, start: int, end: int | None = None):
+            with open(self.local, "rb") as f:
+                return parse_log([ByteRange(f, start, f.seek(0, 2) if end is None else end)]).runs
+
+        def samples(self) -> list:
+            return read_samples([SAVED / "gpu-samples.dmon"])
+
+    win = Window()
+    data = win.local.read_bytes()
+    b_start = data.rindex(b"\n", 0, data.index(b"cuzk-daemon starting", data.index(b"cuzk-daemon starting") + 1)) + 1
+    out = tmp_path / "report.html"
+    write_html(out, verdict(win.runs(0, b_start), win.runs(b_start), win.samples()), "h$\\bogus$", "b", win,
+               (0, b_start))
+    assert out.read_text().count("<img alt='timeline") == 2

@@ -8,7 +8,8 @@ the GPU phase. The white between the GPU bars is the GPU waiting: what a starved
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from os import PathLike
@@ -28,6 +29,26 @@ COLOURS = {"synthesis": "#4c72b0", "copy": "#dd8452", "gpu": "#55a868"}
 
 Lanes = dict[str, list[tuple[str, float, float]]]
 Dest = str | PathLike[str] | IO[bytes]  # where a PNG goes: a path or a binary file
+
+
+def label(text: str) -> str:
+    """`text` as a label that can be drawn: a control, a line break or a bidi mark as `?`, 80 characters at
+    most (a longer one ends in `…`)."""
+    plain = "".join(ch if ch.isprintable() else "?" for ch in text)
+    return plain if len(plain) <= 80 else plain[:79] + "…"
+
+
+@contextmanager
+def _pyplot() -> Iterator[Any]:
+    """matplotlib's pyplot, drawing with no display, every text as plain text (a `$...$` from a log is no
+    mathtext)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    with matplotlib.rc_context({"text.parse_math": False}):
+        yield plt
 
 
 def intervals(streams: Iterable[Readable]) -> Lanes:
@@ -61,7 +82,7 @@ def runs(streams: Iterable[Readable]) -> list[Lanes]:
         lanes = out[-1]
         fields = dict(kv.split(b"=", 1) for kv in m[4].split(b",") if b"=" in kv)
         phase, edge = PHASES[event]
-        worker = fields.get(b"worker", b"0").decode()
+        worker = label(fields.get(b"worker", b"0").decode("utf-8", "replace"))
         key = (job, fields.get(b"partition"), worker if phase != "synthesis" else "")
         if event == "GPU_START":  # the copy ends where the GPU phase starts
             if (begin := opened.pop(("copy", *key), None)) is not None:
@@ -86,10 +107,11 @@ def draw(runs: list[Lanes], path: Dest, title: str, gpu: Sequence[Counters | Non
     """Writes the timeline as a PNG (matplotlib, no display needed) to a path or a binary file: one axis
     per daemon run, each on its own time axis (offsets start again with each run). `gpu`, one per run (None
     for a run without): its sm% and PCIe RX are drawn under that run's bars."""
-    import matplotlib
+    with _pyplot() as plt:
+        _draw(plt, runs, path, label(title), gpu)
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+
+def _draw(plt: Any, runs: list[Lanes], path: Dest, title: str, gpu: Sequence[Counters | None] | None) -> None:
     from matplotlib.patches import Patch
 
     rows = []
@@ -157,17 +179,18 @@ WHERE_COLOURS = {"kernels": "#55a868", "gpu_phase": "#55a868", "copy": "#dd8452"
 
 def where_bars(rows: list[tuple[str, dict[str, float]]], path: Dest) -> None:
     """One stacked bar per (label, parts): where each build's GPU time went, adding up to 100%."""
-    import matplotlib
+    with _pyplot() as plt:
+        _where_bars(plt, [(label(name), parts) for name, parts in rows], path)
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+
+def _where_bars(plt: Any, rows: list[tuple[str, dict[str, float]]], path: Dest) -> None:
     from matplotlib.patches import Rectangle
 
     fig, ax = plt.subplots(figsize=(12, 0.8 + 0.6 * len(rows)))
     for y, (_, parts) in enumerate(rows):
         left = 0.0
         for k, f in parts.items():
-            ax.barh(y, f * 100, left=left, color=WHERE_COLOURS.get(k, "#999999"), label=k if y == 0 else None)
+            ax.barh(y, f * 100, left=left, color=WHERE_COLOURS.get(k, "#999999"), label=label(k) if y == 0 else None)
             if f >= 0.06:
                 ax.text(left + f * 50, y, f"{f * 100:.0f}%", ha="center", va="center", fontsize="small")
             left += f * 100
@@ -177,8 +200,8 @@ def where_bars(rows: list[tuple[str, dict[str, float]]], path: Dest) -> None:
     handles, labels = [], []
     for _, parts in rows:
         for k in parts:
-            if k not in labels:
-                labels.append(k)
+            if label(k) not in labels:
+                labels.append(label(k))
                 handles.append(Rectangle((0, 0), 1, 1, color=WHERE_COLOURS.get(k, "#999999")))
     ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.35), ncol=4, fontsize="small")
     ax.set_title("where the GPU's time went (from the log's phases)")
