@@ -44,7 +44,8 @@ def test_init_from_writes_the_daemons_argv_and_config_path_only_as_quoted_values
     box.binary.write_bytes(prover.read_bytes())
     box.binary.chmod(0o755)
     read, write = os.pipe()
-    subprocess.Popen(["cat"], stdin=read, stdout=open(box.log, "ab"), start_new_session=True)
+    with open(box.log, "ab") as sink:  # the daemon's output through a pipe, into its log
+        subprocess.Popen(["cat"], stdin=read, stdout=sink, start_new_session=True)
     subprocess.Popen(argv, stdout=write, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=box.data,
                      start_new_session=True)
     os.close(read)
@@ -62,6 +63,7 @@ def test_init_from_writes_the_daemons_argv_and_config_path_only_as_quoted_values
 # -- 9: a host's name is one plain name: refused at load, and every local path stays under DEST ---------
 
 def fetch_logs_from_inventory(box: Box, swapctl_env: Path, inventory: Path, dest: Path):
+    """`swapctl -i INVENTORY fetch-logs @gpus --dest DEST`, the box's log in logs.paths."""
     shutil.copy(box.server.known_hosts, swapctl_env / "home" / ".ssh" / "known_hosts")
     box.write_playbook(logs={"paths": [str(box.log)]})
     return swapctl("-i", str(inventory), "fetch-logs", "@gpus", "--dest", str(dest), "-p", str(box.playbook_path))
