@@ -122,11 +122,9 @@ OLD, MID, NEW = release("aaa", "2026-01-01"), release("bbb", "2026-01-02"), rele
     (None, [], (), None),  # a first deploy: nothing to go back to
 ])
 def test_what_a_failed_start_goes_back_to(running, releases, history, fallback):
-    from swapctl.swap.plan import Plan
-
-    plan = Plan(host="lab", status=None, daemon=None, releases={r.id: r for r in releases}, current=running,
-                to_save=(), warnings=(), history=history, new=NEW)
-    assert plan.fallback() == fallback
+    plan = _deploy_plan(daemon=None, releases={r.id: r for r in releases}, current=running, to_save=(),
+                        history=history)
+    assert plan.way_back() == fallback
 
 
 @pytest.mark.parametrize("pattern, exe, names", [

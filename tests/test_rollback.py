@@ -207,3 +207,66 @@ def test_history_rollback_and_deploy_skip_and_count_journal_lines_that_are_no_en
     assert [exe_sha(p) for p in box.daemons()] == [sha(prover_b)]
     entries, skipped = read((box.data / ".swapctl" / "cuzk" / "journal.jsonl").read_text())
     assert [e.action for e in entries] == ["deploy", "rollback", "deploy"] and skipped == 3
+
+
+# Issue 44: a release saved from the disk (no daemon ran, so no command line was read) started as a bare
+# binary in `/` after a rollback, its --config gone. Each start below must be the playbook's command line.
+
+def _killed_by_hand(box, prover) -> None:
+    """The issue's steps 1-2: a daemon started by hand with its config, that then died on its own (SIGKILL):
+    the binary path holds its build as a plain file and nothing runs."""
+    pid = box.start_by_hand(prover)
+    os.kill(pid, 9)
+    from lab import wait_until
+
+    wait_until(lambda: not box.daemons(), what="the daemon to be gone")
+
+
+def _runs_as_the_playbook_says(box, binary) -> None:
+    pid = box.one_daemon()
+    assert exe_sha(pid) == sha(binary)
+    assert cmdline(pid) == [str(box.binary), "--config", str(box.config)]
+    assert os.readlink(f"/proc/{pid}/cwd") == str(box.data)
+
+
+def _manifest(box, binary) -> dict:
+    return json.loads((box.data / ".swapctl/cuzk/releases" / sha(binary)[:12] / "manifest.json").read_text())
+
+
+def test_the_issues_steps_a_rollback_after_a_deploy_of_the_disk_build_keeps_the_config(box, prover, prover_noready):
+    _killed_by_hand(box, prover)
+    box.write_playbook(daemon={"ready_timeout_s": 1})
+    r = deploy(box, prover)  # the build the binary path already holds
+    assert r.returncode == 0, r.stderr
+    assert _manifest(box, prover)["argv"] == [str(box.binary), "--config", str(box.config)]
+    r = deploy(box, prover_noready)
+    assert r.returncode == 4 and f"{sha(prover)[:12]} runs again" in r.stderr, r.stderr
+    _runs_as_the_playbook_says(box, prover)
+
+
+def test_a_failed_start_goes_back_to_a_build_saved_from_the_disk_with_the_playbooks_command_line(
+        box, prover, prover_noready):
+    _killed_by_hand(box, prover)
+    box.write_playbook(daemon={"ready_timeout_s": 1})
+    r = deploy(box, prover_noready)
+    assert r.returncode == 4, r.stderr
+    assert f"release {sha(prover)[:12]} has no recorded command line: it starts with the playbook's" in r.stderr
+    _runs_as_the_playbook_says(box, prover)
+    recorded = _manifest(box, prover)  # what it started with is its record from now on
+    assert recorded["argv"] == [str(box.binary), "--config", str(box.config)] and recorded["cwd"] == str(box.data)
+
+
+def test_a_rollback_to_a_build_saved_from_the_disk_starts_it_with_the_playbooks_command_line(
+        box, prover, prover_b):
+    _killed_by_hand(box, prover)
+    assert deploy(box, prover_b).returncode == 0
+    # The deploy recorded the playbook's command line for the build it would have gone back to ...
+    assert _manifest(box, prover)["argv"] == [str(box.binary), "--config", str(box.config)]
+    # ... an older swapctl did not: its record of a build saved from the disk says nothing of how it ran.
+    path = box.data / ".swapctl/cuzk/releases" / sha(prover)[:12] / "manifest.json"
+    path.write_text(json.dumps({**_manifest(box, prover), "argv": None, "cwd": None, "env": []}))
+    r = rollback(box)
+    assert r.returncode == 0, r.stderr
+    assert f"release {sha(prover)[:12]} has no recorded command line: it starts with the playbook's" in r.stderr
+    _runs_as_the_playbook_says(box, prover)
+    assert _manifest(box, prover)["argv"] == [str(box.binary), "--config", str(box.config)]

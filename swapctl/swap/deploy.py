@@ -131,6 +131,9 @@ class _Run:
                 self.plan = store.backup(ctx, plan)  # the daemon may have exited by itself since the preflight
                 self.times["backup"] = round(time.monotonic() - self.t, 3)
             case steps.SwapIn():
+                for rel in (step.target, step.fallback):  # what it starts with is its record from now on
+                    if rel and rel.id in plan.filled_ids:
+                        store.write_manifest(ctx, rel)
                 sent = (self.sent.sent_from(os.path.abspath(plan.binary.path))  # `history` shows it to its uploader
                         if self.sent and isinstance(plan, DeployPlan) else None)
                 outcome = back.swap_in(ctx, plan, step.target, step.action, step.fallback, self.times, sent)

@@ -142,18 +142,30 @@ class Plan(Situation):
     new: Release
     unchanged: bool = False
     commands: tuple[str, ...] = ()  # the remote commands it runs, for --dry-run
+    # releases whose manifests hold no command line, as they start: the playbook's (preflight.with_commands)
+    filled: tuple[Release, ...] = ()
 
     @classmethod
     def of(cls, sit: Situation, **more: Any) -> Any:
         return cls(**{f.name: getattr(sit, f.name) for f in fields(Situation)}, **more)
 
-    def fallback(self) -> Release | None:
-        """What a failed start goes back to: what runs now, else the current release, else the last good one."""
-        known = self.known
-        candidate = known.get(self.running or "")
-        if candidate is None or candidate.id == self.new.id or candidate.status != "ok":
-            candidate = previous_good(known, self.new.id, list(self.history))
-        return candidate
+    @property
+    def known(self) -> dict[str, Release]:
+        """Releases on the host once the backups are made, each as it starts."""
+        return {**super().known, **{r.id: r for r in self.filled}}
+
+    @property
+    def filled_ids(self) -> frozenset[str]:
+        return frozenset(r.id for r in self.filled)
+
+    def way_back(self) -> Release | None:
+        """What a failed rollback goes back to: what ran before it, when that is a good release."""
+        running = self.known.get(self.running or "")
+        return running if running and running.status == "ok" and running.id != self.new.id else None
+
+    def starts(self) -> tuple[Release, Release | None]:
+        """The release the swap starts, and the one it goes back to if that start fails."""
+        return self.new, self.way_back()
 
 
 @dataclass(frozen=True)
@@ -193,6 +205,14 @@ class DeployPlan(Plan):
 
     binary: elf.LocalBinary
     upload: Method  # chosen by session.choose in preflight.plan_deploy: no default that would skip the upload
+
+    def way_back(self) -> Release | None:
+        """What a failed start goes back to: what runs now, else the current release, else the last good one."""
+        known = self.known
+        candidate = known.get(self.running or "")
+        if candidate is None or candidate.id == self.new.id or candidate.status != "ok":
+            candidate = previous_good(known, self.new.id, list(self.history))
+        return candidate
 
 
 def cgroup_unit(text: str) -> str | None:

@@ -8,7 +8,7 @@ import json
 import re
 from dataclasses import replace
 from pathlib import PurePosixPath
-from typing import Any
+from typing import Any, TypeVar
 
 from ..errors import BadInput, LockHeld, Refused
 from ..facts.status import HostStatus, gather, split_sections
@@ -21,6 +21,8 @@ from .journal_entry import JOURNAL
 from .plan import Catalog, Daemon, DeployPlan, Plan, Situation, config_paths, read_catalog, read_situation
 from .releases import Release, now_iso, releases_newest_first, rollback_target, who_am_i
 from .store import gone as store_gone
+
+P = TypeVar("P", bound=Plan)
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -208,8 +210,10 @@ def run_as(ctx: Context, sit: Situation, base: Release | Daemon | None) -> tuple
     return ids if ids[0] else (None, None)  # root: as swapctl's commands run
 
 
-def new_release(ctx: Context, sit: Situation, binary: elf.LocalBinary, build: dict[str, Any] | None) -> Release:
-    """The release a deploy of `binary` runs: the playbook's command line, else the running daemon's."""
+def playbook_command(ctx: Context, sit: Situation) -> Release:
+    """What a release with no record of its own runs with, as a deploy's new build does: the playbook's
+    command line, cwd and environment, else what runs now (the daemon, else the current release); its user
+    as run_as says. Only the command's fields are set."""
     spec = ctx.spec
     base = sit.daemon or sit.releases.get(sit.current or "")
     args = spec.args if spec.args is not None else (tuple(base.argv[1:]) if base and base.argv else ())
@@ -219,12 +223,44 @@ def new_release(ctx: Context, sit: Situation, binary: elf.LocalBinary, build: di
     unit = sit.status.unit
     if sit.unit and unit and unit.name == sit.unit:  # what `systemctl start` will run (check_unit checked it)
         args, cwd, env = unit.exec_argv[1:], unit.working_directory or "/", unit.environment
-    new = Release(sha256=binary.sha256, size=binary.size, name=PurePosixPath(spec.binary).name, created=now_iso(),
-                  by=who_am_i(), argv=(spec.binary, *args), cwd=cwd, env=env, build=build, uid=uid, gid=gid)
+    return Release(sha256="", size=0, name="", created="", by="", argv=(spec.binary, *args), cwd=cwd, env=env,
+                   uid=uid, gid=gid)
+
+
+def as_it_starts(ctx: Context, sit: Situation, rel: Release) -> Release:
+    """`rel` as a swap starts it: its recorded command line, else (a release saved from the disk, or read
+    back without one) the playbook's, as a deploy's (playbook_command); never a bare binary in `/`."""
+    if rel.argv and rel.cwd:
+        return rel
+    cmd = playbook_command(ctx, sit)
+    if rel.argv:  # a command line without its directory: the playbook's
+        return replace(rel, cwd=cmd.cwd)
+    return replace(rel, argv=cmd.argv, cwd=cmd.cwd, env=cmd.env, uid=cmd.uid, gid=cmd.gid)
+
+
+def with_commands(ctx: Context, sit: Situation, plan: P) -> P:
+    """`plan` with every release it could start (the new one, the way back, and whatever the way back becomes
+    when the daemon exits by itself before the stop) as it starts (as_it_starts). Those with no record of
+    their own are `filled`: the swap writes their manifests before it starts them, and the plan says so."""
+    new = as_it_starts(ctx, sit, plan.new)
+    filled = tuple(as_it_starts(ctx, sit, r) for r in plan.known.values()
+                   if r.id != new.id and not (r.argv and r.cwd))
+    plan = replace(plan, new=new, filled=(*filled, new) if new is not plan.new else filled)
+    said = [r for r in plan.starts() if r and r.id in plan.filled_ids]
+    return replace(plan, warnings=(*plan.warnings, *(
+        f"release {r.id} has no recorded command line: it starts with the playbook's ({' '.join(r.argv or ())}, "
+        f"cwd {r.cwd}), recorded in its manifest when it starts" for r in said)))
+
+
+def new_release(ctx: Context, sit: Situation, binary: elf.LocalBinary, build: dict[str, Any] | None) -> Release:
+    """The release a deploy of `binary` runs: the playbook's command line, else the running daemon's."""
+    cmd = playbook_command(ctx, sit)
+    new = replace(cmd, sha256=binary.sha256, size=binary.size, name=PurePosixPath(ctx.spec.binary).name,
+                  created=now_iso(), by=who_am_i(), build=build)
     if new.id in sit.releases and sit.releases[new.id].sha256 == new.sha256:  # deployed before: keep its record
         old = sit.releases[new.id]
         new = replace(old, argv=new.argv, cwd=new.cwd, env=new.env, status="ok", build=build or old.build,
-                      uid=uid, gid=gid)
+                      uid=cmd.uid, gid=cmd.gid)
     return new
 
 
@@ -244,9 +280,11 @@ def plan_deploy(ctx: Context, sit: Situation, binary: elf.LocalBinary, restart: 
                       f"{needed // 1024} MiB (free some space)", host=ctx.name)
     check_configs(ctx, sit, new.argv or ())
     unchanged = bool(sit.daemon and sit.daemon.sha256 == binary.sha256 and not restart)
+    # the binary path's own build saved as itself would overwrite the upload's record with none
+    sit = replace(sit, to_save=tuple(b for b in sit.to_save if b.release.id != new.id))
     plan: DeployPlan = DeployPlan.of(sit, binary=binary, new=new, unchanged=unchanged,
                                      upload=session.choose(ctx, sit, new))
-    return plan
+    return with_commands(ctx, sit, plan)
 
 
 def find_release(ctx: Context, known: dict[str, Release], to: str) -> Release:
@@ -274,10 +312,9 @@ def plan_rollback(ctx: Context, sit: Situation, to: str | None = None) -> Plan:
     if target.id == sit.running and sit.daemon:
         raise BadInput(f"release {target.id} is the one running now; pick another with --to", host=ctx.name)
     check_unit(ctx, sit)
-    if target.argv:
-        check_configs(ctx, sit, target.argv)
     # its recorded environment was read back from the host: what it may not carry is dropped, and said
     env, dropped = carried(target.env or (), keep_loader(ctx))
-    plan: Plan = Plan.of(replace(sit, env_dropped=(*sit.env_dropped, *dropped)),
-                         new=replace(target, env=env) if target.env is not None else target)
+    plan: Plan = with_commands(ctx, sit, Plan.of(replace(sit, env_dropped=(*sit.env_dropped, *dropped)),
+                                                 new=replace(target, env=env) if target.env is not None else target))
+    check_configs(ctx, sit, plan.new.argv or ())
     return plan

@@ -111,8 +111,3 @@ def _tail(ctx: Context, offset: int, invocation: str) -> str:
     except SwapctlError:
         return ""
 
-
-def rollback_fallback(plan: Plan) -> Release | None:
-    """What a failed rollback goes back to: what ran before it, when that is a good release."""
-    running = plan.known.get(plan.running or "")
-    return running if running and running.status == "ok" and running.id != plan.new.id else None

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 
 from .plan import Backup, DeployPlan, Method, Plan
 from .releases import Release
-from .rollback import rollback_fallback
 
 
 @dataclass(frozen=True)
@@ -64,9 +63,9 @@ Step = Lock | Send | Save | SwapIn | Prune
 def of(plan: Plan) -> tuple[Step, ...]:
     """The steps that carry out `plan`, in the order they run."""
     if isinstance(plan, DeployPlan):
-        previous = plan.fallback()
+        previous = plan.way_back()
         protect = frozenset({plan.new.id} | ({previous.id} if previous else set()))
         known = {**plan.known, plan.new.id: plan.new}
         return (Lock(), Send(plan.upload), Save(plan.to_save), SwapIn("deploy", plan.new, previous),
                 Prune(tuple(known.values()), protect, tuple(p.path for p in plan.partials)))
-    return Lock(), Save(plan.to_save), SwapIn("rollback", plan.new, rollback_fallback(plan))
+    return Lock(), Save(plan.to_save), SwapIn("rollback", plan.new, plan.way_back())

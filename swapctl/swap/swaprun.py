@@ -23,8 +23,11 @@ from .report import WHOLE, SwapParser, SwapReport, Word
 
 def command_for(ctx: Context, rel: Release) -> list[str]:
     """The command line a release runs with, as it was recorded, as the uid and gid it ran as."""
-    spec = ctx.spec
-    argv = rel.argv or (spec.binary,)
+    spec, argv = ctx.spec, rel.argv
+    if not argv or not rel.cwd:  # preflight.with_commands gives every release it plans to start its command
+        raise Refused(f"release {rel.id} has no recorded command line or directory, and swapctl never starts a "
+                      f"bare binary in /: nothing was changed; deploy it (`swapctl deploy`), which records the "
+                      f"playbook's", host=ctx.name)
     # The daemon runs from the binary path (now the release) when that is its recorded argv[0]; a
     # command recorded with another argv[0] (an adopted daemon) runs from its saved copy, with that argv[0].
     if argv[0] == spec.binary and "=" not in argv[0]:
@@ -62,7 +65,7 @@ def fallback_inputs(ctx: Context, fallback: Release | None) -> dict[str, Piece]:
     if fallback is None:
         return dict.fromkeys(("fb_target", "fb_sha", "fb_cwd", "fb_env", "fb_cmd"), "")
     command = Cmd(*command_for(ctx, fallback)).render()
-    return {"fb_target": fallback.path(ctx.state), "fb_sha": fallback.sha256, "fb_cwd": fallback.cwd or "/",
+    return {"fb_target": fallback.path(ctx.state), "fb_sha": fallback.sha256, "fb_cwd": fallback.cwd or "",
             "fb_env": env_block(fallback), "fb_cmd": command}
 
 
@@ -132,7 +135,7 @@ def swap_cmd(ctx: Context, old: Daemon | None, target: Release, gpu_max: str, fa
         "timeout_ms": int(mem.release_timeout_s * 1000), "min_kib": int(mem.min_available_gib * (1 << 20)),
         "smi_cs": max(1, round(ctx.book.gpu.nvidia_smi_timeout_s * 100)),
         "gpu_max": gpu_max, "bin": spec.binary, "target": target.path(ctx.state), "sha": target.sha256,
-        "run_gid": str(target.gid) if target.uid else "", "cwd": target.cwd or "/",
+        "run_gid": str(target.gid) if target.uid else "", "cwd": target.cwd or "",
         "log": spec.log, "re": ready_pattern(ctx), "ready_s": int(spec.ready_timeout_s),
         "port": str(spec.ready_port or ""), "stable_ms": int(spec.ready_stable_s * 1000),
         "envq": env_block(target), "lock_info": ctx.lock_info,
