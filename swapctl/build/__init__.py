@@ -60,9 +60,11 @@ class Built:
 
 
 def spec_from(book: Playbook, build_args: dict[str, str]) -> BuildSpec:
-    """The playbook's [build] table, paths resolved against the playbook's directory, `build_args` on top."""
+    """The playbook's [build] table, paths resolved against the directory the playbook is named in (a link's,
+    not its target's), `build_args` on top."""
     table = dict(book.build)
-    base = Path(book.path).resolve().parent
+    # the directory the playbook is named in, not a link's target's: ./swapctl.toml links into .sandbox/
+    base = Path(os.path.abspath(book.path)).parent
     context = (base / table.get("context", ".")).resolve()
     dockerfile = (base / table.get("dockerfile", DEFAULT_DOCKERFILE)).resolve()
     if not dockerfile.is_file():
@@ -88,9 +90,25 @@ def engine() -> DockerClient:
         client.ping()
         return client
     except docker.errors.DockerException as exc:
-        reason = str(exc).split(": ", 1)[-1][:160]
+        reason = _reason(exc)
         raise Refused(f"no Docker engine answers at {where} ({reason}); start one (`dockerd &` as root, or "
                       f"`systemctl start docker`), or point DOCKER_HOST at one") from None
+
+
+def _reason(exc: BaseException) -> str:
+    """Why the engine did not answer, as the system says it ("Connection refused"): the innermost OSError
+    in the chain the Docker SDK wraps (its text is a repr of urllib3's tuples), else the first line."""
+    found, seen, todo = "", set[int](), [exc]
+    while todo:
+        e = todo.pop()
+        if id(e) in seen or len(seen) > 32:
+            continue
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.strerror:
+            found = e.strerror
+        reason = getattr(e, "reason", None)
+        todo += [x for x in (*e.args, e.__cause__, e.__context__, reason) if isinstance(x, BaseException)]
+    return found or str(exc).splitlines()[0][:160]
 
 
 def build(spec: BuildSpec, output: str, on_line: Callable[[str], None]) -> Built:

@@ -87,7 +87,7 @@ def deploy(
     fleet = partial(Fleet.of, parallel=parallel, canary=canary, canary_wait=canary_wait, max_fail=max_fail,
                     limit=limit)  # what the command line leaves out comes from the playbook
     stop = None if drain is None else "drain" if drain else "term"
-    guarded(lambda: _deploy(hosts, binary, playbook, yes, dry_run, restart, json, build_arg if build else None,
+    guarded(lambda: _deploy(hosts, binary, playbook, yes, dry_run, restart, json, (build_arg or []) if build else None,
                             verbose, fleet, ignore_gpu_hang, beside, stop))
 
 

@@ -1,0 +1,64 @@
+"""A newcomer's first steps past the quick start (issue 47): `deploy --build` alone, `swapctl build` from the
+directory the quick start leaves (./swapctl.toml a link into .sandbox/), and the one line when no Docker
+engine answers. In-process (swapctl.cli.environment), no host asked."""
+
+from __future__ import annotations
+
+import os
+
+from swapctl.cli.environment import Environment, run
+
+PLAYBOOK = """[hosts.lab]
+address = "192.0.2.1"
+port = 1
+
+[daemon]
+binary = "/data/cuzk"
+log = "/data/cuzk.log"
+"""
+
+
+def test_deploy_build_alone_builds_from_the_playbooks_build_table(tmp_path):
+    """`deploy HOST --build` with no --build-arg said "give either --binary PATH or --build": it passed the
+    build args (None when none is given) as the flag itself. Now it goes on to the build, which here finds
+    no Dockerfile and says so, before any host is asked."""
+    book = tmp_path / "swapctl.toml"
+    book.write_text(PLAYBOOK + '\n[build]\ndockerfile = "Dockerfile.none"\n')
+    ran = run(["deploy", "lab", "--build", "--yes", "-p", str(book)])
+    assert "give either" not in ran.stderr, ran.stderr
+    assert ran.code == 2 and f"build.dockerfile: {tmp_path / 'Dockerfile.none'} does not exist" in ran.stderr
+    assert len(ran.stderr.strip().splitlines()) == 1
+
+
+def test_build_after_the_quick_start_finds_the_dockerfile_beside_the_link_and_names_a_missing_engine_plainly(
+        tmp_path):
+    """The quick start leaves ./swapctl.toml a link to .sandbox/swapctl.toml; `swapctl build` looked for the
+    default Dockerfile.cuzk-rebuild in .sandbox/ (the link's target's directory), not beside ./swapctl.toml
+    where the user's clone has it. With no engine the message carried urllib3's tuple repr."""
+    (tmp_path / ".sandbox").mkdir()
+    (tmp_path / ".sandbox" / "swapctl.toml").write_text(PLAYBOOK)
+    (tmp_path / "swapctl.toml").symlink_to(".sandbox/swapctl.toml")
+    (tmp_path / "Dockerfile.cuzk-rebuild").write_text("FROM scratch\n")
+    sock = tmp_path / "no-engine.sock"
+    ran = run(["build", "-p", str(tmp_path / "swapctl.toml")], Environment(environ={"DOCKER_HOST": f"unix://{sock}"}))
+    assert "does not exist" not in ran.stderr, ran.stderr
+    assert ran.code == 3, ran.stderr
+    line = ran.stderr.strip()
+    assert line.startswith(f"swapctl: no Docker engine answers at unix://{sock} (No such file or directory);"), line
+    assert "('" not in line and "Error(" not in line and len(line.splitlines()) == 1
+
+
+def test_the_no_engine_reason_is_the_systems_words_for_a_refused_tcp_port(tmp_path):
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on: bound, never listening
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        book = tmp_path / "swapctl.toml"
+        book.write_text(PLAYBOOK)
+        (tmp_path / "Dockerfile.cuzk-rebuild").write_text("FROM scratch\n")
+        ran = run(["build", "-p", str(book)], Environment(environ={"DOCKER_HOST": f"tcp://127.0.0.1:{port}"}))
+    assert ran.code == 3
+    assert f"no Docker engine answers at tcp://127.0.0.1:{port} (Connection refused);" in ran.stderr, ran.stderr
+    assert "HTTPConnection" not in ran.stderr and os.linesep not in ran.stderr.strip()
+
