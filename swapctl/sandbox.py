@@ -5,6 +5,7 @@ The quick start deploys to it, and the test suite builds its hosts from the same
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shlex
 import shutil
@@ -204,16 +205,25 @@ def has_history(base: Path) -> bool:
     return (base / "data" / ".swapctl").is_dir()
 
 
-def up(base: Path, port: int = 40612, fresh: bool = False) -> Path:
-    """Starts the sandbox (sshd + a hand-started prover) and writes its playbook; returns its path. A sandbox
-    deployed to before keeps its host's data (releases, journal, the current build) unless `fresh`."""
+@dataclass(frozen=True)
+class Up:
+    """The sandbox's playbook, and what became of one the user had edited ("": none was)."""
+
+    playbook: Path
+    note: str = ""
+
+
+def up(base: Path, port: int = 40612, fresh: bool = False) -> Up:
+    """Starts the sandbox (sshd + a hand-started prover) and writes its playbook. A sandbox deployed to
+    before keeps its host's data (releases, journal, the current build) unless `fresh`; a playbook the user
+    has edited is never lost (write_playbook)."""
     down(base)
     base = base.resolve()
     if holder := port_holder(port):  # before anything of the old sandbox is removed
         raise Refused(f"port {port} is taken by {holder}: stop it, or pick another with --port")
     keep = not fresh and has_history(base)
     for child in base.iterdir() if base.exists() else ():
-        if keep and child.name in ("data", "builds"):
+        if keep and child.name in ("data", "builds") or child.name.startswith(PLAYBOOK_FILES):
             continue
         shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
     data = base / "data"
@@ -232,10 +242,41 @@ def up(base: Path, port: int = 40612, fresh: bool = False) -> Path:
                                                       synth_ms=20, gpu_ms=20))
     pid = start_daemon(data / "cuzk", data / "cuzk.toml", data / "cuzk.log", data)
     (base / "daemon.pid").write_text(str(pid))
-    playbook = base / "swapctl.toml"
     # playbooks/sandbox.toml, the example people read, is the playbook the sandbox runs with
-    playbook.write_text(examples.render("sandbox", SANDBOX=str(base), PORT=str(server.port)))
-    return playbook
+    return write_playbook(base, examples.render("sandbox", SANDBOX=str(base), PORT=str(server.port)), fresh)
+
+
+PLAYBOOK_FILES = ("swapctl.toml", ".swapctl.toml")  # the playbook, its record, the copies beside it
+
+
+def write_playbook(base: Path, text: str, fresh: bool) -> Up:
+    """The sandbox's playbook at base/swapctl.toml, unless the user has edited the one there (it is not what
+    the sandbox last wrote, by the sha256 recorded beside it): then it is kept and the sandbox's own goes
+    beside it as swapctl.toml.dist (dpkg's way with an edited conffile); with `fresh` it is first saved
+    beside it as swapctl.toml.edited-<UTC time>, then replaced."""
+    playbook, record = base / "swapctl.toml", base / ".swapctl.toml.sha256"
+    written = record.read_text().strip() if record.is_file() else None
+    ours = {hashlib.sha256(text.encode()).hexdigest(), written}
+    edited = playbook.is_symlink() or playbook.exists() and _sha256(playbook) not in ours
+    note = ""
+    if edited and not fresh:
+        (base / "swapctl.toml.dist").write_text(text)
+        return Up(playbook, f"kept {playbook}: it was edited; the sandbox's own is {playbook}.dist "
+                            f"(`sandbox up --fresh` saves yours beside it and writes the sandbox's)")
+    if edited:
+        saved = base / f"swapctl.toml.edited-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
+        if saved.exists() or saved.is_symlink():  # two --fresh runs in one second: the first copy is kept
+            raise Refused(f"{saved} exists: move it away and run `sandbox up --fresh` again; {playbook} is kept")
+        os.rename(playbook, saved)
+        note = f"saved your edited playbook as {saved}; {playbook} is the sandbox's again"
+    playbook.write_text(text)
+    record.write_text(hashlib.sha256(text.encode()).hexdigest() + "\n")
+    (base / "swapctl.toml.dist").unlink(missing_ok=True)
+    return Up(playbook, note)
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def port_holder(port: int) -> str:

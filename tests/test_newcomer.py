@@ -62,3 +62,44 @@ def test_the_no_engine_reason_is_the_systems_words_for_a_refused_tcp_port(tmp_pa
     assert f"no Docker engine answers at tcp://127.0.0.1:{port} (Connection refused);" in ran.stderr, ran.stderr
     assert "HTTPConnection" not in ran.stderr and os.linesep not in ran.stderr.strip()
 
+
+
+def test_sandbox_up_again_keeps_a_playbook_the_user_edited_and_fresh_saves_it_before_writing_its_own(tmp_path):
+    """A second `sandbox up` (the quick start run again) rewrote .sandbox/swapctl.toml, which ./swapctl.toml
+    links to, and silently dropped the user's keys. An edited playbook is kept (the sandbox's own beside it
+    as .dist, said in one line); `--fresh` saves it beside first; an unedited one is the sandbox's to rewrite."""
+    from swapctl.playbook import examples
+
+    from lab import free_port, swapctl
+
+    sandbox, port = tmp_path / "sandbox", free_port()
+    try:
+        assert swapctl("sandbox", "up", "--dir", str(sandbox), "--port", str(port)).returncode == 0
+        playbook = sandbox / "swapctl.toml"
+        ours = examples.render("sandbox", SANDBOX=str(sandbox.resolve()), PORT=str(port))
+        assert playbook.read_text() == ours
+        mine = ours.replace("stop_grace_s = 10", "stop_grace_s = 30  # mine") + '\n[rollout]\ncanary = 1\n'
+        playbook.write_text(mine)
+        r = swapctl("sandbox", "up", "--dir", str(sandbox), "--port", str(port))
+        assert r.returncode == 0, r.stderr
+        assert playbook.read_text() == mine  # the user's keys are all there
+        kept = [line for line in r.stdout.splitlines() if line.startswith("kept ")]
+        assert kept == [f"kept {playbook.resolve()}: it was edited; the sandbox's own is {playbook.resolve()}.dist "
+                        "(`sandbox up --fresh` saves yours beside it and writes the sandbox's)"], r.stdout
+        assert (sandbox / "swapctl.toml.dist").read_text() == ours
+        assert swapctl("status", "sandbox", "-p", str(playbook)).returncode == 0  # and the sandbox runs with it
+
+        r = swapctl("sandbox", "up", "--dir", str(sandbox), "--port", str(port), "--fresh")
+        assert r.returncode == 0, r.stderr
+        [saved] = sandbox.glob("swapctl.toml.edited-*")
+        assert saved.read_text() == mine and playbook.read_text() == ours
+        assert f"saved your edited playbook as {saved.resolve()}" in r.stdout
+        assert not (sandbox / "swapctl.toml.dist").exists()
+
+        other = free_port()  # the sandbox's own playbook, unedited, follows the sandbox: no line, no copy
+        r = swapctl("sandbox", "up", "--dir", str(sandbox), "--port", str(other))
+        assert r.returncode == 0 and "kept " not in r.stdout and "saved " not in r.stdout, r.stdout
+        assert playbook.read_text() == examples.render("sandbox", SANDBOX=str(sandbox.resolve()), PORT=str(other))
+        assert list(sandbox.glob("swapctl.toml.edited-*")) == [saved]  # the user's saved copy outlives ups
+    finally:
+        swapctl("sandbox", "down", "--dir", str(sandbox))

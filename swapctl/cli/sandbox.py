@@ -18,14 +18,18 @@ DirOpt = Annotated[Path, typer.Option("--dir", help="Where the sandbox lives.")]
 
 @app.command()
 def up(dir: DirOpt = Path(".sandbox"), port: Annotated[int, typer.Option(help="sshd's port.")] = 40612,
-       fresh: Annotated[bool, typer.Option("--fresh", help="Forget the sandbox's releases and journal.")] = False,
+       fresh: Annotated[bool, typer.Option("--fresh", help=(
+           "Forget the sandbox's releases and journal, and write its playbook again (an edited one is saved "
+           "beside it first)."))] = False,
        ) -> None:
     """Start the sandbox: sshd on 127.0.0.1:PORT, the prover started by hand, and a playbook."""
 
     def run() -> int:
         kept = not fresh and sb.has_history(dir)
-        playbook = sb.up(dir, port, fresh=fresh)
-        out.print(text(f"sandbox up: host `sandbox` at 127.0.0.1:{port}, playbook {playbook}"))
+        done = sb.up(dir, port, fresh=fresh)
+        out.print(text(f"sandbox up: host `sandbox` at 127.0.0.1:{port}, playbook {done.playbook}"), soft_wrap=True)
+        if done.note:
+            out.print(text(done.note), soft_wrap=True)  # paths whole, for a copy and paste
         if kept:
             out.print(text("kept its releases and journal from before (`history sandbox`; `--fresh` forgets them)"))
         out.print(text(f"builds to deploy: {dir.resolve() / 'builds'}/prover-b"))
