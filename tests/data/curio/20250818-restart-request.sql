@@ -1,0 +1,1 @@
+ALTER TABLE harmony_machines ADD COLUMN IF NOT EXISTS restart_request TIMESTAMP WITH TIME ZONE;
