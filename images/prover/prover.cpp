@@ -5,7 +5,8 @@
 //
 // Build flags: TIMING=1 adds the fine-grained instrumentation (GPU_TIMING, FIN_TIMING, CUZK_TIMING,
 // CUZK_NTT_H); PINNED=1 makes pinned host buffers the default; FAULT_CRASH exits at start;
-// FAULT_NOREADY never prints the ready line; TAG names the build.
+// FAULT_NOREADY never prints the ready line; FAULT_SELFCHECK fails every PoRep proof's self-check; TAG
+// names the build.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -374,7 +375,7 @@ struct Engine {
     bool feeding = true;  // the daemon's own jobs (`jobs`) are not all submitted yet
     Worker workers[WORKERS];
     long total_completed = 0, total_failed = 0;
-    std::map<std::string, long> completed_by_kind;
+    std::map<std::string, long> completed_by_kind, failed_by_kind;
     int synth_active = 0;
     bool srs_loaded = false, pce_built = false;
     Clock::time_point srs_used, pce_used;
@@ -594,6 +595,33 @@ static double prove_partition(Engine& e, Job& job, int p, long i, Gpu& g, char* 
     return gpu;
 }
 
+// The assembled proof's self-check, as process_partition_result runs it (engine.rs:515-640): a PoRep proof
+// only (engine.rs:520; SnapDeals' assembled proofs are returned unchecked), logged at the top level as
+// cuzk_core::engine. Returns "" when the proof may go to its caller, else JobStatus::Failed's text
+// (engine.rs:635-638). FAULT_SELFCHECK: every check fails, as a build that proves garbage on this GPU would.
+static std::string self_check(Engine& e, const Job& job) {
+    if (job.kind != "porep-c2") return "";
+    std::string sector, miner = "1000";
+    {
+        std::lock_guard<std::mutex> lk(e.m);
+        sector = std::to_string(e.total_completed + e.total_failed + 1);
+    }
+#ifndef FAULT_SELFCHECK
+    info("", {}, "cuzk_core::engine", "Phase 7: PoRep proof self-check PASSED", {{"job_id", job.id}});
+    return "";
+#else
+    log_at("ERROR", "31", "", {}, "cuzk_core::engine",
+           "Phase 7: PoRep proof self-check FAILED \xe2\x80\x94 proof will NOT be returned to caller",
+           {{"job_id", job.id}, {"proof_len", "1920"}, {"sector", sector}, {"miner", miner}});
+    std::string invalid;  // verify_porep_partitions' verdict, Debug-printed as a Vec<usize> (engine.rs:587-597)
+    for (int p = 0; p < e.c.partitions; p++) invalid += (p ? ", " : "") + std::to_string(p);
+    log_at("ERROR", "31", "", {}, "cuzk_core::engine",
+           "Phase 7: per-partition verification results (invalid partitions produced bad proofs)",
+           {{"job_id", job.id}, {"valid_partitions", "[]"}, {"invalid_partitions", "[" + invalid + "]"}});
+    return "PoRep proof self-check failed: assembled proof did not verify (sector=" + sector + ", miner=" + miner + ")";
+#endif
+}
+
 // The GPU worker: proves the synthesized partitions in order; once the last partition of a job is done,
 // the proof is assembled and its client gets the result.
 static void gpu_worker(Engine& e, Gpu& g, char* bounce) {
@@ -640,18 +668,19 @@ static void gpu_worker(Engine& e, Gpu& g, char* bounce) {
         info("", {}, "cuzk_core::engine", "Phase 7: all partitions complete, proof assembled",
              {{"job_id", job.id}, {"proof_len", "1920"}, {"total_ms", num(total)},
               {"synth_ms", num(job.synth_total)}, {"gpu_ms", num(job.gpu_total)}});
+        std::string failure = self_check(e, job);
         int fd;
         {
             std::lock_guard<std::mutex> lk(e.m);
             job.completed = true;
             job.completed_at = Clock::now();
-            e.total_completed++;
-            e.completed_by_kind[job.kind]++;
+            if (failure.empty()) e.total_completed++, e.completed_by_kind[job.kind]++;
+            else e.total_failed++, e.failed_by_kind[job.kind]++;  // record_failure, job_completed(.., false)
             fd = job.fd;
             job.fd = -1;
             e.cv.notify_all();
         }
-        reply(fd, "DONE " + job.id + " " + num(total) + "\n");
+        reply(fd, failure.empty() ? "DONE " + job.id + " " + num(total) + "\n" : "FAILED " + job.id + " " + failure + "\n");
         exit_if_told(e);
     }
 }
@@ -708,7 +737,7 @@ static std::string status_json(Engine& e) {
     e.jobs.erase(std::remove_if(e.jobs.begin(), e.jobs.end(),
                                 [](const JobP& j) { return j->completed && secs_since(j->completed_at) >= 30; }),
                  e.jobs.end());
-    std::string pipes, workers, done_by;
+    std::string pipes, workers, done_by, failed_by;
     for (size_t k = 0; k < e.jobs.size(); k++) pipes += (k ? "," : "") + pipeline_json(*e.jobs[k]);
     for (int w = 0; w < WORKERS; w++) {
         const Worker& x = e.workers[w];
@@ -718,6 +747,7 @@ static std::string status_json(Engine& e) {
                    ",\"busy_secs\":" + (x.busy ? jnum(secs_since(x.since)) : "null") + "}";
     }
     for (auto& kv : e.completed_by_kind) done_by += (done_by.empty() ? "" : ",") + jstr(kv.first) + ":" + std::to_string(kv.second);
+    for (auto& kv : e.failed_by_kind) failed_by += (failed_by.empty() ? "" : ",") + jstr(kv.first) + ":" + std::to_string(kv.second);
     unsigned long long total = mem_total_bytes(), used = e.held_bytes;
     std::string srs = e.srs_loaded ? "{\"circuit_id\":\"porep-32g\",\"bytes\":" + std::to_string((size_t)e.c.srs_mib << 20) +
                                          ",\"last_used_secs_ago\":" + jnum(secs_since(e.srs_used)) + ",\"evictable\":true}" : "";
@@ -730,7 +760,7 @@ static std::string status_json(Engine& e) {
            "},\"synthesis\":{\"max_concurrent\":1,\"active\":" + std::to_string(e.synth_active) + "},\"pipelines\":[" + pipes +
            "],\"gpu_workers\":[" + workers + "],\"allocations\":{\"srs\":[" + srs + "],\"pce\":[" + pce +
            "]},\"counters\":{\"total_completed\":" + std::to_string(e.total_completed) + ",\"total_failed\":" +
-           std::to_string(e.total_failed) + ",\"completed_by_kind\":{" + done_by + "},\"failed_by_kind\":{},\"queue_depth\":" +
+           std::to_string(e.total_failed) + ",\"completed_by_kind\":{" + done_by + "},\"failed_by_kind\":{" + failed_by + "},\"queue_depth\":" +
            std::to_string(e.queue.size()) + "},\"buffers\":{\"synth_in_flight\":" + std::to_string(synth_in_flight) +
            ",\"provers_in_flight\":" + std::to_string(provers) + ",\"aux_in_flight\":0,\"shells_in_flight\":0," +
            "\"pending_handles\":" + std::to_string(e.gpu_queue.size()) + "}}";
@@ -779,8 +809,9 @@ static int probe_h2d(long mib) {
 // A client sends `PROVE <job_id> [proof_kind]\n` and keeps the connection open; the daemon answers
 // `ACCEPTED <job_id>\n` once the job is in its queue (what a gRPC call's arrival is), `STARTED <job_id>\n`
 // when its first partition's synthesis begins (the stand-in's own word: from then on a lost job wasted
-// work), then `DONE <job_id> <total_ms>\n` once the proof is assembled, and closes it. A connection that closes with
-// no answer is a proof lost (the daemon died). As with Prove (engine.rs:3537-3560), a job submitted after
+// work), then `DONE <job_id> <total_ms>\n` once the proof is assembled and has passed its self-check, or
+// `FAILED <job_id> <reason>\n` when it failed it (JobStatus::Failed, engine.rs:630-638), and closes it. A
+// connection that closes with no answer is a proof lost (the daemon died). As with Prove (engine.rs:3537-3560), a job submitted after
 // shutdown() is taken and queued, and never answered.
 
 static void submit(Engine& e, JobP job) {
@@ -980,7 +1011,7 @@ int main(int argc, char** argv) {
             // the self-fed jobs (config `jobs`) all done first: before its first job is queued (the SRS
             // loads at the first proof) the daemon has nothing yet, and is not idle
             idle = !e.feeding && e.queue.empty() && e.synth_jobs.empty() &&
-                   (e.c.jobs < 0 ? false : e.total_completed >= e.c.jobs) &&
+                   (e.c.jobs < 0 ? false : e.total_completed + e.total_failed >= e.c.jobs) &&
                    std::all_of(e.jobs.begin(), e.jobs.end(), [](const JobP& j) { return j->completed; });
         }
         if (idle) exit_if_told(e);

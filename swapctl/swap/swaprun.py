@@ -89,7 +89,12 @@ def gpu_limits(ctx: Context, status: HostStatus, pids: list[int]) -> str:
     return ",".join(f"{g.index}:{int((g.memory_used_mib or 0) - held.get(g.uuid, 0) + slack)}" for g in status.gpus)
 
 
-PHASE7 = "Phase 7: all partitions complete, proof assembled"  # engine.rs:506-512: a proof is done
+# cuzk logs `Phase 7: all partitions complete, proof assembled` (engine.rs:506-512) before it verifies the
+# proof; a PoRep proof that fails that self-check is never returned. Ready means a proof that passed it
+# (engine.rs:529; the other paths' lines :767, :860, :2561 end the same); a failed or erring check before
+# one passed (:577, :613; :777, :786, :906, :942, :2570, :2578) is a failed start.
+PROOF_PASSED = "PoRep proof self-check PASSED"
+PROOF_FAILED = "PoRep proof self-check (FAILED|error)"
 
 
 def ready_mode(ctx: Context, going_back: bool) -> str:
@@ -116,8 +121,19 @@ def status_inputs(ctx: Context, old: Daemon | None, going_back: bool = False) ->
 
 
 def ready_pattern(ctx: Context, going_back: bool = False) -> str:
-    """The log line that means ready: ready_log, or a completed proof (ready "proof" with no status_url)."""
-    return PHASE7 if ready_mode(ctx, going_back) == "proof" and not ctx.spec.status_url else ctx.spec.ready_log
+    """The log line that means ready: ready_log, or a proof that passed its self-check (ready "proof" with
+    no status_url)."""
+    return PROOF_PASSED if by_proof_log(ctx, going_back) else ctx.spec.ready_log
+
+
+def unfit_pattern(ctx: Context) -> str:
+    """The log line that, before the ready line, makes the start a failure: a proof's failed self-check
+    (ready "proof" with no status_url), else none."""
+    return PROOF_FAILED if by_proof_log(ctx, False) else ""
+
+
+def by_proof_log(ctx: Context, going_back: bool) -> bool:
+    return ready_mode(ctx, going_back) == "proof" and not ctx.spec.status_url
 
 
 def unit_of(old: Daemon | None, unit: str) -> str:
@@ -136,7 +152,7 @@ def swap_cmd(ctx: Context, old: Daemon | None, target: Release, gpu_max: str, fa
         "smi_cs": max(1, round(ctx.book.gpu.nvidia_smi_timeout_s * 100)),
         "gpu_max": gpu_max, "bin": spec.binary, "target": target.path(ctx.state), "sha": target.sha256,
         "run_gid": str(target.gid) if target.uid else "", "cwd": target.cwd or "",
-        "log": spec.log, "re": ready_pattern(ctx), "ready_s": int(spec.ready_timeout_s),
+        "log": spec.log, "re": ready_pattern(ctx), "bad_re": unfit_pattern(ctx), "ready_s": int(spec.ready_timeout_s),
         "port": str(spec.ready_port or ""), "stable_ms": int(spec.ready_stable_s * 1000),
         "envq": env_block(target), "lock_info": ctx.lock_info,
         **fallback_inputs(ctx, fallback), **status_inputs(ctx, old),

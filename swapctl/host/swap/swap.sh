@@ -31,6 +31,8 @@
 #                                 anything stops), where the new daemon runs and logs
 #   run_gid                       the group a daemon that is not root's runs as (empty: root's)
 #   re ready_s port stable_ms     readiness: the log line (or the port), how long to wait, how long to stay up
+#   bad_re                        a log line that, before the ready line, fails the start (a proof's failed
+#                                 self-check, when ready is a proof that passed it); empty: none
 #   envq                          the new daemon's whole environment, as shell assignments one a line
 #   status_url stop_mode drain_ms drain_fail   the daemon's GET /status (empty: none), "term" or "drain",
 #                                 the drain's limit and what it does then ("stop" or "refuse"): drain.sh
@@ -50,6 +52,7 @@
 : "${pid?}" "${grace_ms?}" "${group?}" "${unit?}" "${timeout_ms?}" "${min_kib?}" "${gpu_max?}" "${reset?}"
 : "${smi_cs?}"
 : "${bin?}" "${target?}" "${sha?}" "${run_gid?}" "${cwd?}" "${log?}" "${re?}" "${ready_s?}" "${port?}" "${stable_ms?}" "${envq?}"
+: "${bad_re?}"
 : "${status_url?}" "${stop_mode?}" "${drain_ms?}" "${drain_fail?}" "${probe?}" "${fb_probe?}" "${fb_re?}"
 : "${fb_target?}" "${fb_sha?}" "${fb_cwd?}" "${fb_env?}" "${fb_cmd?}" "${lock_info?}"
 : "${action?}" "${j_by?}" "${j_host?}" "${j_from?}" "${j_extra?}" "${j_steps?}" "${keep?}" "${cap_bytes?}"
@@ -64,7 +67,21 @@
 ready_now() {
   alive "$new" || return 1
   if [ -n "$port" ] || [ -n "$probe" ]; then ready_probe
+  elif [ -n "$bad_re" ]; then log_since 2>/dev/null | first_line
   else log_since 2>/dev/null | grep -qE -- "$re"; fi
+}
+
+# first_line: which comes first on stdin: a line of re (0), one of bad_re (2), or neither (1)
+first_line() {
+  awk -v re="$re" -v bad="$bad_re" 'BEGIN { st = 1 } $0 ~ bad { st = 2; exit } $0 ~ re { st = 0; exit }
+    END { exit st }'
+}
+
+# unfit: the started daemon logged a bad_re line before any ready line (its proof failed the self-check)
+unfit() {
+  [ -n "$bad_re" ] || return 1
+  log_since 2>/dev/null | first_line
+  [ $? = 2 ]
 }
 
 # ready_probe: the status probe (drain.sh's probe_ready), else whether the port takes a connection; either
@@ -117,7 +134,8 @@ wait_ready() {
   if [ -n "$rp" ]; then
     # shellcheck disable=SC2086 # $line_input is empty or two words
     { "$@" 2>/dev/null 8>&- & echo "$!" > "$rp"; wait "$!"; } |
-      awk $line_input -v re="$re" -v rp="$rp" -v use="$use_log" '{ print "LOG " $0; fflush() }
+      awk $line_input -v re="$re" -v bad="$bad_re" -v rp="$rp" -v use="$use_log" '{ print "LOG " $0; fflush() }
+        use && bad != "" && $0 ~ bad { system("kill -TERM \"$(cat \"" rp "\")\" 2>/dev/null"); exit }
         use && $0 ~ re { print "READY"; fflush(); system("kill -TERM \"$(cat \"" rp "\")\" 2>/dev/null"); exit }'
   fi
   # shellcheck disable=SC2086 # only the watchers: the daemon is this shell's child too
@@ -138,7 +156,7 @@ end_reader() {
 # the same deadline, before it calls the start a failure. Sets watched once ready (it must stay up stable_ms).
 settle() {
   until_ms=$(( started_ms + ready_s * 1000 ))
-  while alive "$new" && ! ready_now && ! stopping && now && [ "$NOW" -lt "$until_ms" ]; do sleep 0.05; done
+  while alive "$new" && ! ready_now && ! unfit && ! stopping && now && [ "$NOW" -lt "$until_ms" ]; do sleep 0.05; done
   if [ -z "$watched" ] && ready_now && ! stopping; then
     watched=1
     if [ "$stable_ms" -gt 0 ]; then  # ready is not enough: it must stay up a while
@@ -228,6 +246,7 @@ why_failed() {
   bad=1
   if stopping; then why="a second Ctrl-C"; bad=""
   elif [ -n "$failed" ]; then why="it could not be started ($failed)"
+  elif unfit; then why="a proof it made failed cuzk's self-check before one passed (/$bad_re/ in its log)"
   elif ! alive "$new"; then
     sig=$(killed_by)
     if [ -n "$sig" ]; then why="it was killed by signal $sig${watched:+ after its ready line}"; bad=""
@@ -365,7 +384,7 @@ go_back() {
   if [ "$(sha256 < "$fb_here")" != "$fb_sha" ]; then
     mark_bad; finish no-daemon "" "$why; the fallback release changed on the host: nothing started"
   fi
-  probe=$fb_probe; re=$fb_re; tries=0  # what ran before needs no proof that it can prove
+  probe=$fb_probe; re=$fb_re; bad_re=""; tries=0  # what ran before needs no proof that it can prove
   while [ "$tries" -lt 3 ]; do
     tries=$((tries + 1)); [ "$tries" -gt 1 ] && say "RETRY $tries"
     start_fallback || { mark_bad; finish rollback-failed "" "$why; the fallback could not be started"; }

@@ -15,9 +15,9 @@ author: swapctl (@swapctl)
 extends_documentation_fragment: [swapctl.cuzk.settings]
 options:
   proof_log:
-    description: The log line a finished proof writes (counted since the release started).
+    description: The log line a proof that passed cuzk's self-check writes (counted since the release started).
     type: str
-    default: proof assembled
+    default: PoRep proof self-check PASSED
 attributes:
   check_mode:
     description: The dry run - what would change, nothing changed.
