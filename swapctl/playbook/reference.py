@@ -63,8 +63,8 @@ DOCS: dict[str, dict[str, tuple[str, str]]] = {
         "keep_loader_env": ('["LD_LIBRARY_PATH"]', "loader variables a running daemon's environment may pass on"),
         "status_url": ('"http://127.0.0.1:9821/status"', "the daemon's own GET /status (cuzk's status_listen), "
                        "read on the host: proofs in flight, workers, counters"),
-        "stop": ('"drain"', "term: SIGTERM at once (what is in flight is lost); drain: wait until nothing is in "
-                 "flight first (needs status_url)"),
+        "stop": ('"drain"', "term: SIGTERM at once (what is in flight is lost); drain: wait until a reading shows "
+                 "nothing in flight first (needs status_url; a proof begun since is lost: docs/daemon.md)"),
         "drain_timeout_s": ("300", "how long a drain waits for the proofs in flight"),
         "drain_timeout": ('"refuse"', "proofs still in flight then: stop (they are lost) or refuse (nothing changes)"),
         "ready": ('"proof"', "log: the ready line; status: /status answers; proof: a first proof completed"),

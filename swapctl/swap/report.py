@@ -55,7 +55,7 @@ class Word(ReportWord):
     # drain.sh (in swap.sh, before the stop, when the daemon has a status_url)
     INFLIGHT = "INFLIGHT"  # ms queue q n [job:done/total:age_s ...]: the proofs in flight, as the daemon says
     NOSTATUS = "NOSTATUS"  # why: its status did not answer; the stop goes on as a plain one
-    DRAINED = "DRAINED"  # ms: nothing in flight, SIGINT sent: the stop loses no work
+    DRAINED = "DRAINED"  # ms: nothing in flight at the last reading, SIGINT sent (one begun since is lost)
     UNDRAINED = "UNDRAINED"  # ms n: still n in flight at the drain's limit
 
 

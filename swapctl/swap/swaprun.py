@@ -245,7 +245,7 @@ def progress(ctx: Context, word: Word, rest: str, so_far: SwapReport, target: Re
     elif word is Word.NOSTATUS:
         ctx.emit("stop", f"the daemon's status did not answer ({rest.strip()}): in-flight work unknown")
     elif word is Word.DRAINED:
-        ctx.emit("stop", f"drained in {int(rest) / 1000:.2f} s: nothing in flight")
+        ctx.emit("stop", f"drained in {int(rest) / 1000:.2f} s: nothing in flight at its last reading")
     elif word is Word.UNDRAINED:
         n = rest.split()[1]
         then = "refusing to stop it" if ctx.spec.drain_timeout == "refuse" else "stopping anyway"

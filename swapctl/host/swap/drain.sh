@@ -5,7 +5,7 @@
 # Needs lib.sh (now). Report words (swapctl/swap/report.py):
 #   INFLIGHT ms queue q n [job:done/total:age_s ...] the proofs in flight as the daemon says, q queued
 #   NOSTATUS why                                      the daemon's status did not answer
-#   DRAINED ms                                        nothing in flight: stopped now, nothing lost
+#   DRAINED ms                                        nothing in flight at the last reading: SIGINT, then the stop
 #   UNDRAINED ms n                                    still n in flight after drain_ms
 
 # shellcheck source=status_get.sh
@@ -126,9 +126,11 @@ stop_json() {
 }
 
 # drain_daemon PID URL DRAIN_MS ON_TIMEOUT: waits until the daemon has no proof in flight, then SIGINT:
-# its scheduler then hands out no job any more (engine.rs:1988-1992, 2033-2037), so one that arrives
-# between the reading and the stop stays queued, losing no work, and is retried by Curio. SIGINT is never
-# sent while a proof is in flight: it would strand every partition not yet synthesized (docs/daemon.md).
+# its scheduler then hands out no job any more (engine.rs:1988-1992, 2033-2037), so one that arrives after
+# the signal took stays queued and is retried by Curio. SIGINT is never sent after a reading that showed a
+# proof in flight, but one that begins between the last reading and the signal is stranded by it (every
+# partition not yet synthesized: docs/daemon.md) and lost at the stop; the reading after the signal counts
+# it in `lost`. Under steady load a poll-then-signal drain cannot close that window (issue 43).
 # After DRAIN_MS with proofs still in flight: returns 0 with ON_TIMEOUT "stop" (the stop loses them),
 # 1 with "refuse" (nothing was signalled: the daemon works on). No status: returns 0, as a plain stop.
 drain_daemon() {
