@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from loadgen import LoadGen
 from test_ansible import collection  # noqa: F401
+from test_drain import Daemon
 
 from lab import build_prover, free_port, prover_config, wait_until
 from test_deploy import deploy, exe_sha, journal, sha
@@ -61,6 +62,26 @@ def test_a_build_whose_proofs_fail_the_self_check_is_rolled_back_and_the_old_one
     failed = box.log.read_bytes()[int(entry["failed_log"].rsplit(" ", 1)[1]):entry["log_offset"]].decode()
     assert failed.index("proof assembled") < failed.index(FAILED) and PASSED not in failed
 
+
+
+def test_with_a_status_url_a_failed_proof_before_a_completed_one_rolls_back_at_once(box, prover, prover_selfcheck):
+    """ready = "proof" by the status: counters.total_failed rising before total_completed fails the start
+    (before, the start waited its whole ready_timeout_s for a completed proof that never came)."""
+    d = Daemon(box, synth_ms=50, ready="proof", ready_timeout_s=30)
+    d.start(prover)
+    gen = d.load(pending=1)
+    try:
+        r = d.deploy(prover_selfcheck)
+    finally:
+        gen.stop()
+    said = " ".join(r.stderr.split())
+    assert r.returncode == 4, r.stderr
+    assert "a proof it made failed before one completed (its status: total_failed above 0)" in said
+    assert "not ready after" not in said
+    entry = journal(box)[-1]
+    assert entry["outcome"] == "rolled-back" and entry["to"] == sha(prover) and entry["steps"]["ready"] < 30
+    assert exe_sha(box.one_daemon()) == sha(prover)
+    assert any(j.outcome == "failed" for j in gen.jobs)  # its caller got the failure, not a proof
 
 def test_a_good_build_is_ready_at_its_first_self_check_passed(box, prover, prover_b):
     box.write_playbook(daemon={"ready": "proof", "ready_timeout_s": 20})

@@ -175,8 +175,21 @@ probe_ready() {
   body=$(status_read "$1") || return 1
   case $2 in
     status) printf '%s' "$body" | grep -q '"uptime_secs"' ;;
-    proof) n=$(printf '%s\n' "$body" | sed -n 's/.*"total_completed"[[:space:]]*:[[:space:]]*\([0-9]*\).*/\1/p')
+    proof) n=$(counter total_completed)
       case $n in *[1-9]*) return 0 ;; *) return 1 ;; esac ;;
     *) return 1 ;;
   esac
 }
+
+# probe_failed URL PID: the started daemon's (PID's own port's) status counts a failed proof and no completed
+# one: counters.total_failed above 0, total_completed 0 (a proof that failed cuzk's self-check is counted
+# so, engine.rs:630-634; the counter gives no reason, so any failed proof)
+probe_failed() {
+  holds_port "$(url_port "$1")" "$2" || return 1
+  body=$(status_read "$1") || return 1
+  case $(counter total_completed) in *[1-9]*) return 1 ;; esac
+  case $(counter total_failed) in *[1-9]*) return 0 ;; *) return 1 ;; esac
+}
+
+# counter NAME: the digits of counters.NAME in $body (a status answer)
+counter() { printf '%s\n' "$body" | sed -n "s/.*\"$1\"[[:space:]]*:[[:space:]]*\([0-9]*\).*/\1/p"; }

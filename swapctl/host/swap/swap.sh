@@ -77,8 +77,10 @@ first_line() {
     END { exit st }'
 }
 
-# unfit: the started daemon logged a bad_re line before any ready line (its proof failed the self-check)
+# unfit: the started daemon logged a bad_re line before any ready line (its proof failed the self-check), or
+# (probe "proof") its status counts a failed proof and no completed one
 unfit() {
+  if [ "$probe" = proof ]; then probe_failed "$status_url" "$new"; return; fi
   [ -n "$bad_re" ] || return 1
   log_since 2>/dev/null | first_line
   [ $? = 2 ]
@@ -120,7 +122,7 @@ wait_ready() {
     end_reader ) 8>&- >/dev/null &
   watchers="$watchers $!"
   if [ -n "$port" ] || [ -n "$probe" ]; then
-    ( until ready_probe; do sleep 0.02; done; echo READY; end_reader ) 8>&- &
+    ( until ready_probe; do unfit && { end_reader; exit; }; sleep 0.02; done; echo READY; end_reader ) 8>&- &
     watchers="$watchers $!"
     use_log=0
   fi
@@ -246,6 +248,7 @@ why_failed() {
   bad=1
   if stopping; then why="a second Ctrl-C"; bad=""
   elif [ -n "$failed" ]; then why="it could not be started ($failed)"
+  elif unfit && [ "$probe" = proof ]; then why="a proof it made failed before one completed (its status: total_failed above 0)"
   elif unfit; then why="a proof it made failed cuzk's self-check before one passed (/$bad_re/ in its log)"
   elif ! alive "$new"; then
     sig=$(killed_by)
