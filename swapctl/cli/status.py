@@ -9,6 +9,7 @@ import typer
 from .. import playbook as pb
 from ..errors import ExitCode, SwapctlError
 from ..facts.daemon_view import DaemonView
+from ..facts.exposure import why_public
 from ..facts.status import HostStatus, gather
 from ..facts.systemd import Unit
 from ..masking import MASK, looks_secret, masked_env, masked_unit_text
@@ -168,6 +169,7 @@ def render(st: HostStatus, secret_env: tuple[str, ...] = ()) -> None:
         f"memory: {gib(mem.available_kib)} available of {gib(mem.total_kib)}   "
         f"load: {st.load[0]:.2f} {st.load[1]:.2f} {st.load[2]:.2f}"))
 
+    _render_cgroup(st)
     if st.swapping:
         out.print(text("a swap is in progress on this host (swapctl's swap script holds its lock)"),
                   style="bold yellow")
@@ -192,6 +194,17 @@ def render(st: HostStatus, secret_env: tuple[str, ...] = ()) -> None:
     _render_releases(st)
 
 
+def _render_cgroup(st: HostStatus) -> None:
+    """The memory cgroup's limit beside MemAvailable, where one holds the daemon (else swapctl's commands on the
+    host, where a daemon started by hand over SSH runs): in a container MemAvailable may be the host's."""
+    cg, whose = (st.daemon_cgroup, "the daemon's") if st.daemons else (st.cgroups.own, "this connection's")
+    if cg is None or cg.limit_kib is None:
+        return
+    kills = f"; the OOM killer killed {cg.oom_kill} in it" if cg.oom_kill else ""
+    out.print(text(f"cgroup: {whose} {cg.path} ({cg.version}): limit {size(cg.limit_kib)}, {size(cg.current_kib)} in "
+                   f"use, room {size(cg.room_kib())}{kills}"), style="bold yellow" if kills else None)
+
+
 def _render_daemons(st: HostStatus) -> None:
     if not st.daemons:
         out.print(text("daemon: not running"), style="yellow")
@@ -202,6 +215,9 @@ def _render_daemons(st: HostStatus) -> None:
         out.print(text(f"  exe: {exe}"), style="red" if p.exe_deleted else None)
         out.print(text(f"  cmd: {p.args}"))
         out.print(text(f"  cwd: {p.cwd or '?'}"))
+    for sock in st.daemon_listening:
+        if sock.public:
+            out.print(text(f"warning: {why_public(sock.address)}"), style="bold yellow")
     for p in st.not_daemons:  # another user's, or another program: what a deploy leaves alone
         out.print(text(f"not the daemon: pid {p.pid} (uid {p.uid}, runs {p.exe or '?'}) matches daemon.match"),
                   style="yellow")

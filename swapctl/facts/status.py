@@ -12,14 +12,14 @@ from typing import Any
 from ..host import scripts
 from ..playbook import DaemonSpec, GpuSpec
 from ..remote import Cmd, Host
-from . import daemon_view, nvidia, system
+from . import cgroup, daemon_view, exposure, nvidia, system
 from . import systemd as sd
 from .system import Process
 
 # The sections status.sh prints, in its order: parse_status reads these and no other.
 SECTIONS = ("host", "self", "ps", "links", "ids", "daemon-user", "binary-owner", "binary-dir", "meminfo", "loadavg",
             "who", "df", "gpu", "gpu-apps", "current", "swapping", "last-swap", "gpu-sampler", "unit", "releases",
-            "daemon-view")
+            "cgroup", "listen", "config", "daemon-view")
 
 
 @dataclass(frozen=True)
@@ -49,10 +49,28 @@ class HostStatus:
     not_daemons: tuple[system.Process, ...] = ()  # matched daemon.match, but run another program or as another user
     daemon_view: daemon_view.DaemonView | None = None  # its GET /status, when daemon.status_url is set and answered
     daemon_view_error: str | None = None  # daemon.status_url is set, and this is what came instead of a snapshot
+    cgroups: cgroup.Cgroups = field(default_factory=cgroup.Cgroups)  # the daemon's memory cgroup, and status.sh's
+    listening: tuple[exposure.Listening, ...] = ()  # TCP sockets of processes running a file beside the binary
+    configs: tuple[exposure.DaemonConfig, ...] = ()  # their config files, and the playbook's (pid None)
 
     @property
     def other_sessions(self) -> tuple[system.Session, ...]:
         return tuple(s for s in self.sessions if not s.own)
+
+    @property
+    def daemon_cgroup(self) -> cgroup.Cgroup | None:
+        """The memory cgroup the daemon runs in (None: no daemon, or none could be read)."""
+        return self.cgroups.by_pid.get(self.daemons[0].pid) if self.daemons else None
+
+    @property
+    def daemon_listening(self) -> tuple[exposure.Listening, ...]:
+        """The TCP sockets the daemon listens on."""
+        pids = {p.pid for p in self.daemons}
+        return tuple(s for s in self.listening if s.pid in pids)
+
+    def config_of(self, pid: int | None) -> exposure.DaemonConfig | None:
+        """The config file of process `pid` (None: the playbook's daemon.args name)."""
+        return next((c for c in self.configs if c.pid == pid), None)
 
 
 DEFAULT_GPU = GpuSpec()  # frozen: one default for every call
@@ -70,7 +88,9 @@ def status_cmd(daemon: DaemonSpec, gpu: GpuSpec = DEFAULT_GPU) -> Cmd:
         "status.sh", *df_paths(daemon), bin=daemon.binary or "", state=daemon.state_dir if daemon.binary else "",
         ps_format=system.PS_FORMAT, gpu_fields=nvidia.QUERY_FIELDS, gpu_apps=nvidia.QUERY_APPS,
         smi_cs=max(1, round(gpu.nvidia_smi_timeout_s * 100)), user=daemon.user or "", unit=daemon.unit or "",
-        url=daemon.status_url or "", props=",".join(sd.PROPERTIES))
+        url=daemon.status_url or "", props=",".join(sd.PROPERTIES),
+        cfg=daemon_view.config_path(daemon.args) if daemon.args is not None else "",
+        cfg_default=daemon_view.DEFAULT_CONFIG)
 
 
 def split_sections(text: str) -> dict[str, str]:
@@ -173,6 +193,9 @@ def parse_status(host: str, text: str, daemon: DaemonSpec, df_paths: list[str]) 
         unit=_own_unit(sd.parse_unit(s.get("unit", "")), daemon, daemons),
         daemon_user=user,
         not_daemons=not_daemons,
+        cgroups=cgroup.parse_cgroups(s.get("cgroup", "")),
+        listening=exposure.parse_listen(s.get("listen", "")),
+        configs=exposure.parse_configs(s.get("config", "")),
         **_view(daemon, s.get("daemon-view", "")),
     )
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 # What status shows and the swap needs; one `systemctl show -p` call.
 PROPERTIES = ("Id", "LoadState", "ActiveState", "SubState", "Result", "NRestarts", "MainPID", "ExecStart",
-              "Environment", "WorkingDirectory", "Restart", "FragmentPath", "DropInPaths", "InvocationID")
+              "Environment", "WorkingDirectory", "Restart", "FragmentPath", "DropInPaths", "InvocationID", "MemoryMax")
 CAT_MARK = "--- cat"
 
 
@@ -35,6 +35,7 @@ class Unit:
     drop_ins: tuple[str, ...] = ()
     invocation: str = ""  # InvocationID: the journal's _SYSTEMD_INVOCATION_ID of the running instance
     files: str = ""  # `systemctl cat`: the unit file and its drop-ins
+    memory_max_kib: int | None = None  # MemoryMax= (None: infinity, or not shown)
 
     @property
     def found(self) -> bool:
@@ -83,4 +84,5 @@ def parse_unit(text: str) -> Unit | None:
                 environment=parse_environment(props.get("Environment", "")),
                 working_directory=props.get("WorkingDirectory", ""), restart=props.get("Restart", ""),
                 fragment=props.get("FragmentPath", ""), drop_ins=tuple(props.get("DropInPaths", "").split()),
-                invocation=props.get("InvocationID", ""), files=cat.strip("\n"))
+                invocation=props.get("InvocationID", ""), files=cat.strip("\n"),
+                memory_max_kib=num("MemoryMax") // 1024 if 0 < num("MemoryMax") < 10**18 else None)

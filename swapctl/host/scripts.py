@@ -5,9 +5,9 @@ A script takes its inputs by name, as shell variables it declares at its top (`:
 stdin by `read_inputs.sh`, which `command` puts before it (the GPU sampler, which sampler-ctl.sh starts, finds
 its own in its environment), and lists (config files, a command line) as arguments; every value reaches it
 quoted once by `Cmd`, never pasted into its text. Functions several scripts share live in library files
-(`lib.sh`, `daemon.sh`, `release.sh`, `smi.sh`, `status_get.sh`) that a script includes by name (`. ./lib.sh`,
-from any family); the host has no copy of them, so `load` puts each library's text in place of its include
-line. A script whose output is parsed prints report
+(`lib.sh`, `daemon.sh`, `release.sh`, `smi.sh`, `status_get.sh`, `cgroup.sh`) that a script includes by name
+(`. ./lib.sh`, from any family); the host has no copy of them, so `load` puts each library's text in place of its
+include line. A script whose output is parsed prints report
 lines (`WORD args...`) in words its parser declares as a `ReportWord` (swap.report.Word, gpu.sampler.CtlWord),
 or `==> name` sections (`split_sections`) that its parser lists.
 """

@@ -14,7 +14,7 @@ from ..errors import BadInput, LockHeld, Refused
 from ..facts.status import HostStatus, gather, split_sections
 from ..facts.system import Process
 from ..host import scripts
-from . import elf, session
+from . import elf, room, session
 from .context import Context
 from .environ import carried
 from .journal_entry import JOURNAL
@@ -148,7 +148,7 @@ def situation(ctx: Context, again: bool = False) -> Situation:
         sit = replace(sit, warnings=(*sit.warnings, *(
             f"--beside: the new build starts beside pid {p.pid} ({p.exe}), which matches daemon.match but is not "
             f"the daemon and is left running" for p in others)))
-    return sit
+    return replace(sit, warnings=(*sit.warnings, *room.warnings(status, sit.unit, ctx.book.memory.min_available_gib)))
 
 
 def keep_loader(ctx: Context) -> tuple[str, ...]:

@@ -35,7 +35,7 @@ class Word(ReportWord):
     KIDS = "KIDS"  # pids: the old daemon's descendants, waited for too
     SIGKILL = "SIGKILL"  # still running after the grace period
     STOPPED = "STOPPED"  # ms
-    R = "R"  # ms avail_kib alive gpu_used: a memory reading
+    R = "R"  # ms avail_kib[/room_kib] alive gpu_used: a memory reading
     DONE = "DONE"  # ms: memory is back
     TIMEOUT = "TIMEOUT"  # ms: memory did not come back
     STARTED = "STARTED"  # pid log_offset [invocation]: the unit's InvocationID, when it went through one
@@ -113,15 +113,18 @@ class Reading:
     """One memory reading of the memory wait."""
 
     ms: int
-    avail_kib: int
+    avail_kib: int  # MemAvailable
     alive: tuple[int, ...]  # the old processes still alive
     gpu_used: str = ""  # nvidia-smi's index,mib;... when GPUs are watched
+    room_kib: int | None = None  # the new daemon's cgroup's room (cgroup.sh), None without a limit
 
     @classmethod
     def parse(cls, rest: str) -> Reading:
         parts = rest.split()
         alive = tuple(int(p) for p in parts[2].split(",") if p.isdigit()) if len(parts) > 2 else ()  # or "-"
-        return cls(int(parts[0]), int(parts[1]), alive, parts[3] if len(parts) > 3 else "")
+        avail, _, room = parts[1].partition("/")
+        return cls(int(parts[0]), int(avail), alive, parts[3] if len(parts) > 3 else "",
+                   int(room) if room.isdigit() else None)
 
 
 PROOF = re.compile(r"(?P<job>.+):(?P<done>[^:/]*)/(?P<total>[^:]*):(?P<age>[^:]*)")  # job:done/total:age

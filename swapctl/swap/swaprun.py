@@ -18,7 +18,7 @@ from .context import Context
 from .journal_entry import CAP_BYTES, KEEP, Upload
 from .plan import Daemon
 from .releases import Release, who_am_i
-from .report import WHOLE, SwapParser, SwapReport, Word
+from .report import WHOLE, Reading, SwapParser, SwapReport, Word
 
 
 def command_for(ctx: Context, rel: Release) -> list[str]:
@@ -258,7 +258,7 @@ def progress(ctx: Context, word: Word, rest: str, so_far: SwapReport, target: Re
     elif word is Word.R and so_far.reading:
         r = so_far.reading
         holding = ",".join(map(str, r.alive)) or "-"
-        ctx.emit("memory", f"MemAvailable {r.avail_kib / (1 << 20):.1f} GiB, holding: {holding}")
+        ctx.emit("memory", f"{memory_said(r)}, holding: {holding}")
     elif word is Word.STARTED:
         ctx.emit("start", f"started {target.id} as pid {so_far.pid}")
     elif word is Word.READY:
@@ -280,13 +280,18 @@ def whole(ctx: Context, word: Word | None, rest: str, target: Release, fallback:
         ctx.emit("rollback", f"{rest} marked bad: never a rollback target")
 
 
+def memory_said(r: Reading) -> str:
+    """A reading's memory: MemAvailable, and the new daemon's cgroup's room where a limit holds it."""
+    said = f"MemAvailable {r.avail_kib / (1 << 20):.1f} GiB"
+    return said if r.room_kib is None else f"{said}, its cgroup's room {r.room_kib / (1 << 20):.1f} GiB"
+
+
 def memory_error(ctx: Context, run: SwapReport) -> UnknownState:
     mem, r = ctx.book.memory, run.reading
-    avail = r.avail_kib / (1 << 20) if r else 0
     holders = ",".join(map(str, r.alive)) if r and r.alive else "none"
     gpu = f", GPU memory used {r.gpu_used}" if r and r.gpu_used else ""
     return UnknownState(
-        f"memory not back after {mem.release_timeout_s:g} s: MemAvailable {avail:.1f} GiB "
+        f"memory not back after {mem.release_timeout_s:g} s: {memory_said(r) if r else 'MemAvailable 0.0 GiB'} "
         f"(need {mem.min_available_gib:g}), old processes still alive: {holders}{gpu}; no daemon runs "
         f"now: find what holds the memory, then `swapctl deploy` again", host=ctx.name)
 

@@ -3,14 +3,17 @@
 # in the order of status.SECTIONS. Inputs: bin (daemon.binary, may be empty), state (its state directory, empty
 # without a binary), ps_format (system.PS_FORMAT), gpu_fields and gpu_apps (nvidia.QUERY_FIELDS, QUERY_APPS),
 # smi_cs (each nvidia-smi call's limit, 1/100 s), user (daemon.user), unit (daemon.unit), url
-# (daemon.status_url), props (the systemd properties systemd.PROPERTIES reads, comma-separated);
+# (daemon.status_url), props (the systemd properties systemd.PROPERTIES reads, comma-separated), cfg (the
+# config file the playbook's daemon.args name, or empty), cfg_default (the daemon's own default config file);
 # arguments: the directories whose disks `df` reports.
 : "${bin?}" "${state?}" "${ps_format?}" "${gpu_fields?}" "${gpu_apps?}" "${smi_cs?}" "${user?}" "${unit?}" "${url?}"
-: "${props?}"
+: "${props?}" "${cfg?}" "${cfg_default?}"
 # shellcheck source=smi.sh
 . ./smi.sh
 # shellcheck source=status_get.sh
 . ./status_get.sh
+# shellcheck source=cgroup.sh
+. ./cgroup.sh
 sec() { printf '\n==> %s\n' "$1"; }
 sec host; uname -m; uname -n
 sec self; echo "$$"
@@ -67,6 +70,31 @@ fi
 sec releases
 # a manifest over 1 MiB is no manifest swapctl wrote: cut, it does not parse, and is not shown
 for m in "$state"/releases/*/manifest.json; do [ -f "$m" ] && { head -c 1048576 -- "$m" | tr -d '\n'; echo; }; done
+# swapctl.facts.cgroup and .exposure: the processes that run a file in the binary's directory (the daemon is
+# one), their memory cgroups and this script's (a daemon started by hand over SSH lands there), the TCP
+# sockets they listen on, and their config files' lines that say where they listen and their memory budget
+bdir=""; [ -n "$bin" ] && bdir=$(readlink -f -- "${bin%/*}")
+pids=""; [ -n "$bdir" ] && pids=$(find /proc/[0-9]*/exe -maxdepth 0 -lname "$bdir/*" 2>/dev/null |
+  sed -n 's|^/proc/\([0-9]*\)/exe$|\1|p' | head -n 16)
+sec cgroup; { echo "self $$"; for p in $pids; do echo "proc $p"; done; } | cg_report
+sec listen
+for p in $pids; do
+  fds=$(find "/proc/$p/fd" -mindepth 1 -maxdepth 1 -lname 'socket:*' -printf ' %l' 2>/dev/null | tr -dc ' 0-9')
+  [ -n "$fds" ] && awk -v pid="$p" -v fds="$fds " '$4 == "0A" && index(fds, " " $10 " ") { print pid, $2 }' \
+    "/proc/$p/net/tcp" "/proc/$p/net/tcp6" 2>/dev/null
+done
+sec config
+for p in - $pids; do
+  if [ "$p" = - ]; then c=$cfg; f=$cfg; [ -n "$c" ] || continue
+  else
+    c=$(tr '\0\n' '\n?' < "/proc/$p/cmdline" 2>/dev/null | awk 'f { print; exit } /^--config=/ { print substr($0, 10); exit }
+      $0 == "-c" || $0 == "--config" { f = 1 }')
+    c=${c:-$cfg_default}; case $c in /*) f=$c ;; *) f=/proc/$p/cwd/$c ;; esac
+  fi
+  printf 'file %s %s\n' "$p" "$c" | tr -c '\n -~' '?'
+  [ -f "$f" ] && echo "  #read" && head -c 262144 -- "$f" | grep -E '^[[:space:]]*(\[|listen|status_listen|total_budget)' |
+    head -n 64 | cut -c 1-512 | tr -c '\n -~' '?' | sed 's/^/  /'
+done
 # the daemon's own view (daemon.status_url), read here: no port opens to the controller. Last: whoever
 # answers on that port writes what it likes, and a section line in it comes after the real one (ignored)
 sec daemon-view; [ -n "$url" ] && { status_get "$url"; } 2>&1 | head -c 4194304

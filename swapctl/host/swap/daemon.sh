@@ -3,6 +3,7 @@
 # Needs lib.sh (alive, now); the memory wait asks nvidia-smi through smi.sh's bounded smi ($smi_cs).
 # Report words: see swapctl/swap/report.py.
 . ./smi.sh
+. ./cgroup.sh
 
 # stop_daemon PID GRACE_MS GROUP UNIT: SIGTERM (its process group too when GROUP is 1; `systemctl stop`
 # when it runs under UNIT), SIGKILL after GRACE_MS. Notes its descendants first, in WATCH, for the
@@ -63,15 +64,19 @@ gpu_ok() {
 }
 
 # wait_memory TIMEOUT_MS MIN_KIB GPU_MAX: until the pids in WATCH are gone, GPU memory is back under
-# GPU_MAX and MemAvailable >= MIN_KIB. Prints readings `R ms avail_kib alive gpu_used` (alive: pids
-# joined by commas, or - for none; gpu_used only when GPUs are watched), then DONE ms or TIMEOUT ms
-# (and returns 1).
+# GPU_MAX and what the daemon started next gets, the least of MemAvailable and its cgroup's room
+# (cgroup.sh's cg_target: $unit's cgroup, else this script's), is >= MIN_KIB. Prints readings
+# `R ms avail_kib[/room_kib] alive gpu_used` (room only under a cgroup limit; alive: pids joined by
+# commas, or - for none; gpu_used only when GPUs are watched), then DONE ms or TIMEOUT ms (and returns 1).
 wait_memory() {
   limit_ms=$1; need_kib=$2; gpu_limits=$3
-  now; begin=$NOW; n=0; used=""
+  now; begin=$NOW; n=0; used=""; cg=""; cg_target "${unit:-}" && cg=1
   while :; do
     left=""; for p in $WATCH; do alive "$p" && left="$left,$p"; done
     avail=; while read -r key kib _; do [ "$key" = MemAvailable: ] && avail=$kib && break; done < /proc/meminfo
+    gets=$avail; room=""
+    if [ -n "$cg" ]; then cg_walk; [ "$CG_ROOM" = - ] || room=$CG_ROOM; fi
+    [ -n "$room" ] && [ "$room" -lt "$gets" ] && gets=$room
     if [ -n "$gpu_limits" ] && [ $((n % 10)) -eq 0 ]; then
       # bounded: a GPU that falls off the bus as its daemon dies must not hold the swap here for ever;
       # unanswered, no reading (the GPUs count as released: the host has nothing better to go by)
@@ -79,7 +84,8 @@ wait_memory() {
              tr -d ' ' | paste -sd';')
     fi
     now; ms=$(( NOW - begin )); holding=${left#,}
-    if [ -z "$left" ] && [ "$avail" -ge "$need_kib" ] && gpu_ok "$gpu_limits" "$used"; then
+    avail=$avail${room:+/$room}
+    if [ -z "$left" ] && [ "$gets" -ge "$need_kib" ] && gpu_ok "$gpu_limits" "$used"; then
       echo "R $ms $avail - $used"; echo "DONE $ms"; return 0
     fi
     [ $((n % 20)) -eq 0 ] && echo "R $ms $avail ${holding:--} $used"

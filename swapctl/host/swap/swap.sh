@@ -5,8 +5,9 @@
 # (the words are swapctl/swap/report.py's Word):
 #   SWAP pid                                  this script's pid, first (a second Ctrl-C: sh/interrupt.sh)
 #   KIDS pids | SIGKILL | STOPPED ms          stop (daemon.sh's stop_daemon)
-#   R ms avail_kib alive gpu_used | DONE ms | TIMEOUT ms
-#                                             wait until they are gone, GPU memory is back, MemAvailable >= min
+#   R ms avail_kib[/room_kib] alive gpu_used | DONE ms | TIMEOUT ms
+#                                             wait until they are gone, GPU memory is back, the least of
+#                                             MemAvailable and the cgroup's room (cgroup.sh) >= min
 #   STARTED pid log_offset [inv]              the binary path points at the release; started with env -i
 #                                             (or its unit, whose InvocationID is inv)
 #   LOG line | READY | EXITED | ALIVE 0/1     the log after the start until ready, exit or time-out
