@@ -11,6 +11,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from test_systemd import UnitBox
 
 from swapctl.facts import cgroup, exposure
 from swapctl.host import scripts
@@ -241,3 +242,25 @@ def test_a_recorded_status_reads_the_daemons_v1_cgroup_and_its_config():
     assert st.config_of(st.daemons[0].pid) == exposure.DaemonConfig(pid=st.daemons[0].pid, path="/data/zk/cuzk.toml",
                                                                      found=False)
     assert st.daemon_listening == ()
+
+
+@pytest.fixture
+def ubox(systemd_host, tmp_path):
+    """A unit of its own on the systemd host (tests/test_systemd.py's UnitBox)."""
+    box = UnitBox(systemd_host, "cgmax" + uuid.uuid4().hex[:6], tmp_path)
+    yield box
+    box.close()
+
+
+def test_a_stopped_units_memorymax_is_the_new_daemons_limit_in_the_plan(ubox, prover, prover_b):
+    """systemd on the lab's systemd host accepts MemoryMax= but has no memory controller to enforce it with
+    (../shared/systemd-lab.md): what is read here is systemd's word for the limit, as the plan gives it."""
+    ubox.install(prover, drop_in="[Service]\nMemoryMax=256M\n")
+    ubox.write_playbook(unit=ubox.unit)
+    ubox.host.sh(f"systemctl stop {ubox.unit}")
+    doc = json.loads(swapctl("status", "lab", "--json", "-p", str(ubox.playbook_path)).stdout)
+    assert doc["hosts"]["lab"]["unit"]["memory_max_kib"] == 256 * 1024
+    plan = swapctl("deploy", "lab", "--binary", str(prover_b), "--dry-run", "-p", str(ubox.playbook_path))
+    said = " ".join((plan.stdout + plan.stderr).split())
+    assert plan.returncode == 0, said
+    assert f"cgroup unit {ubox.unit}'s (MemoryMax), limit 256 MiB" in said and "it never will" in said, said
