@@ -188,3 +188,45 @@ def test_the_feeder_and_the_node_records_account_for_every_task(curio_farm, tmp_
     assert sum(added.values()) == 10
     assert {n: s["done"] for n, s in record["per_type"].items()} == {n: added.get(n, 0) for n in CUZK_TASKS}
     assert curio_farm.db.query("SELECT COUNT(*) FROM harmony_task")[0][0] == 0
+
+
+def test_a_prover_killed_mid_proof_costs_the_porep_a_retry_and_the_winpost_its_only_try(curio_farm):  # noqa: F811
+    """What a swap without a cordon costs Curio: the Prove call fails, PoRep burns one of its 10 tries and
+    comes back after its RetryWait; WinPost, MaxFailures 1, is gone (winning_task.go:597-600)."""
+    prover = curio_farm.start_prover(synth_ms=1500)
+    node = curio_farm.start_node(poll_s=0.5, retry_scale=0.2)
+    [porep] = add_tasks(curio_farm.db, "PoRep")
+    [winpost] = add_tasks(curio_farm.db, "WinPost")
+    log = curio_farm.dir / "cuzk-0.log"
+    for task in (porep, winpost):
+        node.wait_event("claim", task)
+    wait_until_text(log, f"-{winpost}-")  # the prover has taken the WinPost's job (queued or begun)
+    prover.kill()
+    node.wait_event("dropped", winpost)
+    node.wait_event("retry", porep)
+    curio_farm.start_prover()
+    node.wait_event("done", porep)
+    record = node.stop()
+    assert record["per_type"]["WinPost"] == {"claimed": 1, "done": 0, "failed": 1, "retries": 0}
+    assert record["per_type"]["PoRep"] == {"claimed": 2, "done": 1, "failed": 0, "retries": 1}
+
+
+def test_a_saturating_feed_keeps_its_backlog_waiting_and_the_node_at_max_pending(curio_farm):  # noqa: F811
+    curio_farm.start_prover(synth_ms=100)
+    node = curio_farm.start_node(poll_s=0.5, max_pending=2)
+    feed = curio_farm.feed(mix="PoRep=3,WdPost=1", backlog=5)
+    time.sleep(1.5)  # the load runs a while: what is checked is its shape, not an event
+    waiting = curio_farm.db.query("SELECT COUNT(*) FROM harmony_task WHERE owner_id IS NULL")[0][0]
+    assert 4 <= waiting <= 5 and curio_farm.owned(node) <= 2
+    added = sum(feed.stop()["added"].values())
+    record = node.stop()
+    left = curio_farm.db.query("SELECT COUNT(*) FROM harmony_task")[0][0]
+    assert record["totals"]["done"] >= 2 and record["totals"]["failed"] == 0
+    assert added == record["totals"]["done"] + left
+
+
+def wait_until_text(path, text: str, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while text not in path.read_text(errors="replace"):
+        assert time.monotonic() < deadline, f"{text!r} not in {path} within {timeout} s"
+        time.sleep(0.02)
