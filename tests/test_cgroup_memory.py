@@ -264,3 +264,12 @@ def test_a_stopped_units_memorymax_is_the_new_daemons_limit_in_the_plan(ubox, pr
     said = " ".join((plan.stdout + plan.stderr).split())
     assert plan.returncode == 0, said
     assert f"cgroup unit {ubox.unit}'s (MemoryMax), limit 256 MiB" in said and "it never will" in said, said
+
+
+def test_a_real_v2_report_gives_the_least_limit_and_its_room():
+    """cg_report as it printed on a pure cgroup v2 host (tests/data/cgroup/README.md): 300 MiB in a 128 GiB parent."""
+    got = cgroup.parse_cgroups((Path(__file__).parent / "data" / "cgroup" / "v2-h100.txt").read_text())
+    assert got.own is not None and got.own.version == "v2" and got.own.path == "/process_api/swt559"
+    # the host printed room=306444 a moment later, when the shell held more
+    assert got.own.limit_kib == 307200 and got.own.room_kib() == 307200 - 768
+    assert [lv.max_kib for lv in got.own.levels] == [307200, 134217728, None] and got.own.oom_kill == 0
