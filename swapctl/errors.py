@@ -12,6 +12,7 @@ class ExitCode(IntEnum):
     REFUSED = 3  # refused before anything changed on a host
     ROLLED_BACK = 4  # the change failed and the previous daemon runs again
     UNKNOWN_STATE = 5  # a host is in an unknown or daemon-less state
+    NO_VERDICT = 6  # an experiment ran, but a side made too few proofs to judge: no verdict
 
 
 class SwapctlError(Exception):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -188,6 +189,55 @@ def test_ctrl_c_during_the_swap_lets_it_finish_then_rolls_back_and_a_second_does
     assert proc.returncode == 3
     pid = box.one_daemon()
     assert _sha(f"/proc/{pid}/exe") == _sha(builds["pageable"])  # the build before B
+
+
+# a proof of 4 partitions of a 1 s compute each: seconds a proof, so a 1 s window holds its warm-up at most
+SLOW = dict(memory_mib=8, jobs=-1, partitions=4, partition_mib=1, synth_ms=5, gpu_ms=1000)
+
+
+def test_too_few_proofs_in_the_window_is_no_verdict_with_exit_6_and_the_report_says_so(
+        box, builds, swapctl_env, tmp_path):
+    """B made 2 proofs in the window (need 3) printed "too few to judge", then a `verdict:` line with its
+    marks anyway, and exited 0; the report called it a verdict too. Now: no verdict line, no mark, exit 6
+    (docs/commands.md), and the report names the builds, B's window, its proofs and the rollback."""
+    box.start_by_hand(builds["pageable"], config=prover_config(**SLOW))
+    report = tmp_path / "r.html"
+    r = run(box, "--binary", str(builds["pinned"]), "--for", "1s", "--baseline", "20s", "--min-proofs", "3",
+            "--then", "rollback", "--report", str(report))
+    assert r.returncode == 6, r.stderr
+    assert not re.search(r"^verdict:", r.stdout, re.M) and "~" not in r.stdout and "p=" not in r.stdout, r.stdout
+    assert re.search(r"^no verdict: B made [01] proofs? in the window after its warm-up \(need 3 a side\): "
+                     r"too few to judge$", r.stdout, re.M), r.stdout
+    a, b = _sha(builds["pageable"]), _sha(builds["pinned"])
+    assert _sha(f"/proc/{box.one_daemon()}/exe") == a  # rolled back
+    journal = [json.loads(j) for j in (box.data / ".swapctl" / "cuzk" / "journal.jsonl").read_text().splitlines()]
+    [entry] = [e for e in journal if e.get("action") == "experiment"]
+    assert entry["verdict"].startswith("no verdict: B made") and entry["decision"] == "rollback"
+    page = _rendered_text(report)  # as a browser shows it
+    assert "no verdict: B made" in page and "the verdict stands" not in page, page
+    assert a in page and b in page and "B was rolled back: the build before it runs again" in page
+    assert re.search(r"B\s+" + b + r"\s+\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC\s+\d+ s window\s+[01]\b", page), page
+    assert "95% CI" not in page and "class=\"sig\"" not in report.read_text()
+
+
+def test_the_baseline_counts_its_proofs_as_the_verdict_does_without_the_warm_up(box, builds, swapctl_env):
+    """The baseline check counted the warm-up proof the verdict leaves out: a daemon with 2 proofs passed
+    --min-proofs 2, and the verdict then read 1."""
+    pid = box.start_by_hand(builds["pageable"], config=prover_config(**{**STEADY, "jobs": 2}))
+    r = run(box, "--binary", str(builds["pinned"]), "--baseline", "2s", "--min-proofs", "2")
+    assert r.returncode == 3, r.stderr
+    assert ("baseline too small: 1 proofs from the running release after its --warmup 1 (need 2)" in r.stderr
+            and "Nothing changed" in r.stderr), r.stderr
+    assert box.daemons() == [pid]
+
+
+def _rendered_text(report: Path) -> str:
+    """The report's text as headless Chromium renders it (its DOM after load, tags and blanks dropped)."""
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    assert browser, "chromium is needed for this test (bash scripts/system-deps installs it: apt-get install chromium)"
+    dom = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom", f"file://{report}"],
+                         check=True, capture_output=True, text=True, timeout=120).stdout
+    return " ".join(re.sub(r"<[^>]+>", " ", re.sub(r"(?s)<(style|script)>.*?</\1>", "", dom)).split())
 
 
 def _sha(path) -> str:

@@ -16,7 +16,7 @@ from typing import Annotated
 import typer
 
 from .. import playbook as pb
-from ..errors import BadInput
+from ..errors import BadInput, ExitCode
 from ..experiment import MIN_PROOFS, Verdict
 from ..experiment.run import Hooks, Settings, run
 from ..remote import connect
@@ -97,18 +97,24 @@ def _experiment(target: str, s: Settings, then: str, playbook_path: str | None, 
     )
     with connect(specs[0]) as host:
         result = run(host, book, s, hooks)
-    return 0 if result.verdict else 3
+    if result.verdict is None:  # interrupted in the window: rolled back
+        return 3
+    return ExitCode.NO_VERDICT if result.verdict.withheld else 0
 
 
 def _show(v: Verdict, as_json: bool) -> None:
     if as_json:
         print_json(v.as_dict())
         return
-    out.print(text(f"verdict: {v.summary}"), style="bold", soft_wrap=True)
+    if v.withheld:  # no `verdict:` line, and no phase marked (lines() has none)
+        out.print(text(v.summary), style="bold yellow", soft_wrap=True)
+    else:
+        out.print(text(f"verdict: {v.summary}"), style="bold", soft_wrap=True)
     a, b = v.before, v.after
     out.print(text(f"{'':>14}{'before':>12}{'B':>12}"))
-    out.print(text(f"{'proofs':>14}{a.proofs:>12}{b.proofs:>12}"))
-    out.print(text(f"{'proofs/h':>14}{_num(a.proofs_per_hour):>12}{_num(b.proofs_per_hour):>12}"))
+    out.print(text(f"{'proofs':>14}{a.proofs:>12}{b.proofs:>12}  (after the warm-up)"))
+    out.print(text(f"{'proofs/h':>14}{_num(a.proofs_per_hour):>12}{_num(b.proofs_per_hour):>12}"
+                   "  (while proving)"))
     out.print(text(f"{'phase share':>14}{_pct(a.phase_share):>12}{_pct(b.phase_share):>12}"))
     for g in sorted(set(a.gpu_busy) | set(b.gpu_busy) | set(a.kernel_share) | set(b.kernel_share)):
         out.print(text(f"{f'GPU {g} busy':>14}{_pct1(a.gpu_busy.get(g)):>12}{_pct1(b.gpu_busy.get(g)):>12}"

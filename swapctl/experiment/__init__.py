@@ -18,8 +18,10 @@ from .judge import (
     resolutions,
     side,
     verdict,
+    withhold,
     without_warmup,
 )
 
 __all__ = ["HEADLINE", "LOOKS", "MIN_PROOFS", "Need", "Side", "Verdict", "enough", "headline", "moved", "need",
-           "resolutions", "side", "verdict", "without_warmup"]
+           "resolutions", "side", "verdict", "withhold",
+           "without_warmup"]

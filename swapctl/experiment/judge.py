@@ -33,7 +33,7 @@ class Side:
     proofs: int
     partitions: int
     wall_s: float
-    proofs_per_hour: float | None
+    proofs_per_hour: float | None  # while proving: over the span of its proofs' lines, not its window
     phase_share: float | None
     gpu_busy: dict[str, float | None]
     where: dict[str, dict[str, float]]
@@ -50,19 +50,26 @@ class Verdict:
     summary: str
     # headline phases whose change is noise (`~`): the smallest change this window could have seen
     resolution: dict[str, float | None] = field(default_factory=dict)
+    withheld: str = ""  # why there is no verdict (too few proofs on a side); "": the verdict stands
 
     def lines(self) -> list[str]:
         """benchstat's table: one line a phase that has values on both sides; a `~` of a headline phase
-        says what change it could have seen."""
+        says what change it could have seen. None where the verdict is withheld: no mark means anything."""
+        if self.withheld:
+            return []
         width = max((len(n) for n in self.phases), default=0)
         return [c.line(name.ljust(width)) + _unseen(self.resolution.get(name, False))
                 for name, c in self.phases.items()]
 
     def as_dict(self) -> dict[str, Any]:
-        return {"summary": self.summary, "before": asdict(self.before), "after": asdict(self.after),
-                "phases": {n: {**c.__dict__, "significant": c.significant, "line": c.line(n),
-                               "resolution": self.resolution.get(n)}
-                           for n, c in self.phases.items()}}
+        if self.withheld:  # the medians and counts as read, no change, interval, p or significance
+            phases = {n: {k: getattr(c, k) for k in ("n_before", "n_after", "median_before", "median_after")}
+                      for n, c in self.phases.items()}
+        else:
+            phases = {n: {**c.__dict__, "significant": c.significant, "line": c.line(n),
+                          "resolution": self.resolution.get(n)} for n, c in self.phases.items()}
+        return {"summary": self.summary, "no_verdict": self.withheld or None, "before": asdict(self.before),
+                "after": asdict(self.after), "phases": phases}
 
 
 def _unseen(res: float | None | bool) -> str:
@@ -171,7 +178,7 @@ def headline(a: Side, b: Side, phases: dict[str, Change]) -> str:
     if not moved:
         parts.append("no significant change in any phase")
     if a.proofs_per_hour and b.proofs_per_hour:
-        parts.append(f"proofs/h {(b.proofs_per_hour / a.proofs_per_hour - 1) * 100:+.0f}%")
+        parts.append(f"proofs/h while proving {(b.proofs_per_hour / a.proofs_per_hour - 1) * 100:+.0f}%")
     for label, key, scale in (("GPU busy (SM activity)", "gpu_busy", 1), ("duty cycle", "duty_cycle", 1),
                               ("kernel share (log)", "kernel_share", 100)):
         pair = _both(getattr(a, key), getattr(b, key))
@@ -254,3 +261,15 @@ def moved(before: list[Run], after: list[Run], looks: int = LOOKS) -> str | None
 
 def enough(s: Side, min_proofs: int = MIN_PROOFS) -> bool:
     return s.proofs >= min_proofs
+
+
+def withhold(v: Verdict, min_proofs: int = MIN_PROOFS) -> Verdict:
+    """`v`, or no verdict where a side has fewer than `min_proofs` proofs (counted as the verdict counts them,
+    the warm-up left out): its summary says why, and nothing in it is marked significant or noise."""
+    short = [f"{who} made {s.proofs} proof{'s' * (s.proofs != 1)}{where} after its warm-up"
+             for who, s, where in (("the build before", v.before, ""), ("B", v.after, " in the window"))
+             if not enough(s, min_proofs)]
+    if not short:
+        return v
+    why = f"{' and '.join(short)} (need {min_proofs} a side): too few to judge"
+    return replace(v, summary=f"no verdict: {why}", resolution={}, withheld=why)

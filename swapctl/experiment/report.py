@@ -6,6 +6,8 @@ from __future__ import annotations
 import base64
 import html
 import io
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -18,7 +20,20 @@ from .judge import Side, Verdict
 STYLE = """body{font:14px/1.4 system-ui,sans-serif;margin:2em;max-width:1200px}
 table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:.25em .6em;text-align:right}
 th:first-child,td:first-child{text-align:left}.sig{font-weight:bold}.noise{color:#888}
-.verdict{font-size:1.2em;background:#f4f4f4;padding:.6em;border-left:4px solid #55a868}img{max-width:100%}"""
+.verdict{font-size:1.2em;background:#f4f4f4;padding:.6em;border-left:4px solid #55a868}img{max-width:100%}
+.verdict.none{border-left-color:#c44e52}"""
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What the experiment did, beside what it measured: the two builds, B's window, the decision."""
+
+    before_sha: str
+    after_sha: str
+    began: float  # B's window, UTC seconds since the epoch
+    seconds: float
+    decision: str  # keep | rollback
+    warmup: int
 
 
 class Fetched(Protocol):
@@ -40,9 +55,9 @@ def _pct(x: float | None, scale: float = 100) -> str:
 
 
 def _sides(a: Side, b: Side) -> str:
-    rows = [("proofs", a.proofs, b.proofs), ("partitions", a.partitions, b.partitions),
-            ("wall (s)", f"{a.wall_s:.1f}", f"{b.wall_s:.1f}"),
-            ("proofs per hour", f"{a.proofs_per_hour or 0:,.1f}", f"{b.proofs_per_hour or 0:,.1f}"),
+    rows = [("proofs (after the warm-up)", a.proofs, b.proofs), ("partitions", a.partitions, b.partitions),
+            ("span of the proof lines (s)", f"{a.wall_s:.1f}", f"{b.wall_s:.1f}"),
+            ("proofs per hour while proving (over that span)", _rate(a.proofs_per_hour), _rate(b.proofs_per_hour)),
             ("GPU phase share", _pct(a.phase_share), _pct(b.phase_share))]
     for g in sorted(set(a.gpu_busy) | set(b.gpu_busy) | set(a.kernel_share) | set(b.kernel_share)):
         rows.append((f"GPU {g} busy (SM activity, GPM)", _pct(a.gpu_busy.get(g), 1), _pct(b.gpu_busy.get(g), 1)))
@@ -53,7 +68,37 @@ def _sides(a: Side, b: Side) -> str:
     return f"<table><tr><th></th><th>before</th><th>B</th></tr>{body}</table>"
 
 
+def _rate(x: float | None) -> str:
+    return "-" if x is None else f"{x:,.1f}"
+
+
+def _utc(t: float | None) -> str:
+    return "-" if t is None else time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(t))
+
+
+def _what_ran(v: Verdict, f: Facts, before: list[Run]) -> str:
+    """The builds by sha256, when and how long each was read, its proofs, what became of B, whether the
+    verdict stands."""
+    first = next((r.first_ts for r in before if r.first_ts), None)
+    last = next((r.last_ts for r in reversed(before) if r.last_ts), None)
+    span = f"{(last - first).total_seconds():.0f} s of its log" if first and last else "-"
+    rows = [("before", f.before_sha, _utc(first.timestamp() if first else None), span, v.before.proofs),
+            ("B", f.after_sha, _utc(f.began), f"{f.seconds:.0f} s window", v.after.proofs)]
+    body = "".join(f"<tr><td>{n}</td><td><code>{html.escape(sha)}</code></td><td>{when}</td><td>{long}</td>"
+                   f"<td>{proofs}</td></tr>" for n, sha, when, long, proofs in rows)
+    kept = ("B was kept: it runs now" if f.decision == "keep"
+            else "B was rolled back: the build before it runs again")
+    stands = f"no verdict: {html.escape(v.withheld)}" if v.withheld else "the verdict stands"
+    head = "".join(f"<th>{h}</th>" for h in ("build", "sha256", "from", "for", f"proofs (after --warmup {f.warmup})"))
+    return f"<table><tr>{head}</tr>{body}</table><p class=outcome>{kept}; {stands}.</p>"
+
+
 def _phases(v: Verdict) -> str:
+    if v.withheld:  # the medians as read, and no change, interval, p or mark: there is no verdict
+        head = "".join(f"<th>{h}</th>" for h in ("phase (ms)", "before p50", "B p50", "n"))
+        body = "".join(f"<tr><td>{html.escape(n)}</td><td>{c.median_before:,.1f}</td><td>{c.median_after:,.1f}</td>"
+                       f"<td>{c.n_before}+{c.n_after}</td></tr>" for n, c in v.phases.items())
+        return f"<p>too few proofs to judge a change: the medians only.</p><table><tr>{head}</tr>{body}</table>"
     rows = []
     for name, c in v.phases.items():
         cls = "sig" if c.significant else "noise"
@@ -68,9 +113,14 @@ def _phases(v: Verdict) -> str:
     return f"<table>{head}{''.join(rows)}</table>"
 
 
-def write_html(path: Path, v: Verdict, host: str, binary: str, win: Fetched, offsets: tuple[int, int]) -> None:
-    """The report: the verdict line, both builds' figures, every phase, where the time went, and each
-    build's timeline with the GPU's counters under it."""
+_PHASES_NOTE = """<p>medians with the 95% interval of the change (bootstrap of the median difference) and the
+Mann-Whitney U p; <code>~</code>: not significant.</p>"""
+
+
+def write_html(path: Path, v: Verdict, host: str, binary: str, win: Fetched, offsets: tuple[int, int],
+               facts: Facts | None = None) -> None:
+    """The report: the verdict line (or why there is none), what ran (`facts`), both builds' figures, every
+    phase, where the time went, and each build's timeline with the GPU's counters under it."""
     samples = win.samples()
     pictures = []
     with open(win.local, "rb") as f:
@@ -99,10 +149,10 @@ def write_html(path: Path, v: Verdict, host: str, binary: str, win: Fetched, off
 <style>{STYLE}</style></head><body>
 <h1>swapctl experiment on {html.escape(host)}</h1>
 <p>B = <code>{html.escape(binary)}</code></p>
-<p class="verdict">{html.escape(v.summary)}</p>
+<p class="{"verdict none" if v.withheld else "verdict"}">{html.escape(v.summary)}</p>
+{f"<h2>what ran</h2>{_what_ran(v, facts, win.runs(*offsets)[-1:])}" if facts else ""}
 <h2>the two builds</h2>{_sides(v.before, v.after)}
-<h2>phases</h2><p>medians with the 95% interval of the change (bootstrap of the median difference) and the
-Mann-Whitney U p; <code>~</code>: not significant.</p>{_phases(v)}
+<h2>phases</h2>{"" if v.withheld else _PHASES_NOTE}{_phases(v)}
 <h2>where the time goes</h2>{f"<img alt='where the time goes' src='{where}'>" if where else "<p>no GPU phases</p>"}
 <ul>{legend}</ul>
 {imgs}

@@ -22,7 +22,7 @@ from ..swap.deploy import Daemon, DeployPlan, Outcome, Swap, samplable
 from ..swap.deploy import deploy as run_deploy
 from ..swap.deploy import rollback as run_rollback
 from ..swap.journal_entry import JournalEntry
-from .judge import LOOKS, MIN_PROOFS, Verdict, enough, moved, need, verdict, without_warmup
+from .judge import LOOKS, MIN_PROOFS, Verdict, moved, need, verdict, withhold, without_warmup
 from .window import Window, side_runs
 
 POLL_S = 2.0
@@ -57,8 +57,16 @@ class Hooks:
 
 @dataclass(frozen=True)
 class Result:
-    verdict: Verdict | None  # None: interrupted in the window (rolled back)
+    verdict: Verdict | None  # None: interrupted in the window (rolled back); its `withheld`: no verdict
     decision: str
+
+
+@dataclass
+class Span:
+    """B's window on the controller's clock: when it began (UTC, seconds since the epoch) and how long."""
+
+    began: float = 0.0
+    seconds: float = 0.0
 
 
 @dataclass
@@ -96,14 +104,16 @@ def _run(sw: Swap, win: Window, s: Settings, hooks: Hooks) -> Result:
                   else f"B was not swapped in ({exc}): nothing to judge", "bold red")
         raise
     new_start = int(outcome.log_offset or 0)
-    v, decision = _judge(sw, win, s, hooks, base, new_start, running, outcome)
+    span = Span()
+    v, decision = _judge(sw, win, s, hooks, base, new_start, running, outcome, span)
     with _finishing(hooks, "the experiment has ended; its journal line and report are being written"):
         journal.write(sw.ctx, JournalEntry(action="experiment", release=outcome.new_sha, decision=decision,
                                            verdict=v.summary if v else "interrupted in the window"))
         if s.report and v:
-            from .report import write_html
+            from .report import Facts, write_html
 
-            write_html(s.report, v, host.name, s.binary, win, (base.start, new_start))
+            facts = Facts(running.sha256, outcome.new_sha or "", span.began, span.seconds, decision, s.warmup)
+            write_html(s.report, v, host.name, s.binary, win, (base.start, new_start), facts)
             hooks.say(f"report: {s.report}", None)
     return Result(v, decision)
 
@@ -144,16 +154,16 @@ def _baseline(sw: Swap, win: Window, s: Settings, hooks: Hooks) -> _Baseline:
     start = began.offset if began else 0
     win.fetch()
     runs = win.runs(start)[-1:]
-    if not runs or runs[0].jobs < s.min_proofs:
-        hooks.say(f"baseline: {runs[0].jobs if runs else 0} proofs since the running release started; "
-                  f"measuring it for {s.baseline_s:g} s first", None)
+    if _counted(runs, s.warmup) < s.min_proofs:
+        hooks.say(f"baseline: {_counted(runs, s.warmup)} proofs since the running release started (after its "
+                  f"--warmup {s.warmup}); measuring it for {s.baseline_s:g} s first", None)
         time.sleep(s.baseline_s)
         win.fetch()
         runs = win.runs(start)[-1:]
-    if not runs or runs[0].jobs < s.min_proofs:
-        raise Refused(f"baseline too small: {runs[0].jobs if runs else 0} proofs from the running release "
-                      f"(need {s.min_proofs}); give it work or a longer --baseline. Nothing changed",
-                      host=sw.host.name)
+    if _counted(runs, s.warmup) < s.min_proofs:  # as the verdict counts them: a baseline it would not judge
+        raise Refused(f"baseline too small: {_counted(runs, s.warmup)} proofs from the running release after its "
+                      f"--warmup {s.warmup} (need {s.min_proofs}); give it work or a longer --baseline. "
+                      f"Nothing changed", host=sw.host.name)
     base = _Baseline(start, runs, s.proofs, [])
     needed = need(without_warmup(runs, s.warmup)[0], s.resolve or 0.03, LOOKS if s.resolve else 1)
     if needed:
@@ -166,28 +176,35 @@ def _baseline(sw: Swap, win: Window, s: Settings, hooks: Hooks) -> _Baseline:
     return base
 
 
+def _counted(runs: list[Run], warmup: int) -> int:
+    """The proofs of `runs` the verdict reads: without each run's first `warmup` after a daemon's start."""
+    return sum(r.jobs for r in without_warmup(runs, warmup)[0])
+
+
 def _judge(sw: Swap, win: Window, s: Settings, hooks: Hooks, base: _Baseline, new_start: int, running: Daemon,
-           outcome: Outcome) -> tuple[Verdict | None, str]:
-    """B's window, the verdict and the decision; whatever ends the window (Ctrl-C too), B is kept or the
-    baseline runs again."""
+           outcome: Outcome, span: Span | None = None) -> tuple[Verdict | None, str]:
+    """B's window, the verdict (withheld where a side made too few proofs) and the decision; whatever ends
+    the window (Ctrl-C too), B is kept or the baseline runs again."""
     v: Verdict | None = None
     decision = "rollback"
+    span = span if span is not None else Span()
     when = "during the swap" if sw.interrupts.count else "in the window"  # pressed after the stop: B goes
     try:
         if sw.interrupts.count:
             raise KeyboardInterrupt
         win.fetch()  # A's log is whole once B has started: the looks judge against the A the verdict reads
         base.runs = side_runs(win.runs(base.start, new_start))[-1:] or base.runs
-        _watch(win, new_start, s, base, hooks)
+        span.began, clock = time.time(), time.monotonic()
+        try:
+            _watch(win, new_start, s, base, hooks)
+        finally:
+            span.seconds = time.monotonic() - clock
         win.fetch()
         before, left_a = without_warmup(base.runs, s.warmup)
         after, left_b = without_warmup(side_runs(win.runs(new_start)), s.warmup)
         hooks.say(f"warm-up: {left_b} proof(s) of B and {left_a} of the build before left out of the verdict "
                   f"(--warmup {s.warmup}: the SRS loads at a daemon's first proof)", None)
-        v = verdict(before, after, win.samples(), ALPHA / LOOKS if base.looks else ALPHA)
-        if not enough(v.after, s.min_proofs):
-            hooks.say(f"B made {v.after.proofs} proofs in the window (need {s.min_proofs}): too few to judge",
-                      "bold yellow")
+        v = withhold(verdict(before, after, win.samples(), ALPHA / LOOKS if base.looks else ALPHA), s.min_proofs)
         hooks.verdict(v)
         decision = hooks.decide(v)
     except KeyboardInterrupt:
