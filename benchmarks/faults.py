@@ -2,13 +2,15 @@
 """The fault campaign (issue 27): random operations under random faults at random moments on a lab host.
 
 Each run starts from a fresh host (tests/promises.py Host: a real sshd in its own network, mount and PID
-namespace, /data a 32 MiB tmpfs, build A started by hand), lands 0-2 good deploys without a fault, then one
-operation (a good, crashing or never-ready deploy, or a rollback) under one fault, fired when a chosen
+namespace, /data a 32 MiB tmpfs, build A started by hand), lands 0-2 steps without a fault (a good deploy,
+or the daemon dying on its own and staying dead), then one operation (a good, crashing or never-ready
+deploy, a deploy of the build the binary path holds, or a rollback) under one fault, fired when a chosen
 line of swapctl's output appears or after a random delay: the controller SIGKILLed (also at the
 "rolling back" line), SIGINT once and twice, SIGSTOP for 1-4 s, the link cut for 1-20 s, a silent
 half-open connection (the controller dies while the link is down), a 256 kbit/s link (tc tbf), the
 daemon killed, sshd's sessions killed (a restart), the disk full to its last byte, slow memory release.
-Then every promise of tests/promises.py `check` (the same code as tests/test_promises.py).
+Then every promise of tests/promises.py `check` (the same code as tests/test_promises.py), among them that
+every daemon runs with the first one's command line, cwd, environment and user (issue 44).
 
 Prints a table, fault x operation: runs, faults that landed inside the operation (fired while swapctl
 still ran), violations by kind; then each violation. A benchmark, not a CI test: it takes ~5-10 s a run.
@@ -41,7 +43,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 from promises import GOOD, MOMENTS, Host, Model, Violation, builds, check, run  # noqa: E402
 
 # fault name -> (the fault, the moments it may fire at, how long it lasts, the operations it is tried with)
-OPS = [f"deploy:{b}" for b in GOOD] + ["deploy:crash", "deploy:noready", "rollback"]
+OPS = [f"deploy:{b}" for b in GOOD] + ["deploy:crash", "deploy:noready", "rollback", "deploy:same"]
+HISTORY = [f"deploy:{b}" for b in GOOD] + ["die"]  # the steps before the faulted one
 CAMPAIGN: dict[str, tuple[str, tuple[str, ...], tuple[float, float], list[str]]] = {
     "ctl-kill": ("ctl-kill", (*MOMENTS, "+delay"), (0, 0), OPS),
     "ctl-kill at rolling back": ("ctl-kill", ("rollback",), (0, 0), ["deploy:crash", "deploy:noready"]),
@@ -64,8 +67,7 @@ def one(host: Host, rng: random.Random, name: str) -> tuple[str, bool, list[Viol
     model = Model()
     found: list[Violation] = []
     for _ in range(rng.randint(0, 2)):  # a history to roll back through
-        build = rng.choice(GOOD)
-        found += check(host, model, run(host, f"deploy:{build}"), _pid(host))
+        found += check(host, model, run(host, rng.choice(HISTORY)), _pid(host))
     op = rng.choice(ops)
     moment = rng.choice(moments)
     if moment == "+delay":

@@ -12,6 +12,7 @@ The promises, checked after every operation once the host has settled (`Host.che
   current one, so two rollbacks toggle); after exit 4 the one before; after exit 3 the very same process;
   after anything else (a killed controller, exit 5) whatever the host's journal says;
 - never a crashing or never-ready build left running;
+- every daemon runs exactly as the first was started: its command line, cwd, environment and user (issue 44);
 - the binary path is a symlink to an existing release; the journal parses, and its last line names what
   runs; no lock outlives its deploy by more than LOCK_BOUND_S; `swapctl status --json` agrees with /proc.
 """
@@ -51,6 +52,11 @@ OP_TIMEOUT_S = 90  # a controller still running past this has hung: itself a vio
 NONE_RUNS = {"no-daemon", "failed", "rollback-failed", "unknown"}
 RUNS = {"deployed", "rolled-back"}
 RESERVED_PORTS = Path("/proc/sys/net/ipv4/ip_local_reserved_ports")
+# How the engineer started the first daemon: this command line, in /data, as root, with only this
+# environment (CUZK_LAB is the playbook's daemon.env, so a release with no record of its own starts with
+# the same). Every daemon after it must run exactly so (issue 44: a rollback once started one bare, in /).
+ARGV = ["/data/cuzk", "--config", "/data/cuzk.toml"]
+ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root", "CUZK_LAB": "1"}
 
 
 def sha(path: Path | str) -> str:
@@ -108,7 +114,7 @@ class Host:
         self.playbook = base / "swapctl.toml"
         self.playbook.write_text(self.server.playbook(
             name="lab", daemon={"binary": "/data/cuzk", "args": ["--config", "/data/cuzk.toml"], "match": "/data/cuzk",
-                                "log": "/data/cuzk.log", "ready_timeout_s": READY_TIMEOUT_S,
+                                "log": "/data/cuzk.log", "ready_timeout_s": READY_TIMEOUT_S, "env": {"CUZK_LAB": "1"},
                                 "stop_grace_s": STOP_GRACE_S, "lock_silence_s": LOCK_SILENCE_S},
             memory={"min_available_gib": 0.1, "release_timeout_s": RELEASE_TIMEOUT_S}))
         self._reserved_before: str | None = None  # ip_local_reserved_ports before this host reserved any
@@ -175,6 +181,34 @@ class Host:
                 continue
             out.append(self.sha_of.get(s, f"other:{s[:12]}"))
         return out
+
+    def launch(self, pid: int) -> tuple[list[str], str, dict[str, str], int] | None:
+        """How a daemon was started: its command line, cwd, environment and uid (None: it is gone)."""
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")[:-1]
+            cwd = os.readlink(f"/proc/{pid}/cwd")
+            env = dict(v.split("=", 1) for v in Path(f"/proc/{pid}/environ").read_bytes().decode(
+                errors="replace").split("\0") if "=" in v)
+            uid = int(re.search(r"^Uid:\s*(\d+)", Path(f"/proc/{pid}/status").read_text(), re.M).group(1))  # type: ignore[union-attr]
+        except (OSError, AttributeError):
+            return None
+        return argv, cwd, env, uid
+
+    def on_disk(self) -> str | None:
+        """The build the binary path holds (GOOD/BAD name, or 'other:SHA'); None: none."""
+        path = self.data / "cuzk"
+        try:  # a link to a release names it as the host sees it: /data/... inside its mount namespace
+            if path.is_symlink():
+                path = self.data / os.readlink(path).removeprefix("/data/")
+            s = sha(path)
+        except OSError:
+            return None
+        return self.sha_of.get(s, f"other:{s[:12]}")
+
+    def die(self) -> None:
+        """The daemon dies on its own (SIGKILL) and stays dead: no unit and no engineer starts it again."""
+        self.kill_daemon()
+        wait_until(lambda: not self.daemons(), what="the daemon to be gone")
 
     def journal(self) -> tuple[list[dict], int]:
         """The host's journal lines that parse, and how many do not."""
@@ -254,7 +288,8 @@ class Host:
         """Starts /data/cuzk as an engineer does (`setsid ... &`) and waits for its ready line."""
         log = self.data / "cuzk.log"
         off = log.stat().st_size if log.exists() else 0
-        self.server.exec("cd /data && setsid /data/cuzk --config /data/cuzk.toml >> /data/cuzk.log 2>&1 < /dev/null &")
+        env = " ".join(f"{k}={v}" for k, v in ENV.items())
+        self.server.exec(f"cd /data && env -i {env} setsid {' '.join(ARGV)} >> /data/cuzk.log 2>&1 < /dev/null &")
         wait_until(lambda: "ready" in log.read_bytes()[off:].decode(errors="replace") and self.daemons(),
                    what="the daemon's ready line")
 
@@ -506,7 +541,13 @@ def operation_argv(host: Host, op: str) -> list[str]:
 def run(host: Host, op: str, fault: str = "none", moment: str = "start", hold: float | None = None) -> Ran:
     """Runs `op` with swapctl as a subprocess and fires `fault` at `moment` (a MOMENTS key or '+SECONDS'),
     lasting `hold` seconds (default: the least of its range); heals the fault once the controller has
-    ended. Never raises for what the controller does."""
+    ended. Never raises for what the controller does. Two operations are not swapctl's: `die` (the daemon
+    dies on its own and stays dead) and `deploy:same` (a deploy of the build the binary path holds)."""
+    if op == "die":
+        host.die()
+        return Ran(op, "none", 0, "")
+    if op == "deploy:same":
+        op = f"deploy:{host.on_disk()}"
     f = FAULTS[fault]
     hold = f.hold[0] if hold is None else hold
     t0 = time.monotonic()
@@ -577,12 +618,15 @@ class Model:
 
     current: str | None = "a"
     before: str | None = None
+    dead: bool = False  # the daemon died on its own and nothing started it again: `current` is on the disk only
     history: list[str] = field(default_factory=list)
 
     def expect(self, ran: Ran) -> tuple[str | None, bool]:
         """The build that should run after `ran`, and whether that is certain (False: the host's journal
         decides, as after a killed controller or exit 5)."""
         code = ran.code
+        if ran.op == "die" or (self.dead and code in (2, 3)):  # a refusal starts nothing
+            return None, True
         if code == 0:
             if ran.op == "rollback":
                 return (self.before, True) if self.before else (self.current, True)
@@ -591,8 +635,11 @@ class Model:
             return self.current, True
         return None, False
 
-    def landed(self, now: str | None) -> None:
-        """`now` runs after a step: a release landing makes what ran before it the way back."""
+    def landed(self, now: str | None, dead: str | None = None) -> None:
+        """`now` runs after a step: a release landing makes what ran before it the way back. `dead`: nothing
+        runs, and the binary path holds this build."""
+        self.dead = dead is not None
+        now = dead or now
         if now != self.current:
             self.before, self.current = self.current, now
 
@@ -605,7 +652,7 @@ class Violation:
 
 KINDS = ("two daemons", "no daemon", "bad build left running", "wrong release", "outcome never journaled",
          "invalid journal line", "binary path not a release", "stale lock", "never settled", "wrong exit code",
-         "status disagrees", "controller hung")
+         "status disagrees", "controller hung", "not as it ran")
 
 
 def check(host: Host, model: Model, ran: Ran, pid_before: int | None) -> list[Violation]:
@@ -642,9 +689,12 @@ def check(host: Host, model: Model, ran: Ran, pid_before: int | None) -> list[Vi
     if any(r in BAD for r in runs):
         bad("bad build left running", f"{runs} runs")
     killed_daemon = ran.fault == "daemon-kill" and ran.fired
-    if not runs and not killed_daemon and not (says is None and ran.code not in (0, 3, 4)):
+    # nothing runs, rightly: the daemon was killed, or it died before and no swap has landed another build
+    # since (the journal's last landing is still the build that died, or says none runs)
+    dead = not runs and (killed_daemon or ran.op == "die" or (model.dead and says in (None, model.current)))
+    if not runs and not dead and not (says is None and ran.code not in (0, 3, 4)):
         bad("no daemon", f"nothing runs; the journal says {says}")
-    if len(runs) <= 1 and now != says and not (killed_daemon and now is None):
+    if len(runs) <= 1 and now != says and not dead:
         bad("outcome never journaled", f"{now or 'nothing'} runs; the journal's last line says {says or 'nothing'}")
     want, certain = model.expect(ran)
     if certain and len(runs) <= 1 and now != want and not (killed_daemon and now is None):
@@ -657,12 +707,22 @@ def check(host: Host, model: Model, ran: Ran, pid_before: int | None) -> list[Vi
         bad("wrong exit code", f"exit {ran.code}: {_last(ran.stderr)}")
     _binary_path(host, bad)
     _status_agrees(host, daemons, bad)
-    if killed_daemon and not runs and says:  # as its unit or its engineer would: started again, as journaled
-        host.start_by_hand()
-        now = says
-    model.landed(now if len(runs) <= 1 else model.current)
-    model.history.append(f"{ran.op}/{ran.fault} -> {now} ({ran.code})")
+    _as_it_ran(host, daemons, bad)
+    held = host.on_disk() if dead else None
+    model.landed(now if len(runs) <= 1 else model.current, dead=held)
+    model.history.append(f"{ran.op}/{ran.fault} -> {now}{f' (dead, {held} on the disk)' if dead else ''} ({ran.code})")
     return v
+
+
+def _as_it_ran(host: Host, daemons: list[Proc], bad: Callable[[str, str], None]) -> None:
+    """Every daemon runs as the first one was started: its command line, cwd, environment and user."""
+    for p in daemons:
+        seen = host.launch(p.pid)
+        if seen is not None and seen != (ARGV, "/data", ENV, 0):
+            argv, cwd, env, uid = seen
+            differ = {k: env.get(k) for k in {*env, *ENV} if env.get(k) != ENV.get(k)}
+            bad("not as it ran", f"pid {p.inner} runs {argv} in {cwd} as uid {uid}, environment differing in "
+                                 f"{differ}; the first ran {ARGV} in /data as root")
 
 
 def _stable(host: Host) -> tuple[list[str], list[Proc]]:

@@ -31,8 +31,9 @@ ALL = {r.id: r for r in (A, B, C, D, E)}
     ({A.id: A, B.id: B, C.id: C}, [B.id, C.id], [A.id, B.id, C.id]),
     # a rollback to B and a deploy of it again: B lands last
     ({A.id: A, B.id: B, C.id: C}, [B.id, C.id, B.id], [A.id, C.id, B.id]),
-    # uploads the journal lost go first, by creation time
-    (ALL, [B.id, C.id], [E.id, D.id, A.id, B.id, C.id]),
+    # what no deploy landed (the adopted A, uploads the journal lost or whose deploy never landed) by
+    # creation time, then the deploys
+    (ALL, [B.id, C.id], [E.id, A.id, D.id, B.id, C.id]),
 ])
 def test_deploy_order(releases, deployed, order):
     assert deploy_order(releases, deployed) == order
@@ -49,6 +50,13 @@ def test_deploy_order(releases, deployed, order):
 ])
 def test_previous_good(current, deployed, expected):
     assert previous_good(ALL, current, deployed) == expected
+
+
+def test_an_upload_whose_deploy_never_landed_is_no_way_back_for_the_build_that_runs():
+    """Found by the promises' model (issue 44's transitions): A runs by hand (saved from the disk), C is
+    uploaded and its deploy killed before the swap; a rollback then went to C, which had never run."""
+    later = rel("cccccccccccc", "2026-01-03")
+    assert previous_good({A.id: A, later.id: later}, A.id, []) is None
 
 
 def landed(action: str, frm: Release | None, to: Release, **more: str) -> dict:

@@ -119,16 +119,16 @@ def parse_releases(lines: str) -> dict[str, Release]:
 
 
 def deploy_order(releases: dict[str, Release], deployed: list[str]) -> list[str]:
-    """Release ids oldest first: adopted and found-on-disk ones, then each deploy's, where it last landed."""
-    found = [r.id for r in sorted(releases.values(), key=lambda r: r.created) if r.source != "upload"]
-    order: list[str] = []
-    for rid in found + deployed:
+    """Release ids oldest first: those no deploy landed (adopted and found-on-disk ones, and uploads the journal
+    lost or whose deploy never landed) by creation time, then each deploy's, where it last landed. An upload
+    made after the build that runs, whose deploy was cut short before its swap, is never before that build:
+    a rollback once went to such a build, which had never run."""
+    order = [r.id for r in sorted(releases.values(), key=lambda r: r.created) if r.id not in deployed]
+    for rid in deployed:
         if rid in order:
             order.remove(rid)
         order.append(rid)
-    # uploads the journal does not know (it was lost or cleared) go by creation time, before the rest
-    unknown = [r.id for r in sorted(releases.values(), key=lambda r: r.created) if r.id not in order]
-    return unknown + order
+    return order
 
 
 def previous_good(releases: dict[str, Release], current: str | None, deployed: list[str]) -> Release | None:
