@@ -20,7 +20,7 @@ def test_the_srs_loads_once_at_the_first_proof_not_at_the_start(lab_dir, tmp_pat
     lines = []
     try:
         assert proc.stdout is not None
-        while sum("Phase 7" in line for line in lines) < 3:  # ends: the daemon's own jobs end after 3
+        while sum("Phase 7: all partitions complete" in line for line in lines) < 3:  # its own jobs end after 3
             line = proc.stdout.readline()
             assert line, f"the daemon ended early: {lines[-3:]}"
             lines.append(line)
