@@ -32,12 +32,13 @@ class Cg:
         elif (ROOT / "memory" / "memory.usage_in_bytes").exists():
             self.base, self.limit_file = ROOT / "memory", "memory.limit_in_bytes"
         else:
-            pytest.skip("no memory cgroup controller this test can write to")
+            pytest.skip("this machine has no memory cgroup controller (v2 with memory in subtree_control, or v1's "
+                        "memory hierarchy): no limit can be set on the test's daemon here")
         self.dir = self.base / f"swapctl-test-{uuid.uuid4().hex[:8]}"
         try:
             self.dir.mkdir()
         except OSError as exc:
-            pytest.skip(f"cannot make a memory cgroup here: {exc}")
+            pytest.skip(f"this user may not make a memory cgroup here (run as root, or with a delegated cgroup): {exc}")
         (self.dir / self.limit_file).write_text(str(limit_bytes))
         self.path = "/" + self.dir.name  # as /proc/PID/cgroup names it
 
