@@ -137,9 +137,12 @@ wait_ready() {
   if [ -n "$rp" ]; then
     # shellcheck disable=SC2086 # $line_input is empty or two words
     { "$@" 2>/dev/null 8>&- & echo "$!" > "$rp"; wait "$!"; } |
-      awk $line_input -v re="$re" -v bad="$bad_re" -v rp="$rp" -v use="$use_log" '{ print "LOG " $0; fflush() }
-        use && bad != "" && $0 ~ bad { system("kill -TERM \"$(cat \"" rp "\")\" 2>/dev/null"); exit }
-        use && $0 ~ re { print "READY"; fflush(); system("kill -TERM \"$(cat \"" rp "\")\" 2>/dev/null"); exit }'
+      awk $line_input -v re="$re" -v bad="$bad_re" -v rp="$rp" -v use="$use_log" '
+        # the reader ends by its pid, read here as a number: the path of the pid file never reaches a shell
+        function stop_reader(  p) { if ((getline p < rp) > 0) system("kill -TERM " int(p) " 2>/dev/null"); close(rp) }
+        { print "LOG " $0; fflush() }
+        use && bad != "" && $0 ~ bad { stop_reader(); exit }
+        use && $0 ~ re { print "READY"; fflush(); stop_reader(); exit }'
   fi
   # shellcheck disable=SC2086 # only the watchers: the daemon is this shell's child too
   kill $watchers 2>/dev/null

@@ -53,6 +53,7 @@ scripts.TEXTS.update(sh_texts.TEXTS)
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"  # as swap.preflight
 PROOF_LOG = "PoRep proof self-check PASSED"  # cuzk's line for a proof it verified (engine.rs:529)
+PROOF_BAD = "PoRep proof self-check (FAILED|error)"  # a check that failed or erred before one passed (:577, :613)
 
 
 class HostError(Exception):
@@ -512,7 +513,7 @@ def swap_inputs(s: Settings, old: Daemon | None, target: Release, gpu_max: str, 
     url, home = s.status_url, os.path.dirname(s.binary) or "/"  # home: a cwd never recorded (as_configured)
     back = "status" if s.ready == "proof" and url else s.ready  # going back needs no proof (swaprun.ready_mode)
     by_log = s.ready == "proof" and not url  # a proof that passed its self-check (swaprun.PROOF_PASSED, PROOF_FAILED)
-    ready_re = "PoRep proof self-check PASSED" if by_log else s.ready_log
+    ready_re = PROOF_LOG if by_log else s.ready_log
     inputs: dict[str, Any] = {
         "pid": str(old.pid) if old else "", "grace_ms": int(s.stop_grace_s * 1000),
         "group": "1" if old and old.group_leader else "0", "unit": s.unit, "reset": "",
@@ -520,7 +521,7 @@ def swap_inputs(s: Settings, old: Daemon | None, target: Release, gpu_max: str, 
         "smi_cs": max(1, round(s.nvidia_smi_timeout_s * 100)), "gpu_max": gpu_max, "bin": s.binary,
         "target": target.path(s.state), "sha": target.sha256, "run_gid": str(target.gid) if target.uid else "",
         "cwd": target.cwd or home, "log": s.log, "re": ready_re, "ready_s": int(s.ready_timeout_s),
-        "bad_re": "PoRep proof self-check (FAILED|error)" if by_log else "",
+        "bad_re": PROOF_BAD if by_log else "",
         "port": str(s.ready_port or ""), "stable_ms": int(s.ready_stable_s * 1000), "envq": env_block(target),
         "lock_info": ""}  # no swapctl deploy lock here: Ansible's own serial/throttle orders the hosts
     if fb is None:
