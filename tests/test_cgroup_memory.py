@@ -200,7 +200,8 @@ def test_cg_at_refuses_a_path_no_cgroup_has(tmp_path):
 
 def test_parsers_take_hostile_text_without_a_traceback():
     junk = "\n".join(["self x v2 /a", "proc 1 v3 /a", "proc 2 v2 a", "mem /a nan 5", "events", "proc 3 -",
-                      "self 4 v2 /s", "mem /s 100 999", "mem / - -", "events /s 7 x", "\x00\xff", "==> cgroup"])
+                      "self 4 v2 /s", "mem /s 100 999", "mem / - -", "events /s 7 x", "\x00\xff", "==> cgroup",
+                      "proc \u00b2 v2 /forged"])  # a cgroup name with a newline can forge a line; "²".isdigit()
     got = cgroup.parse_cgroups(junk)
     assert got.own is not None and got.own.limit_kib == 100 and got.own.room_kib() == 0
     assert got.own.oom == 7 and got.own.oom_kill is None and got.by_pid == {}

@@ -81,10 +81,11 @@ def parse_cgroups(text: str) -> Cgroups:
     chain: list[Level] | None = None
     for line in text.split("\n"):
         parts = line.split()
-        if len(parts) == 4 and parts[0] in ("self", "proc") and parts[1].isdigit() and parts[2] in ("v1", "v2"):
-            if (path := _path(parts[3])) is not None:
-                named.append((parts[0], int(parts[1]), parts[2], path))
-                chain = levels.setdefault((parts[2], path), []) if (parts[2], path) not in levels else None
+        if len(parts) == 4 and parts[0] in ("self", "proc") and parts[2] in ("v1", "v2"):
+            # "²".isdigit() is true and int() refuses it: the pid is read as the sizes are (_kib)
+            if (path := _path(parts[3])) is not None and (pid := _kib(parts[1])) is not None:
+                named.append((parts[0], pid, parts[2], path))
+                chain = None if (parts[2], path) in levels else levels.setdefault((parts[2], path), [])
         elif len(parts) == 4 and parts[0] == "mem" and chain is not None and (path := _path(parts[1])):
             chain.append(Level(path, _kib(parts[2]), _kib(parts[3])))
         elif len(parts) == 4 and parts[0] == "events" and (path := _path(parts[1])) and path not in events:
