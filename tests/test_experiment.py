@@ -265,3 +265,88 @@ def test_the_interval_of_a_clear_change_excludes_zero_and_of_none_includes_it():
     one_ms = compare([5.0] * 30 + [6.0] * 10, [6.0] * 30 + [5.0] * 10)  # the print's rounding, not a change
     assert one_ms.p < 0.05 and not one_ms.significant
     assert "~" in same.line("x") and "-39.8%" in c.line("x")
+
+
+# the sandbox's own prover config (swapctl/sandbox.py's up) with its jobs never ending and a pause between them,
+# as a Curio would feed it: a proof about every 0.3 s
+SANDBOX = dict(memory_mib=256, jobs=-1, partitions=4, partition_mib=32, synth_ms=20, gpu_ms=20)
+
+
+def test_the_default_experiment_on_a_busy_sandbox_gives_a_verdict_within_two_minutes(box, builds, swapctl_env):
+    """`swapctl experiment sandbox --binary .sandbox/builds/prover-b` as the docs give it, with no --for: its
+    window was a fixed 10 minutes (and the baseline's wait another 10); it now ends once each side has
+    DEFAULT_PROOFS proofs after its warm-up."""
+    import time
+
+    from swapctl.experiment.run import DEFAULT_PROOFS
+
+    box.start_by_hand(builds["pageable"], config=prover_config(**SANDBOX) + "job_interval_ms = 200\n")
+    began = time.monotonic()
+    r = run(box, "--binary", str(builds["pinned"]), "--then", "rollback", "--json", timeout=150)
+    took = time.monotonic() - began
+    assert r.returncode == 0, r.stderr
+    v = json.loads(r.stdout)
+    assert v["no_verdict"] is None and v["before"]["proofs"] >= DEFAULT_PROOFS, v
+    assert DEFAULT_PROOFS <= v["after"]["proofs"] <= DEFAULT_PROOFS + 8, v  # ended at its proofs, not a time
+    assert v["phases"]["ntt_kernels"]["significant"] and v["phases"]["ntt_kernels"]["delta"] < 0, v["phases"]
+    assert took < 120, took
+    assert f" warm-up) ({DEFAULT_PROOFS} end it), " in r.stderr, r.stderr  # the window counts toward them
+
+
+def test_proofs_per_hour_is_over_the_window_and_a_quiet_window_says_so_once(box, builds, swapctl_env):
+    """A daemon that made its proofs in a fraction of a second and then idled: proofs/h read 36,069 for 2
+    proofs in 10 minutes (over the 0.3 s span of the proof lines). Now it is over each side's wall time, idle
+    time included, and the window says once that no proof has come."""
+    box.start_by_hand(builds["pageable"], config=prover_config(**{**STEADY, "jobs": 6}))
+    r = run(box, "--binary", str(builds["again"]), "--for", "12s", "--baseline", "3s", "--min-proofs", "3",
+            "--then", "rollback", "--json")
+    assert r.returncode == 0, r.stderr
+    v = json.loads(r.stdout)
+    a, b = v["before"], v["after"]
+    assert a["proofs"] == b["proofs"] == 5, v
+    # from B's warm-up proof to the window's end: its 12 s less that proof (a fraction of a second)
+    assert b["wall_s"] >= 10 and b["proofs_per_hour"] == pytest.approx(5 / b["wall_s"] * 3600), b
+    assert a["wall_s"] >= 1 and a["proofs_per_hour"] == pytest.approx(5 / a["wall_s"] * 3600), a
+    quiet = [line for line in r.stderr.splitlines() if "no proof from B for" in line]
+    assert len(quiet) == 1 and "it has no work, or it is stuck" in quiet[0], r.stderr
+
+
+def _stand_in_runs(binary: Path, tmp_path: Path, config: dict[str, int]):
+    """The runs of a stand-in that proved for a moment, read from its own log."""
+    from swapctl.logs.timings import parse_files
+
+    (tmp_path / "c.toml").write_text(prover_config(**config))
+    log = tmp_path / "p.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([str(binary), "--config", str(tmp_path / "c.toml")], stdout=out,
+                                stderr=subprocess.STDOUT, cwd=tmp_path)
+        wait_until(lambda: log.read_text(errors="replace").count("self-check PASSED") >= 8, what="8 proofs")
+        proc.kill()
+        proc.wait()
+    return parse_files([str(log)]).runs
+
+
+def test_resolve_that_cannot_plan_says_what_the_window_does_and_only_with_resolve(builds, tmp_path):
+    """A change under what the daemon's spread (or the log's whole-ms print) resolves: the window runs the
+    whole --for, and says so; without --resolve nobody asked, and nothing is said of a 3% change (it was,
+    on every experiment: "a 3% change in ntt_kernels is under what this daemon's spread lets any window
+    resolve")."""
+    from swapctl.experiment.run import Hooks, Settings, _Baseline, _plan
+
+    runs = _stand_in_runs(builds["pageable"], tmp_path, {**STEADY, "jobs": 10})
+    said: list[str] = []
+    hooks = Hooks(say=lambda line, style: said.append(line), show_plan=print, confirm=print, verdict=print,
+                  decide=lambda v: "rollback")
+    for s, line in ((Settings("b", 240), None),
+                    (Settings("b", 240, resolve=0.01), "runs the whole --for (240 s)"),
+                    (Settings("b", 240, proofs=20, resolve=0.01), "runs until B has 20 proofs or the whole --for")):
+        said.clear()
+        base = _Baseline(0, runs, s.proofs, [])
+        _plan(base, s, hooks)
+        if line is None:
+            assert said == [], said
+        else:
+            [one] = said
+            assert "1% change in ntt_kernels is under what" in one and "--resolve cannot plan the window" in one
+            assert line in one and "the verdict says what that window could resolve" in one, one
+            assert base.proofs == s.proofs and base.looks == []

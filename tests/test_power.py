@@ -285,7 +285,9 @@ def test_the_early_looks_and_the_verdict_judge_b_against_the_same_a(monkeypatch)
     monkeypatch.setattr(experiment, "POLL_S", 0.0)
     verdicts: list = []
     hooks = SimpleNamespace(say=lambda line, style: None, verdict=verdicts.append, decide=lambda v: "keep")
-    sw = SimpleNamespace(host=SimpleNamespace(name="lab"), interrupts=Interrupts())  # no Ctrl-C in the swap
+    # no Ctrl-C in the swap; a host whose `date` says nothing: the window's end is the controller's clock
+    host = SimpleNamespace(name="lab", run=lambda cmd, **kw: SimpleNamespace(stdout=""))
+    sw = SimpleNamespace(host=host, interrupts=Interrupts())
     settings = experiment.Settings(binary="b", for_s=60, warmup=1)
     v, decision = experiment._judge(sw, _GrowingLog(text, b), settings, hooks, base, b, None,
                                     SimpleNamespace(new_sha="b" * 64))

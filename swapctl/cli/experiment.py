@@ -1,8 +1,9 @@
 """`swapctl experiment HOST --binary B`: try a build on a host and get a verdict, with the evidence.
 
 The baseline is what the running release did since its last start (its log and GPU samples), measured
-for --baseline first when that holds too few proofs. Then B is deployed as `deploy` does it, runs for
---for or until --proofs N, and its log and samples are compared with the baseline's. B is kept or
+until it has the proofs B's window counts (at most --baseline). Then B is deployed as `deploy` does it,
+runs until it has made --proofs N (12 by default), for --for alone, or for what --resolve plans, at most
+--for, and its log and samples are compared with the baseline's. B is kept or
 rolled back as --then says; Ctrl-C in the window rolls back, never leaves it half decided.
 """
 
@@ -18,7 +19,7 @@ import typer
 from .. import playbook as pb
 from ..errors import BadInput, ExitCode
 from ..experiment import MIN_PROOFS, Verdict
-from ..experiment.run import Hooks, Settings, run
+from ..experiment.run import DEFAULT_PROOFS, Hooks, Settings, run
 from ..remote import connect
 from .common import JsonOpt, PlaybookOpt, err, guarded, out, print_json, select_hosts, text
 from .deploy import _confirm, show_plan
@@ -35,11 +36,16 @@ def seconds(value: str) -> float:
 def experiment(
     host: Annotated[str, typer.Argument(help="One host: a name, user@address:port.")],
     binary: Annotated[str, typer.Option("--binary", "-b", help="The build to try (a local file).")],
-    for_: Annotated[str, typer.Option("--for", help="How long B runs before the verdict (90s, 10m, 1h).")] = "10m",
+    for_: Annotated[str | None, typer.Option(
+        "--for", help="How long B runs at most (90s, 10m, 1h; default 10m); given alone, B runs all of it.")
+    ] = None,
     proofs: Annotated[int | None, typer.Option(
-        "--proofs", help="Or until B has made this many proofs after its --warmup ones.")] = None,
+        "--proofs", min=1, help="End once B has made this many proofs after its --warmup ones (and measure the "
+                                f"baseline until it has as many). Default: {DEFAULT_PROOFS}, unless --for or "
+                                "--resolve is given.")] = None,
     baseline: Annotated[str, typer.Option(
-        "--baseline", help="Measure the running release this long first, if its log since its start is too small.")
+        "--baseline", help="Measure the running release at most this long, while its log since its start "
+                           "holds fewer proofs than B's window counts.")
     ] = "10m",
     min_proofs: Annotated[int, typer.Option("--min-proofs", help="Proofs each side needs for a verdict.")] = MIN_PROOFS,
     warmup: Annotated[int, typer.Option("--warmup", min=0, help="Proofs after a daemon's start left out of the "
@@ -59,7 +65,8 @@ def experiment(
     def checked() -> int:
         if then not in ("keep", "rollback", "ask"):
             raise BadInput(f"--then {then!r}: keep, rollback or ask")
-        s = Settings(binary, seconds(for_), proofs, seconds(baseline), min_proofs, warmup,
+        counted = proofs if proofs or for_ or resolve else DEFAULT_PROOFS  # by default the window counts proofs
+        s = Settings(binary, seconds(for_ or "10m"), counted, seconds(baseline), min_proofs, warmup,
                      percent(resolve) if resolve else None, report, dest)
         return _experiment(host, s, then, playbook, yes, json)
 
@@ -113,8 +120,10 @@ def _show(v: Verdict, as_json: bool) -> None:
     a, b = v.before, v.after
     out.print(text(f"{'':>14}{'before':>12}{'B':>12}"))
     out.print(text(f"{'proofs':>14}{a.proofs:>12}{b.proofs:>12}  (after the warm-up)"))
+    out.print(text(f"{'wall time':>14}{_secs(a.wall_s):>12}{_secs(b.wall_s):>12}"
+                   "  (from the warm-up's end to the window's end)"))
     out.print(text(f"{'proofs/h':>14}{_num(a.proofs_per_hour):>12}{_num(b.proofs_per_hour):>12}"
-                   "  (while proving)"))
+                   "  (proofs over that wall time, idle time included)"))
     out.print(text(f"{'phase share':>14}{_pct(a.phase_share):>12}{_pct(b.phase_share):>12}"))
     for g in sorted(set(a.gpu_busy) | set(b.gpu_busy) | set(a.kernel_share) | set(b.kernel_share)):
         out.print(text(f"{f'GPU {g} busy':>14}{_pct1(a.gpu_busy.get(g)):>12}{_pct1(b.gpu_busy.get(g)):>12}"
@@ -129,6 +138,10 @@ def _show(v: Verdict, as_json: bool) -> None:
 
 def _num(x: float | None) -> str:
     return "-" if x is None else f"{x:,.1f}"
+
+
+def _secs(x: float) -> str:
+    return f"{x:,.0f} s" if x else "-"
 
 
 def _pct(x: float | None) -> str:

@@ -8,6 +8,7 @@ own counters, the GPU phase share and where the time goes, and one line an engin
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
+from datetime import datetime
 from typing import Any
 
 from ..gpu.samples import Sample
@@ -32,8 +33,8 @@ class Side:
 
     proofs: int
     partitions: int
-    wall_s: float
-    proofs_per_hour: float | None  # while proving: over the span of its proofs' lines, not its window
+    wall_s: float  # the wall time its proofs are counted over: from its warm-up's end to its window's end
+    proofs_per_hour: float | None  # its proofs over wall_s (never over the span of its proof lines alone)
     phase_share: float | None
     gpu_busy: dict[str, float | None]
     where: dict[str, dict[str, float]]
@@ -80,27 +81,44 @@ def _unseen(res: float | None | bool) -> str:
     return f"; a change under {res * 100:.1f}% would not show"
 
 
-def side(runs: list[Run], samples: list[Sample]) -> Side:
+def side(runs: list[Run], samples: list[Sample], until: datetime | None = None) -> Side:
+    """One build's figures; with `until` (when its window ended, on the host's clock) proofs/h is over the
+    wall time to then, idle time included, else over the runs' own span (a saved log read alone)."""
     log = Log()
     log.runs = runs
     r = gpu.read(log, "all", samples)
     f = r.figures
-    wall = (f.wall_ms or 0) / 1000
-    proving = sum(run.proving_s or 0 for run in runs)  # the runs' wall time (figures.wall_ms), less any warm-up
+    wall = wall_s(runs, until)
     return Side(proofs=f.jobs, partitions=f.partitions, wall_s=wall,
-                proofs_per_hour=f.jobs / proving * 3600 if proving and f.jobs else None,
+                proofs_per_hour=f.jobs / wall * 3600 if wall and f.jobs else None,
                 phase_share=f.gpu_phase_share, gpu_busy=r.busy(), where={g: v.time for g, v in r.gpus.items()},
                 largest_idle_cause={g: v.largest_idle_cause for g, v in r.gpus.items()},
                 duty_cycle={g: v.duty_cycle for g, v in r.gpus.items()},
                 kernel_share={g: v.kernel_share for g, v in r.gpus.items()})
 
 
+def wall_s(runs: list[Run], until: datetime | None = None) -> float:
+    """The wall time `runs` are read over: each from its warm-up's end (Run.since) or its first line to the
+    next run's first line, the last to `until` (its window's end); without `until`, each run's own span
+    (Run.proving_s). A daemon that proved twice in 0.3 s and then idled 10 minutes is 10 minutes here."""
+    if until is None:
+        return sum(run.proving_s or 0 for run in runs)
+    total = 0.0
+    for run, after in zip(runs, [*runs[1:], None], strict=True):
+        begin = run.since or run.first_ts
+        end = (after.first_ts if after else until) or run.last_ts
+        if begin and end and end > begin:
+            total += (end - begin).total_seconds()
+    return total
+
+
 def verdict(before: list[Run], after: list[Run], samples: list[Sample] | None = None,
-            alpha: float = ALPHA) -> Verdict:
+            alpha: float = ALPHA, ends: tuple[datetime | None, datetime | None] = (None, None)) -> Verdict:
     """B (after) against A (before): every phase with values on both sides, and the headline; a change is
-    significant at `alpha` (ALPHA / LOOKS after a sequential window, whose error rate that keeps)."""
+    significant at `alpha` (ALPHA / LOOKS after a sequential window, whose error rate that keeps). `ends`:
+    when each side's window ended on the host's clock (A's: B's first line), for proofs/h over it."""
     samples = samples or []
-    a, b = side(before, samples), side(after, samples)
+    a, b = side(before, samples, ends[0]), side(after, samples, ends[1])
     names = sorted({n for r in before for n in r.phases} & {n for r in after for n in r.phases})
     phases = {}
     for name in names:
@@ -178,7 +196,7 @@ def headline(a: Side, b: Side, phases: dict[str, Change]) -> str:
     if not moved:
         parts.append("no significant change in any phase")
     if a.proofs_per_hour and b.proofs_per_hour:
-        parts.append(f"proofs/h while proving {(b.proofs_per_hour / a.proofs_per_hour - 1) * 100:+.0f}%")
+        parts.append(f"proofs/h {(b.proofs_per_hour / a.proofs_per_hour - 1) * 100:+.0f}%")
     for label, key, scale in (("GPU busy (SM activity)", "gpu_busy", 1), ("duty cycle", "duty_cycle", 1),
                               ("kernel share (log)", "kernel_share", 100)):
         pair = _both(getattr(a, key), getattr(b, key))

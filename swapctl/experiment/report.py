@@ -56,8 +56,9 @@ def _pct(x: float | None, scale: float = 100) -> str:
 
 def _sides(a: Side, b: Side) -> str:
     rows = [("proofs (after the warm-up)", a.proofs, b.proofs), ("partitions", a.partitions, b.partitions),
-            ("span of the proof lines (s)", f"{a.wall_s:.1f}", f"{b.wall_s:.1f}"),
-            ("proofs per hour while proving (over that span)", _rate(a.proofs_per_hour), _rate(b.proofs_per_hour)),
+            ("wall time (s), from the warm-up's end to the window's end", f"{a.wall_s:.1f}", f"{b.wall_s:.1f}"),
+            ("proofs per hour over that wall time (idle time included)", _rate(a.proofs_per_hour),
+             _rate(b.proofs_per_hour)),
             ("GPU phase share", _pct(a.phase_share), _pct(b.phase_share))]
     for g in sorted(set(a.gpu_busy) | set(b.gpu_busy) | set(a.kernel_share) | set(b.kernel_share)):
         rows.append((f"GPU {g} busy (SM activity, GPM)", _pct(a.gpu_busy.get(g), 1), _pct(b.gpu_busy.get(g), 1)))

@@ -4,11 +4,13 @@ decides (as swapctl.fleet's rollout takes them); nothing here prints or asks."""
 
 from __future__ import annotations
 
+import re
 import signal
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 from .. import playbook as pb
@@ -16,7 +18,7 @@ from ..errors import BadInput, Refused, SwapctlError, UnknownState
 from ..gpu.sampler import start_sampler
 from ..logs.stats import ALPHA
 from ..logs.timings import Run
-from ..remote import Host
+from ..remote import Cmd, Host
 from ..swap import journal
 from ..swap.deploy import Daemon, DeployPlan, Outcome, Swap, samplable
 from ..swap.deploy import deploy as run_deploy
@@ -26,6 +28,12 @@ from .judge import LOOKS, MIN_PROOFS, Verdict, moved, need, verdict, withhold, w
 from .window import Window, side_runs
 
 POLL_S = 2.0
+# The window's proofs when neither --for, --proofs nor --resolve is given: B's window (and the baseline, at
+# most --baseline) ends once it has made this many after its warm-up. The sandbox's stand-in makes ~10 proofs
+# a second back to back and ~0.9 with a 1 s pause between jobs (measured, docs/commands.md); 12 a side give
+# ntt_kernels 48 values each, and the whole experiment fits in two minutes there; a real cuzk (a PoRep in
+# ~90 s) stops at --for's 10 minutes first.
+DEFAULT_PROOFS = 12
 
 
 @dataclass(frozen=True)
@@ -34,8 +42,8 @@ class Settings:
 
     binary: str
     for_s: float  # B's window, or its upper bound with `proofs` or `resolve`
-    proofs: int | None = None  # end once B has made this many
-    baseline_s: float = 600  # measure the running release this long first, if its log holds too few proofs
+    proofs: int | None = None  # end once B has made this many (and measure the baseline until it has them)
+    baseline_s: float = 600  # measure the running release at most this long, if its log holds too few proofs
     min_proofs: int = MIN_PROOFS
     warmup: int = 1  # proofs after a daemon's start left out of the verdict
     resolve: float | None = None  # run B for the proofs that resolve a change this small (0.03: 3%)
@@ -148,32 +156,57 @@ def _finishing(hooks: Hooks, what: str) -> AbstractContextManager[None]:
 
 
 def _baseline(sw: Swap, win: Window, s: Settings, hooks: Hooks) -> _Baseline:
-    """Where the running release's log starts, and its last run (measured for baseline_s first if it is
-    small); with --resolve, the proofs B needs and the looks at which it may end early."""
+    """Where the running release's log starts, and its last run (measured until it has the proofs B's window
+    counts, at most baseline_s); with --resolve, the proofs B needs and the looks at which it may end early."""
     began = sw.catalog().started()
     start = began.offset if began else 0
-    win.fetch()
-    runs = win.runs(start)[-1:]
-    if _counted(runs, s.warmup) < s.min_proofs:
-        hooks.say(f"baseline: {_counted(runs, s.warmup)} proofs since the running release started (after its "
-                  f"--warmup {s.warmup}); measuring it for {s.baseline_s:g} s first", None)
-        time.sleep(s.baseline_s)
-        win.fetch()
-        runs = win.runs(start)[-1:]
+    runs = _measure_baseline(win, start, s, hooks)
     if _counted(runs, s.warmup) < s.min_proofs:  # as the verdict counts them: a baseline it would not judge
         raise Refused(f"baseline too small: {_counted(runs, s.warmup)} proofs from the running release after its "
                       f"--warmup {s.warmup} (need {s.min_proofs}); give it work or a longer --baseline. "
                       f"Nothing changed", host=sw.host.name)
     base = _Baseline(start, runs, s.proofs, [])
-    needed = need(without_warmup(runs, s.warmup)[0], s.resolve or 0.03, LOOKS if s.resolve else 1)
-    if needed:
-        hooks.say(needed.line(), None)
-        if s.resolve and needed.proofs:
-            base.proofs = max(needed.proofs, s.min_proofs)
-            base.looks = [max(s.min_proofs, base.proofs * k // LOOKS) for k in range(1, LOOKS)]
-            hooks.say(f"it ends early at the first of {LOOKS} looks (at {', '.join(map(str, base.looks))} and "
-                      f"{base.proofs} proofs) where a phase moved at alpha {needed.alpha:g}", "dim")
+    _plan(base, s, hooks)
     return base
+
+
+def _measure_baseline(win: Window, start: int, s: Settings, hooks: Hooks) -> list[Run]:
+    """The running release's last run, once it has as many proofs as B's window will count (--proofs, at
+    least --min-proofs) or baseline_s has passed: a busy daemon is watched for as long as its proofs take,
+    not for a fixed 10 minutes."""
+    want = max(s.min_proofs, s.proofs or 0)
+    win.fetch()
+    runs = win.runs(start)[-1:]
+    if _counted(runs, s.warmup) >= want:
+        return runs
+    hooks.say(f"baseline: {_counted(runs, s.warmup)} proofs since the running release started (after its "
+              f"--warmup {s.warmup}); measuring it until it has {want}, for at most {s.baseline_s:g} s", None)
+    deadline = time.monotonic() + s.baseline_s
+    while _counted(runs, s.warmup) < want and time.monotonic() < deadline:
+        time.sleep(min(POLL_S, max(0.0, deadline - time.monotonic())))
+        win.fetch()
+        runs = win.runs(start)[-1:]
+    return runs
+
+
+def _plan(base: _Baseline, s: Settings, hooks: Hooks) -> None:
+    """What B needs to resolve a change: said as a plan where the spread allows one; with --resolve, the
+    window's proofs and looks, or, where no window could resolve it, what the window does instead. Without
+    --resolve nothing is said of a change nobody asked to resolve."""
+    needed = need(without_warmup(base.runs, s.warmup)[0], s.resolve or 0.03, LOOKS if s.resolve else 1)
+    if not needed or not (s.resolve or needed.proofs):
+        return
+    if not needed.proofs:
+        until = f"until B has {s.proofs} proofs or " if s.proofs else ""
+        hooks.say(f"{needed.line()}: --resolve cannot plan the window, so B runs {until}the whole --for "
+                  f"({s.for_s:g} s) and the verdict says what that window could resolve", "yellow")
+        return
+    hooks.say(needed.line(), None)
+    if s.resolve:
+        base.proofs = max(needed.proofs, s.min_proofs)
+        base.looks = [max(s.min_proofs, base.proofs * k // LOOKS) for k in range(1, LOOKS)]
+        hooks.say(f"it ends early at the first of {LOOKS} looks (at {', '.join(map(str, base.looks))} and "
+                  f"{base.proofs} proofs) where a phase moved at alpha {needed.alpha:g}", "dim")
 
 
 def _counted(runs: list[Run], warmup: int) -> int:
@@ -200,11 +233,13 @@ def _judge(sw: Swap, win: Window, s: Settings, hooks: Hooks, base: _Baseline, ne
         finally:
             span.seconds = time.monotonic() - clock
         win.fetch()
+        ends = (next((r.first_ts for r in win.runs(new_start)), None), _host_clock(sw.host))
         before, left_a = without_warmup(base.runs, s.warmup)
         after, left_b = without_warmup(side_runs(win.runs(new_start)), s.warmup)
         hooks.say(f"warm-up: {left_b} proof(s) of B and {left_a} of the build before left out of the verdict "
                   f"(--warmup {s.warmup}: the SRS loads at a daemon's first proof)", None)
-        v = withhold(verdict(before, after, win.samples(), ALPHA / LOOKS if base.looks else ALPHA), s.min_proofs)
+        v = withhold(verdict(before, after, win.samples(), ALPHA / LOOKS if base.looks else ALPHA, ends),
+                     s.min_proofs)
         hooks.verdict(v)
         decision = hooks.decide(v)
     except KeyboardInterrupt:
@@ -234,6 +269,7 @@ def _watch(win: Window, start: int, s: Settings, base: _Baseline, hooks: Hooks) 
     baseline = without_warmup(base.runs, s.warmup)[0]
     deadline = time.monotonic() + s.for_s
     base_p50 = _ntt_p50(base.runs[-1])
+    quiet = _Quiet(_quiet_after(base.runs[-1]))
     while time.monotonic() < deadline:
         time.sleep(min(POLL_S, max(0.0, deadline - time.monotonic())))
         win.fetch()
@@ -241,8 +277,12 @@ def _watch(win: Window, start: int, s: Settings, base: _Baseline, hooks: Hooks) 
         judged, warm = without_warmup(side_runs(runs), s.warmup)
         done = sum(r.jobs for r in judged)  # as the plan and the verdict count B's proofs: after its warm-up
         ntt = _ntt_p50(runs[-1]) if runs else None
-        hooks.say(f"window: {done} proofs (and {warm} warm-up), ntt_kernels p50 {_ms(ntt)} (baseline "
+        of = f" ({base.proofs} end it)" if base.proofs is not None else ""
+        hooks.say(f"window: {done} proofs (and {warm} warm-up){of}, ntt_kernels p50 {_ms(ntt)} (baseline "
                   f"{_ms(base_p50)}){_busy(win)}, {max(0.0, deadline - time.monotonic()):.0f} s left", "dim")
+        if line := quiet.seen(done + warm, time.monotonic()):
+            hooks.say(f"window: {line}; it goes on until {'its proofs or ' if base.proofs else ''}--for ends",
+                      "yellow")
         if base.proofs is not None and done >= base.proofs:
             return
         if looks and done >= looks[0]:
@@ -252,6 +292,40 @@ def _watch(win: Window, start: int, s: Settings, base: _Baseline, hooks: Hooks) 
             if phase:
                 hooks.say(f"window: {phase} moved at {done} proofs (a look of {LOOKS}): ending early", None)
                 return
+
+
+QUIET_S = 60.0  # no proof this long, where the baseline's own gaps are unknown: the window says so
+
+
+def _quiet_after(run: Run) -> tuple[float, str]:
+    """How long without a proof is worth a line: 3x the baseline's median gap between its proofs (at least
+    3 polls), else QUIET_S; and why, in words."""
+    ends = run.job_ends
+    gaps = sorted((b - a).total_seconds() for a, b in zip(ends, ends[1:], strict=False))
+    if not gaps:
+        return QUIET_S, f"{QUIET_S:.0f} s"
+    gap = gaps[len(gaps) // 2]
+    return max(3 * POLL_S, 3 * gap), f"3x the baseline's median gap between proofs, {gap:.1f} s"
+
+
+@dataclass
+class _Quiet:
+    """Says once that B has made no proof for a while (a daemon with no work, or a stuck one)."""
+
+    after: tuple[float, str]
+    count: int = 0
+    since: float | None = None
+    said: bool = False
+
+    def seen(self, count: int, now: float) -> str | None:
+        if self.since is None or count != self.count:
+            self.count, self.since = count, now
+            return None
+        if self.said or now - self.since < self.after[0]:
+            return None
+        self.said = True
+        return (f"no proof from B for {now - self.since:.0f} s (over {self.after[1]}): it has no work, or it "
+                f"is stuck")
 
 
 def _busy(win: Window) -> str:
@@ -266,6 +340,17 @@ def _busy(win: Window) -> str:
 
 def _ms(v: float | None) -> str:
     return "-" if v is None else f"{v:,.0f} ms"
+
+
+def _host_clock(host: Host) -> datetime:
+    """When the window ended on the host's clock, which dates B's log lines (`date +%s.%N`; a date without
+    %N prints it as is, and whole seconds are read); the controller's clock where the host says no time."""
+    try:
+        said = host.run(Cmd("date", "+%s.%N"), timeout=20, check=False).stdout.strip()
+    except SwapctlError:
+        said = ""
+    m = re.fullmatch(r"(\d{1,12})(\.\d{1,9})?\S*", said)
+    return datetime.fromtimestamp(float(m[1] + (m[2] or "")), UTC) if m else datetime.now(UTC)
 
 
 def _restore(sw: Swap, baseline: Daemon) -> str:
