@@ -14,6 +14,7 @@ import socket
 import subprocess
 import textwrap
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -178,26 +179,46 @@ child_linger_ms = {child_linger_ms}
 
 def prover_config(memory_mib: int = 32, jobs: int = 1, start_delay_ms: int = 0, ignore_sigterm: bool = False,
                   child_hold_mib: int = 0, child_linger_ms: int = 0, partitions: int = 2, partition_mib: int = 4,
-                  synth_ms: int = 5, gpu_ms: int = 5) -> str:
-    return PROVER_CONFIG.format(
+                  synth_ms: int = 5, gpu_ms: int = 5, job_interval_ms: int = 0, status_listen: str = "") -> str:
+    """The stand-in's config; `jobs = -1` with a `job_interval_ms` is its steady mode (a job, its proof, a
+    pause, the next), `status_listen` serves cuzk's GET /status. Those two lines only when given."""
+    text = PROVER_CONFIG.format(
         memory_mib=memory_mib, jobs=jobs, start_delay_ms=start_delay_ms,
         ignore_sigterm=str(ignore_sigterm).lower(), child_hold_mib=child_hold_mib,
         child_linger_ms=child_linger_ms, partitions=partitions, partition_mib=partition_mib,
         synth_ms=synth_ms, gpu_ms=gpu_ms)
+    text += f"job_interval_ms = {job_interval_ms}\n" if job_interval_ms else ""
+    return text + (f'status_listen = "{status_listen}"\n' if status_listen else "")
+
+
+# The sandbox's daemon proves steadily, fed by itself as a Curio with a pause between its tasks would feed it:
+# a proof of about 1.7 s (4 partitions: 50 ms of synthesis, a busy CPU; 400 ms "on the GPU", a sleep), then
+# 1 s with none in flight. A proof is in flight most of the time (a deploy's plan names it, a drain waits for
+# it) and the drain finds its pause; the daemon costs about a tenth of one core.
+def sandbox_config(status_port: int) -> str:
+    """The sandbox daemon's cuzk.toml: steady proofs, its status on 127.0.0.1:`status_port`."""
+    return prover_config(memory_mib=256, jobs=-1, job_interval_ms=1000, partitions=4, partition_mib=32,
+                         synth_ms=50, gpu_ms=400, status_listen=f"127.0.0.1:{status_port}")
 
 
 def start_daemon(binary: Path, config: Path, log: Path, cwd: Path) -> int:
     """Starts the prover the way an engineer does by hand (`nohup ... &`); returns its pid once ready."""
     proc = subprocess.Popen([str(binary), "--config", str(config)], stdout=open(log, "ab"),
                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=cwd, start_new_session=True)
-    deadline = time.monotonic() + 30
+    wait_ready(log, proc.poll)
+    return proc.pid
+
+
+def wait_ready(log: Path, exited: Callable[[], int | None], timeout: float = 30) -> None:
+    """Until the daemon logs `cuzk-daemon ready` in `log`; BadInput when it exits first or never does."""
+    deadline = time.monotonic() + timeout
     while "cuzk-daemon ready" not in log.read_text(errors="replace"):
-        if proc.poll() is not None or time.monotonic() > deadline:
+        code = exited()
+        if code is not None or time.monotonic() > deadline:
             tail = log.read_text(errors="replace")[-400:].strip().splitlines()[-1:]
-            state = f"exited {proc.returncode}" if proc.returncode is not None else "not ready in 30 s"
+            state = f"exited {code}" if code is not None else f"not ready in {timeout:.0f} s"
             raise BadInput(f"the sandbox prover {state} ({' '.join(tail)}); see {log}")
         time.sleep(0.02)
-    return proc.pid
 
 
 def has_history(base: Path) -> bool:
@@ -213,37 +234,65 @@ class Up:
     note: str = ""
 
 
-def up(base: Path, port: int = 40612, fresh: bool = False) -> Up:
-    """Starts the sandbox (sshd + a hand-started prover) and writes its playbook. A sandbox deployed to
-    before keeps its host's data (releases, journal, the current build) unless `fresh`; a playbook the user
-    has edited is never lost (write_playbook)."""
+MAX_HOSTS = 8
+
+
+def status_port(port: int, hosts: int = 1) -> int:
+    """Where the sandbox daemons serve cuzk's GET /status: the port after the last sshd's (each host of
+    several on its own loopback, in a network namespace of its own: sandbox_hosts)."""
+    return port + hosts
+
+
+def up(base: Path, port: int = 40612, fresh: bool = False, hosts: int = 1) -> Up:
+    """Starts the sandbox (sshd + a hand-started prover that proves steadily, or `hosts` of them, a farm)
+    and writes its playbook. A sandbox deployed to before keeps its hosts' data (releases, journal, the
+    current build) unless `fresh`; a playbook the user has edited is never lost (write_playbook)."""
+    from . import sandbox_hosts  # it builds on this module's parts
+
+    if not 1 <= hosts <= MAX_HOSTS:
+        raise BadInput(f"--hosts must be 1 to {MAX_HOSTS}, not {hosts}")
     down(base)
     base = base.resolve()
-    if holder := port_holder(port):  # before anything of the old sandbox is removed
-        raise Refused(f"port {port} is taken by {holder}: stop it, or pick another with --port")
-    keep = not fresh and has_history(base)
+    taken = [port + i for i in range(hosts)] + ([status_port(port)] if hosts == 1 else [])
+    for p in taken:  # before anything of the old sandbox is removed
+        if holder := port_holder(p):
+            raise Refused(f"port {p} is taken by {holder}: stop it, or pick another with --port "
+                          f"(the sandbox uses {port} to {taken[-1]})")
+    datas = [base / "data", *(base / f"data-{i}" for i in range(2, hosts + 1))]
+    keep = [not fresh and (d / ".swapctl").is_dir() for d in datas]
     for child in base.iterdir() if base.exists() else ():
-        if keep and child.name in ("data", "builds") or child.name.startswith(PLAYBOOK_FILES):
+        if child in datas and keep[datas.index(child)] or child.name == "builds" and any(keep) \
+                or child.name.startswith(PLAYBOOK_FILES):
             continue
         shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
+    build_prover(base / "builds" / "prover-a", TIMING="1", TAG="a")
+    build_prover(base / "builds" / "prover-b", TIMING="1", TAG="b", PINNED="1")
+    for data, kept in zip(datas, keep, strict=True):
+        data.mkdir(parents=True, exist_ok=True)
+        if not kept:  # the first daemon: build A; a kept host starts what its binary path runs now
+            shutil.copy(base / "builds" / "prover-a", data / "cuzk")
+        # written each time: its status port follows --port (docs/guide.md says how to change its load)
+        (data / "cuzk.toml").write_text(sandbox_config(status_port(port, hosts)))
+    if hosts == 1:
+        _up_one(base, port)
+        text = examples.render("sandbox", SANDBOX=str(base), PORT=str(port), STATUS_PORT=str(status_port(port)))
+    else:
+        text = sandbox_hosts.start(base, port, datas)
+    # playbooks/sandbox.toml, the example people read, is the playbook the sandbox runs with
+    return write_playbook(base, text, fresh)
+
+
+def _up_one(base: Path, port: int) -> None:
+    """The one sandbox host: sshd on 127.0.0.1:`port` and the prover started by hand behind it."""
     data = base / "data"
     server = make_server(base / "sshd", port=port, data=data)
-    data.mkdir(parents=True, exist_ok=True)
     server.start(detach=True)
     if server.proc is None or server.proc.poll() is not None:  # the banner came from another server
         log = (base / "sshd" / "sshd.log").read_text(errors="replace").strip().splitlines()[-1:] or ["?"]
         raise Refused(f"the sandbox's sshd on port {port} exited: {log[0]} ({port_holder(port) or 'see sshd.log'})")
     server.trust()
-    build_prover(base / "builds" / "prover-a", TIMING="1", TAG="a")
-    build_prover(base / "builds" / "prover-b", TIMING="1", TAG="b", PINNED="1")
-    if not keep:  # the first daemon: build A; a kept host starts what its binary path runs now
-        shutil.copy(base / "builds" / "prover-a", data / "cuzk")
-        (data / "cuzk.toml").write_text(prover_config(memory_mib=256, jobs=3, partitions=4, partition_mib=32,
-                                                      synth_ms=20, gpu_ms=20))
     pid = start_daemon(data / "cuzk", data / "cuzk.toml", data / "cuzk.log", data)
     (base / "daemon.pid").write_text(str(pid))
-    # playbooks/sandbox.toml, the example people read, is the playbook the sandbox runs with
-    return write_playbook(base, examples.render("sandbox", SANDBOX=str(base), PORT=str(server.port)), fresh)
 
 
 PLAYBOOK_FILES = ("swapctl.toml", ".swapctl.toml")  # the playbook, its record, the copies beside it
@@ -306,13 +355,39 @@ def port_holder(port: int) -> str:
     return "an unknown process"
 
 
-def down(base: Path) -> None:
-    """Stops the sandbox's sshd and every process running from its data directory."""
-    pid_file = base / "sshd" / "sshd.pid"
-    if pid_file.exists():
+def down(base: Path, timeout: float = 10) -> None:
+    """Stops the sandbox's sshd (each host's, with all that runs in its namespaces) and every process
+    running from its data directory, and returns once they are gone (BadInput past `timeout`)."""
+    pids = []
+    for pid_file in sorted(base.glob("sshd*/sshd.pid")):
         try:
-            os.kill(int(pid_file.read_text()), signal.SIGTERM)
+            pids.append(int(pid_file.read_text()))
+            os.kill(pids[-1], signal.SIGTERM)
         except (ProcessLookupError, ValueError):
             pass
     if (base / "data").exists():
-        subprocess.run(["pkill", "-KILL", "-f", str((base / "data").resolve())], check=False)
+        path = str((base / "data").resolve())
+        found = subprocess.run(["pgrep", "-f", path], capture_output=True, text=True, check=False).stdout
+        pids += [int(p) for p in found.split() if int(p) != os.getpid()]
+        subprocess.run(["pkill", "-KILL", "-f", path], check=False)
+    deadline = time.monotonic() + timeout
+    while alive := [p for p in pids if _running(p)]:
+        if time.monotonic() > deadline:
+            raise BadInput(f"the sandbox's processes {alive} still run {timeout:.0f} s after `sandbox down`")
+        time.sleep(0.02)
+
+
+def _running(pid: int) -> bool:
+    """Some thread of the process is not yet a zombie: a killed daemon's leader is one while its other
+    threads still exit, and they hold its sockets (its status port) until the last is gone."""
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return False
+    for task in tasks:
+        try:
+            if (task / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                return True
+        except (OSError, IndexError):
+            continue
+    return False

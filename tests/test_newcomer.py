@@ -76,7 +76,7 @@ def test_sandbox_up_again_keeps_a_playbook_the_user_edited_and_fresh_saves_it_be
     try:
         assert swapctl("sandbox", "up", "--dir", str(sandbox), "--port", str(port)).returncode == 0
         playbook = sandbox / "swapctl.toml"
-        ours = examples.render("sandbox", SANDBOX=str(sandbox.resolve()), PORT=str(port))
+        ours = examples.render("sandbox", SANDBOX=str(sandbox.resolve()), PORT=str(port), STATUS_PORT=str(port + 1))
         assert playbook.read_text() == ours
         mine = ours.replace("stop_grace_s = 10", "stop_grace_s = 30  # mine") + '\n[rollout]\ncanary = 1\n'
         playbook.write_text(mine)
@@ -99,7 +99,8 @@ def test_sandbox_up_again_keeps_a_playbook_the_user_edited_and_fresh_saves_it_be
         other = free_port()  # the sandbox's own playbook, unedited, follows the sandbox: no line, no copy
         r = swapctl("sandbox", "up", "--dir", str(sandbox), "--port", str(other))
         assert r.returncode == 0 and "kept " not in r.stdout and "saved " not in r.stdout, r.stdout
-        assert playbook.read_text() == examples.render("sandbox", SANDBOX=str(sandbox.resolve()), PORT=str(other))
+        assert playbook.read_text() == examples.render("sandbox", SANDBOX=str(sandbox.resolve()), PORT=str(other),
+                                                    STATUS_PORT=str(other + 1))
         assert list(sandbox.glob("swapctl.toml.edited-*")) == [saved]  # the user's saved copy outlives ups
     finally:
         swapctl("sandbox", "down", "--dir", str(sandbox))

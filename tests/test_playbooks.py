@@ -16,7 +16,7 @@ from swapctl.playbook import examples
 from lab import free_port, prover_config, swapctl, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
-SANDBOX = {"SANDBOX": "/srv/sandbox", "PORT": "40612"}
+SANDBOX = {"SANDBOX": "/srv/sandbox", "PORT": "40612", "STATUS_PORT": "40613"}
 
 
 @pytest.fixture(autouse=True)
@@ -45,7 +45,7 @@ def test_init_example_writes_it(name, tmp_path):
     assert r.returncode == 0, r.stderr
     written = (tmp_path / "swapctl.toml").read_text()
     sandbox_dir = str(Path(".sandbox").resolve())  # `swapctl sandbox up`'s default, from where it ran
-    assert written == examples.render(name, SANDBOX=sandbox_dir, PORT="40612")
+    assert written == examples.render(name, SANDBOX=sandbox_dir, PORT="40612", STATUS_PORT="40613")
     pb.load(tmp_path / "swapctl.toml")
 
 
@@ -157,7 +157,8 @@ def test_the_sandbox_runs_with_its_example_and_deploys(tmp_path):
     try:
         assert r.returncode == 0, r.stderr
         playbook = sandbox / "swapctl.toml"
-        assert playbook.read_text() == examples.render("sandbox", SANDBOX=str(sandbox.resolve()), PORT=str(port))
+        assert playbook.read_text() == examples.render("sandbox", SANDBOX=str(sandbox.resolve()), PORT=str(port),
+                                                        STATUS_PORT=str(port + 1))
         r = swapctl("deploy", "sandbox", "--binary", str(sandbox / "builds" / "prover-b"), "--yes", "--json",
                     "-p", str(playbook))
         assert r.returncode == 0, r.stderr

@@ -80,7 +80,8 @@ def init(
             body = from_running(from_host, match, user)
         elif example is not None:
             # the sandbox's example names `swapctl sandbox up`'s default directory and port
-            body = examples.render(example, SANDBOX=str(Path(".sandbox").resolve()), PORT="40612")
+            body = examples.render(example, SANDBOX=str(Path(".sandbox").resolve()), PORT="40612",
+                                       STATUS_PORT="40613")
         else:
             body = TEMPLATE.format(address=address, port=port)
         if target.exists() and not force:

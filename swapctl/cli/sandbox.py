@@ -21,17 +21,27 @@ def up(dir: DirOpt = Path(".sandbox"), port: Annotated[int, typer.Option(help="s
        fresh: Annotated[bool, typer.Option("--fresh", help=(
            "Forget the sandbox's releases and journal, and write its playbook again (an edited one is saved "
            "beside it first)."))] = False,
+       hosts: Annotated[int, typer.Option("--hosts", help=(
+           "How many sandbox hosts (1 to 8): more than one is a farm in the group `farm`, sshd on PORT, "
+           "PORT+1, ..., each host in namespaces of its own (needs root)."))] = 1,
        ) -> None:
-    """Start the sandbox: sshd on 127.0.0.1:PORT, the prover started by hand, and a playbook."""
+    """Start the sandbox: sshd on 127.0.0.1:PORT, a prover started by hand that proves steadily, a playbook."""
 
     def run() -> int:
         kept = not fresh and sb.has_history(dir)
-        done = sb.up(dir, port, fresh=fresh)
-        out.print(text(f"sandbox up: host `sandbox` at 127.0.0.1:{port}, playbook {done.playbook}"), soft_wrap=True)
+        done = sb.up(dir, port, fresh=fresh, hosts=hosts)
+        if hosts == 1:
+            out.print(text(f"sandbox up: host `sandbox` at 127.0.0.1:{port}, playbook {done.playbook}"),
+                      soft_wrap=True)
+        else:
+            out.print(text(f"sandbox up: {hosts} hosts in group `farm` (sandbox, sandbox-2, ...) at 127.0.0.1:"
+                           f"{port}-{port + hosts - 1}, playbook {done.playbook}"), soft_wrap=True)
         if done.note:
             out.print(text(done.note), soft_wrap=True)  # paths whole, for a copy and paste
         if kept:
             out.print(text("kept its releases and journal from before (`history sandbox`; `--fresh` forgets them)"))
+        out.print(text(f"its daemon proves steadily (a proof about every 3 s), its status on 127.0.0.1:"
+                       f"{sb.status_port(port, hosts)}{' in each host' if hosts > 1 else ''}"), soft_wrap=True)
         out.print(text(f"builds to deploy: {dir.resolve() / 'builds'}/prover-b"))
         return 0
 

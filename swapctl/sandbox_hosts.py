@@ -1,0 +1,123 @@
+"""`sandbox up --hosts N`: N sandbox hosts on one machine, a small farm in one playbook with a group.
+
+Every host is what a GPU box is to swapctl: the same paths, its own processes, its own 127.0.0.1. Each
+runs in namespaces of its own (network, mount, PID: `unshare`, as root): its data directory is bound onto
+the sandbox's one `data/` path, so the playbook's one [daemon] table fits every host, as on a real farm;
+its `ps` shows only its own daemon; its daemon's status port is its own loopback's. Its sshd cannot listen
+in the root network, so the host's init (PID 1 of its namespace) takes connections on a socket bound
+outside and runs `sshd -i` (OpenSSH's inetd mode) for each, as Debian's ssh.socket did.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from .errors import Refused
+from .playbook import examples
+from .remote.ssh import wait_for_banner
+from .sandbox import SshServer, make_server, sshd_path, status_port, wait_ready
+
+GROUP = "farm"
+
+# PID 1 of a sandbox host: its loopback up, its data directory in place, then an inetd for its sshd. As
+# init does, it reaps every orphan (the daemon, started with nohup, ends up here).
+HOST_INIT = textwrap.dedent("""
+    import fcntl, os, socket, struct, subprocess, sys, threading, time
+    fd, data, target, log, *sshd = sys.argv[1:]
+    with socket.socket() as s:  # `ip link set lo up`, with no iproute2: SIOCGIFFLAGS, then SIOCSIFFLAGS | IFF_UP
+        flags = struct.unpack("16sH22x", fcntl.ioctl(s, 0x8913, struct.pack("16sH22x", b"lo", 0)))[1]
+        fcntl.ioctl(s, 0x8914, struct.pack("16sH22x", b"lo", flags | 1))
+    if data != target:
+        subprocess.run(["mount", "--bind", data, target], check=True)
+    def reap():
+        while True:
+            try:
+                os.wait()
+            except ChildProcessError:
+                time.sleep(0.2)
+    threading.Thread(target=reap, daemon=True).start()
+    listener = socket.socket(fileno=int(fd))
+    errors = open(log, "ab")
+    while True:
+        conn, _ = listener.accept()
+        subprocess.Popen([*sshd, "-i"], stdin=conn, stdout=conn, stderr=errors)
+        conn.close()
+""")
+
+# The engineer's own hands on the host: the daemon started in the background, as on a GPU box.
+START_BY_HAND = 'cd "$1" && nohup "$2" --config "$3" >>"$4" 2>&1 </dev/null &'
+
+
+def start(base: Path, port: int, datas: list[Path]) -> str:
+    """Starts one host per data directory (sshd on 127.0.0.1:port, port+1, ...), each with its daemon
+    started by hand; returns the farm's playbook text."""
+    servers: list[SshServer] = []
+    for i, data in enumerate(datas):
+        first = servers[0] if servers else None
+        server = make_server(base / ("sshd" if i == 0 else f"sshd-{i + 1}"), port=port + i, data=data,
+                             client_key=first.client_key if first else None,
+                             known_hosts=first.known_hosts if first else None)
+        _start_host(server, base / "data")
+        server.trust()
+        servers.append(server)
+        server.exec(START_BY_HAND, str(base / "data"), str(base / "data" / "cuzk"), str(base / "data" / "cuzk.toml"),
+                    str(base / "data" / "cuzk.log"))
+        wait_ready(data / "cuzk.log", lambda: None)
+    return playbook(base, port, len(datas))
+
+
+def _start_host(server: SshServer, target: Path) -> None:
+    """The host's namespaces and its init, which serves sshd on the socket bound here, in the root network."""
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listener.bind((server.address, server.port))
+    except OSError as exc:
+        raise Refused(f"the sandbox host's port {server.port} cannot be bound: {exc.strerror}") from None
+    listener.listen(64)
+    sshd = [sshd_path(), "-e", "-f", str(server.config())]
+    argv = ["unshare", "--net", "--mount", "--pid", "--fork", "--kill-child", "--mount-proc",
+            sys.executable, "-c", HOST_INIT, str(listener.fileno()), str(server.data), str(target),
+            str(server.dir / "sshd.log"), *sshd]
+    Path("/run/sshd").mkdir(exist_ok=True)  # privilege separation directory
+    with listener:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=open(server.dir / "init.log", "ab"), pass_fds=(listener.fileno(),),
+                                start_new_session=True)
+    (server.dir / "sshd.pid").write_text(str(proc.pid))
+    try:
+        wait_for_banner(server.address, server.port, timeout=15)
+    except TimeoutError:
+        why = (server.dir / "init.log").read_text(errors="replace").strip().splitlines()[-1:] or ["?"]
+        raise Refused(f"sandbox host on port {server.port} did not start: {why[0]} "
+                      f"(a farm needs root and unshare; see {server.dir}/init.log)") from None
+
+
+def playbook(base: Path, port: int, hosts: int) -> str:
+    """The sandbox's playbook with `hosts` hosts (sandbox, sandbox-2, ...) in the group `farm`, and a
+    rollout that shows a canary, its pause and a failure budget."""
+    one = examples.render("sandbox", SANDBOX=str(base), PORT=str(port), STATUS_PORT=str(status_port(port, hosts)))
+    table = re.search(r"^\[hosts\.sandbox\]\n(?:[^\[\n].*\n)*", one, re.M)
+    assert table, "playbooks/sandbox.toml has a [hosts.sandbox] table"
+    names = ["sandbox", *(f"sandbox-{i}" for i in range(2, hosts + 1))]
+    tables = [table.group(0).replace("[hosts.sandbox]", f"[hosts.{name}]").replace(f"port = {port}\n",
+                                                                                  f"port = {port + i}\n")
+              for i, name in enumerate(names)]
+    rollout = textwrap.dedent(f"""\
+
+        [groups]
+        {GROUP} = [{", ".join(f'"{n}"' for n in names)}]   # `swapctl deploy @{GROUP}`: rolling, the canary first
+
+        [rollout]
+        canary = 1                         # sandbox alone first; if it fails, no other host is touched
+        canary_wait_s = 10                 # then it proves for 10 s (its readiness and first partitions shown)
+        parallel = 1                       # then one host at a time
+        max_fail = 1                       # the second failure starts no new host
+        """)
+    return one.replace(table.group(0), "\n".join(tables) + rollout)
+
