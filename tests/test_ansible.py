@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from loadgen import LoadGen
 
 from lab import NetnsLab, prover_config, swapctl, wait_until
 from test_deploy import sha
@@ -95,7 +96,12 @@ def test_the_modules_swap_script_inputs_are_swapctl_deploys(collection):
         return {k: v.value if isinstance(v, (Secret, engine.Secret)) else str(v) for k, v in d.items()}
 
     # the one difference: the journal line's `by` says the module wrote it (swapctl's own: user@host)
-    assert plain(ours) == {**plain(theirs), "j_by": f"ansible {theirs['j_by']}"}
+    assert set(ours) == set(theirs)
+    # with no Curio nodes neither side cordons (empty cordon_nodes), and swap.sh reads the cordon's other
+    # inputs only with a cordon (swap.sh's `[ -n "$cordon_nodes" ]`): the module never cordons
+    unread = set(engine.CORDON) - {"cordon_nodes"}
+    assert {k: v for k, v in plain(ours).items() if k not in unread} == \
+        {k: v for k, v in {**plain(theirs), "j_by": f"ansible {theirs['j_by']}"}.items() if k not in unread}
 
 
 def test_the_module_calls_the_daemon_what_swapctl_status_does(collection):
@@ -168,19 +174,25 @@ def inventory(farm, prover, tmp_path):
         s.exec("cd /data && setsid ./cuzk --config /data/cuzk.toml >> /data/cuzk.log 2>&1 < /dev/null &")
     for s in farm.servers:
         wait_until(lambda s=s: "ready" in (s.data / "cuzk.log").read_text(errors="replace"), what="ready")
+    yield export(farm, tmp_path)
+    for s in farm.servers:
+        s.exec(f"pkill -9 -f {DAEMON}; true", check=False)
+
+
+def export(farm, tmp_path, daemon: str = "") -> Path:
+    """`swapctl export-ansible` of the farm's swapctl playbook (with `daemon`: more [daemon] lines) into
+    tmp_path/ansible, as a farm's operator runs it; returns the inventory's path."""
     book = tmp_path / "farm.toml"
     book.write_text("".join(s.playbook(name=f"gpu-{i}") + "\n" for i, s in enumerate(farm.servers)) +
                     '[daemon]\nbinary = "/data/cuzk"\nargs = ["--config", "/data/cuzk.toml"]\nmatch = "/data/cuzk"\n'
                     'log = "/data/cuzk.log"\nready_timeout_s = 20\nstop_grace_s = 5\nsecret_env = ["CUZK_API_TOKEN"]\n'
-                    f'[daemon.env]\nCUZK_API_TOKEN = "{SECRET}"\nRUST_LOG = "info"\n\n[memory]\n'
+                    f'{daemon}[daemon.env]\nCUZK_API_TOKEN = "{SECRET}"\nRUST_LOG = "info"\n\n[memory]\n'
                     "release_timeout_s = 20\n")
     r = swapctl("export-ansible", str(tmp_path / "ansible"), "-p", str(book))
     assert r.returncode == 0, r.stderr
     inv = tmp_path / "ansible" / "inventory.ini"
     inv.write_text(inv.read_text() + f"\n[cuzk:vars]\nansible_python_interpreter={shutil.which('python3')}\n")
-    yield inv
-    for s in farm.servers:
-        s.exec(f"pkill -9 -f {DAEMON}; true", check=False)
+    return inv
 
 
 def play(collection, inventory, tmp_path, *extra: str, builds: dict[int, Path], sha256: dict[int, str],
@@ -223,6 +235,56 @@ def test_check_mode_changes_nothing(farm, inventory, collection, tmp_path, prove
         assert running(s) == [sha(prover)] and journal(s) == []
         assert not (s.data / ".swapctl" / "cuzk" / "releases").exists() and not (s.data / "cuzk.new").exists()
         assert (s.data / "cuzk.log").stat().st_size == size and (s.data / "cuzk").is_file()
+
+
+def test_check_mode_on_a_host_swapped_before_says_what_it_would_swap_and_changes_nothing(
+        farm, inventory, collection, tmp_path, prover, prover_b):
+    """farm.yml ran before, so /data/cuzk.new still holds build B; in check mode the copy of build A did not run:
+    the dry run is the swap to A, not a sha256 mismatch, and the host is left as it was."""
+    s = farm.servers[0]
+    r = play(collection, inventory, tmp_path, "--limit", "gpu-0", builds={0: prover_b}, sha256={0: sha(prover_b)})
+    assert r.returncode == 0, r.stdout[-3000:]
+    before = journal(s)
+    r = play(collection, inventory, tmp_path, "--check", "--limit", "gpu-0", builds={0: prover},
+             sha256={0: sha(prover)})
+    assert r.returncode == 0, r.stdout[-3000:]
+    assert '"outcome": "dry-run"' in r.stdout and "not the build meant" not in r.stdout
+    assert re.search(rf'"to": "{sha(prover)[:12]}"', r.stdout), r.stdout[-3000:]
+    assert "in check mode the copy before this task did not run" in r.stdout + r.stderr  # said, as a warning
+    assert running(s) == [sha(prover_b)] and journal(s) == before and sha(s.data / "cuzk.new") == sha(prover_b)
+
+
+def test_export_ansibles_drain_settings_run_unchanged_and_the_farm_play_drains_losing_no_proof(
+        farm, inventory, collection, tmp_path, prover, prover_b):
+    """A farm whose playbook says stop = "drain" (export-ansible writes status_url, stop, drain_timeout_s into
+    swapctl_daemon): the module takes them and swap.sh drains before the stop, as `swapctl deploy` does
+    (test_drain.py); Curio's proof in flight when the play starts is finished, not lost."""
+    s, port, status = farm.servers[0], 9820, 9821  # each namespace host has ports of its own
+    s.exec(f"pkill -9 -f {DAEMON}; true", check=False)
+    wait_until(lambda: not daemons(s), what="the daemon gone")
+    (s.data / "cuzk.toml").write_text(
+        prover_config(memory_mib=8, jobs=0, partitions=3, partition_mib=1, synth_ms=300, gpu_ms=150) +
+        f'listen = "{s.address}:{port}"\nstatus_listen = "127.0.0.1:{status}"\nsrs_load_ms = 100\n')
+    s.exec("cd /data && setsid ./cuzk --config /data/cuzk.toml >> /data/cuzk.log 2>&1 < /dev/null &")
+    url = f"http://127.0.0.1:{status}/status"
+    wait_until(lambda: s.exec(f"python3 -c 'import urllib.request as u; u.urlopen(\"{url}\", timeout=2)'",
+                              check=False).returncode == 0, what="the status endpoint")
+    inv = export(farm, tmp_path, f'status_url = "{url}"\nstop = "drain"\ndrain_timeout_s = 30\n')
+    gen = LoadGen(f"{s.address}:{port}", 1, gap_s=3).start()  # Curio: a proof, then a pause for the next task
+    try:
+        wait_until(lambda: any(j.started for j in gen.jobs), what="a proof to start")
+        r = play(collection, inv, tmp_path, "--limit", "gpu-0", builds={0: prover_b}, sha256={0: sha(prover_b)})
+        assert r.returncode == 0, r.stdout[-3000:]
+        gen.wait_done(gen.counts()["done"] + 1)  # the new build proves what comes next
+    finally:
+        gen.stop()
+    counts = gen.counts()
+    assert counts["lost"] == 0 and counts["failed"] == 0 and counts["done"] >= 2, counts
+    line = journal(s)[-1]
+    assert line["outcome"] == "deployed" and line["lost"] == 0 and line["in_flight_at_stop"] == []
+    assert line["drain_s"] >= 0 and '"drain_s": ' in r.stdout  # the module's result shows the drain too
+    assert "received SIGINT, shutting down" in (s.data / "cuzk.log").read_text(errors="replace")
+    assert running(s) == [sha(prover_b)]
 
 
 def test_a_secret_never_shows_in_ansibles_output_or_the_hosts_command_lines(
@@ -378,6 +440,7 @@ def test_export_ansible_writes_the_playbooks_hosts_and_daemon_as_inventory_and_g
                     'become = "sudo"\n[hosts.gpu-b]\naddress = "10.0.0.6"\nhost_key_policy = "accept-new"\n'
                     '[groups]\n"rack-1" = ["gpu-a"]\n[daemon]\nbinary = "/data/cuzk"\nlog = "/data/cuzk.log"\n'
                     'args = ["--config", "/data/cuzk.toml"]\nready_timeout_s = 300\nsecret_env = ["KEY"]\n'
+                    'user = "cuzk"\n'
                     '[daemon.env]\nKEY = "s3cret"\nRUST_LOG = "debug"\n[memory]\nmin_available_gib = 64\n'
                     '[rollout]\ncanary = 1\nparallel = 4\nmax_fail = "10%"\n')
     r = swapctl("export-ansible", str(tmp_path / "out"), "-p", str(book))
@@ -386,7 +449,8 @@ def test_export_ansible_writes_the_playbooks_hosts_and_daemon_as_inventory_and_g
     assert "StrictHostKeyChecking=accept-new" in inv and "[rack_1]\ngpu-a" in inv
     gv = yaml.safe_load((tmp_path / "out/group_vars/cuzk/swapctl.yml").read_text())
     assert gv["swapctl_daemon"] == {"binary": "/data/cuzk", "args": ["--config", "/data/cuzk.toml"],
-                                    "log": "/data/cuzk.log", "ready_timeout_s": 300, "env": {"RUST_LOG": "debug"}}
+                                    "log": "/data/cuzk.log", "ready_timeout_s": 300, "env": {"RUST_LOG": "debug"},
+                                    "user": "cuzk"}  # every key the swap module takes (test_ansible_settings.py)
     assert gv["swapctl_memory"]["min_available_gib"] == 64 and gv["swapctl_serial"] == [1, 4]
     assert gv["swapctl_max_fail_percentage"] == 10
     secrets = tmp_path / "out/group_vars/cuzk/secrets.yml"

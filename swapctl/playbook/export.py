@@ -59,7 +59,7 @@ def _daemon(d: DaemonSpec) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for f in fields(DaemonSpec):
         value = getattr(d, f.name)
-        if f.name in ("secret_env", "user") or value is None or value == f.default:
+        if f.name == "secret_env" or value is None or value == f.default:
             continue
         if f.name == "env":
             value = {k: v for k, v in value if k not in d.secret_env}

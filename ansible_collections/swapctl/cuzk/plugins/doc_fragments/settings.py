@@ -47,6 +47,35 @@ options:
         description: Seconds between SIGTERM and SIGKILL.
         type: float
         default: 30
+      status_url:
+        description:
+          - The daemon's own C(GET /status) (cuzk's C(status_listen)), read on the host, e.g.
+            C(http://127.0.0.1:9821/status); needed by I(stop=drain) and I(ready=status).
+        type: str
+      stop:
+        description:
+          - C(term) sends SIGTERM at once (a proof in flight is lost); C(drain) first stops the daemon taking
+            new work (SIGINT) and waits until no proof is in flight, at most I(drain_timeout_s).
+        type: str
+        default: term
+        choices: [term, drain]
+      drain_timeout_s:
+        description: How long a drain waits for the proofs in flight.
+        type: float
+        default: 300
+      drain_timeout:
+        description: What a drain does when proofs are still in flight at its limit - C(stop) anyway, or C(refuse)
+          (nothing is stopped, the task fails).
+        type: str
+        default: stop
+        choices: [stop, refuse]
+      ready:
+        description:
+          - When a new start counts as ready - C(log) (I(ready_log) or I(ready_port)), C(status) (I(status_url)
+            answers), C(proof) (a proof that passed cuzk's self-check).
+        type: str
+        default: log
+        choices: [log, status, proof]
       cwd:
         description: Where it runs; left out, where the running daemon runs.
         type: str
@@ -64,11 +93,24 @@ options:
       unit:
         description: The systemd service it runs under; stopped, started and rolled back through it.
         type: str
+      user:
+        description: Who the daemon runs as (a name or uid); left out, root or the binary's owner.
+        type: str
       keep_loader_env:
         description: Loader variables (C(LD_PRELOAD)...) the running daemon's environment may pass on.
         type: list
         elements: str
         default: []
+      lock_silence_s:
+        description: The host's deploy lock ends when the module's heartbeat is silent this long (5 to 3600).
+        type: float
+        default: 30
+      gone_before_stop:
+        description: A daemon that exits by itself before the stop - C(refuse) (nothing changes), or C(deploy) on
+          with none.
+        type: str
+        default: refuse
+        choices: [refuse, deploy]
   memory:
     description: The memory wait between the stop and the start (the playbook's C([memory])).
     type: dict

@@ -1,5 +1,6 @@
-# The modules' options, in one place: the playbook's tables (swapctl/playbook/__init__.py) by their names.
-# Documented once too, in plugins/doc_fragments/settings.py.
+# The modules' options, in one place: the playbook's tables (swapctl/playbook/schema.py, spec.py) by their names
+# and defaults. Documented once too, in plugins/doc_fragments/settings.py; tests/test_ansible_settings.py fails
+# when a key, kind, default or choice here, there or in engine.Settings differs from the playbook's.
 from __future__ import annotations
 
 import traceback
@@ -16,11 +17,19 @@ DAEMON = {
     "ready_timeout_s": {"type": "float", "default": 600},
     "ready_stable_s": {"type": "float", "default": 0},
     "stop_grace_s": {"type": "float", "default": 30},
+    "status_url": {"type": "str"},
+    "stop": {"type": "str", "default": "term", "choices": ["term", "drain"]},
+    "drain_timeout_s": {"type": "float", "default": 300},
+    "drain_timeout": {"type": "str", "default": "stop", "choices": ["stop", "refuse"]},
+    "ready": {"type": "str", "default": "log", "choices": ["log", "status", "proof"]},
     "cwd": {"type": "str"},
     "env": {"type": "dict", "default": {}},
     "secret_env": {"type": "dict", "default": {}, "no_log": True},
     "unit": {"type": "str"},
+    "user": {"type": "str"},
     "keep_loader_env": {"type": "list", "elements": "str", "default": []},
+    "lock_silence_s": {"type": "float", "default": 30},
+    "gone_before_stop": {"type": "str", "default": "refuse", "choices": ["refuse", "deploy"]},
 }
 MEMORY = {
     "min_available_gib": {"type": "float", "default": 0},
@@ -54,4 +63,6 @@ def main(module: Any, do: Callable[[Any], dict[str, Any]]) -> None:
         module.fail_json(msg=f"{type(exc).__name__}: {exc}", exception=traceback.format_exc())
     if not module._diff:
         result.pop("diff", None)
+    for warning in result.pop("warnings", ()):  # ansible-core 2.19 deprecates them as a result's key
+        module.warn(warning)
     module.exit_json(**result)

@@ -87,12 +87,13 @@ class Settings:
     gpu_slack_mib: float = 1024
     nvidia_smi_timeout_s: float = 10
     keep_releases: int = 5
-    status_url: str = ""  # the daemon's GET /status (none here: the module takes no such option yet)
+    status_url: str = ""  # the daemon's GET /status ("": none)
     stop: str = "term"
     drain_timeout_s: float = 300
     drain_timeout: str = "stop"
     ready: str = "log"
     lock_silence_s: float = 30
+    gone_before_stop: str = "refuse"
     user: str = ""
     host: str = ""  # the name the journal gives the host (the inventory's)
 
@@ -111,7 +112,23 @@ class Settings:
                 d[key] = tuple(str(a) for a in d[key])
         if d.get("unit") and not d["unit"].endswith(".service"):
             d["unit"] += ".service"
-        return cls(host=params.get("host") or socket.gethostname(), **d)
+        return cls(host=params.get("host") or socket.gethostname(), **d).checked()
+
+    def checked(self) -> Settings:
+        """Itself, once the keys that need each other agree (as the playbook loader holds them): a drain or a
+        status probe reads the daemon's status_url, which must be an http:// URL."""
+        if self.status_url and not re.fullmatch(r"http://[A-Za-z0-9.\-\[\]:]+(:\d+)?/\S*", self.status_url):
+            raise HostError(f"daemon.status_url {self.status_url!r} is not an http:// URL (e.g. "
+                            f"\"http://127.0.0.1:9821/status\", the daemon's status_listen); nothing changed")
+        for key, needs in (("stop", "drain"), ("ready", "status")):
+            if getattr(self, key) == needs and not self.status_url:
+                raise HostError(f"daemon.{key} \"{needs}\" reads the daemon's own status: set daemon.status_url "
+                                f"(cuzk's status_listen, e.g. \"http://127.0.0.1:9821/status\"); nothing changed")
+        if not 5 <= self.lock_silence_s <= 3600 or self.drain_timeout_s <= 0:
+            key = "lock_silence_s" if self.drain_timeout_s > 0 else "drain_timeout_s"
+            raise HostError(f"daemon.{key} {getattr(self, key):g} is out of range (lock_silence_s: 5 to 3600 s; "
+                            f"drain_timeout_s: more than 0 s); nothing changed")
+        return self
 
     @property
     def state(self) -> str:
@@ -399,11 +416,20 @@ def _daemon(s: Settings, pid: int, facts: dict[str, str]) -> Daemon:
                   group_leader=facts.get("pgid", "").strip() == str(pid), uid=uid, gid=gid)
 
 
-def situation(s: Settings, configs: tuple[str, ...] = ()) -> Situation:
-    """What runs and what the host has: the daemon found, then inspect.sh (read only)."""
+def situation(s: Settings, configs: tuple[str, ...] = (), again: bool = False) -> Situation:
+    """What runs and what the host has: the daemon found, then inspect.sh (read only). A daemon that exited by
+    itself in between is refused, or with daemon.gone_before_stop "deploy" looked for once more (preflight)."""
     pid = find_daemon(s)
     facts = split_sections(run(scripts.command("inspect.sh", *configs, pid=str(pid or ""), bin=s.binary,
                                                state=s.state, user=s.user)))
+    if facts.get("gone", "").strip():
+        if s.gone_before_stop != "deploy" or again:
+            raise HostError(f"the daemon (pid {pid}) exited by itself before the stop; nothing changed: look at its "
+                            f"log, or set daemon.gone_before_stop \"deploy\" to deploy anyway")
+        return situation(s, configs, again=True)
+    if s.user and _user_ids(s.user) is None:
+        raise HostError(f"daemon.user {s.user!r} is no user on the host (`id {s.user}` fails there); fix "
+                        f"daemon.user; nothing changed")
     if bad := facts.get("unsafe", "").strip():
         raise HostError(f"state directory {bad.splitlines()[0]} (dir owner mode) may be written by others: make it "
                         f"root's and not group- or world-writable; nothing changed on the host")
@@ -458,13 +484,21 @@ def new_release(s: Settings, sit: Situation, sha: str, size: int) -> Release:
     default = (("PATH", DEFAULT_PATH), ("HOME", "/root"))
     env = dict(environ.carried(base.env, keep)[0] if base and base.env else default)
     env.update(s.environment)
-    uid, gid = (base.uid, base.gid) if base and base.uid else (None, None)
+    uid, gid = run_as(s, base)
     new = Release(sha256=sha, size=size, name=s.binary.rsplit("/", 1)[-1], created=now_iso(), by=f"ansible {who()}",
                   argv=(s.binary, *args), cwd=cwd, env=tuple(env.items()), uid=uid, gid=gid)
     old = sit.releases.get(new.id)
     if old and old.sha256 == sha:  # deployed before: keep its record
         new = replace(old, argv=new.argv, cwd=new.cwd, env=new.env, status="ok", uid=uid, gid=gid)
     return new
+
+
+def run_as(s: Settings, base: Daemon | Release | None) -> tuple[int | None, int | None]:
+    """Who a new release runs as: daemon.user, else whom what it replaces ran as; (None, None): root
+    (preflight.run_as)."""
+    ids = _user_ids(s.user) if s.user else None
+    uid, gid = ids if ids else ((base.uid, base.gid) if base else (None, None))
+    return (uid, gid) if uid else (None, None)
 
 
 def as_configured(s: Settings, rel: Release) -> Release:
@@ -535,10 +569,24 @@ def swap_inputs(s: Settings, old: Daemon | None, target: Release, gpu_max: str, 
                    "probe": s.ready if s.ready != "log" and url else "",
                    "fb_probe": back if back != "log" and url else "",
                    "fb_re": s.ready_log})
+    # no Curio cordon under Ansible yet (docs/curio.md): swap.sh's cordon inputs say none
+    inputs.update(dict.fromkeys(("cordon_nodes", "curio_cli", "curio_sql", "curio_env", "cuzk_tasks", "post_tasks",
+                                 "up_re", "poll_ms", "post_wait_ms", "max_cordon_ms"), ""))
     inputs.update({"action": action, "j_by": f"ansible {who()}", "j_host": s.host,
                    "j_from": old.sha256 if old and old.sha256 else "", "j_extra": "",
                    "j_steps": json.dumps(steps or {}, sort_keys=True)[1:-1], "keep": KEEP, "cap_bytes": CAP_BYTES})
-    return inputs
+    return {**inputs, **no_cordon()}
+
+
+# Curio's cordon (swaprun.cordon_inputs) needs the controller's [curio] table (its database, its CLI), which a
+# module run on the host does not have: the module never cordons, and says so to a swap.sh that takes them
+CORDON = ("cordon_nodes", "curio_cli", "curio_sql", "curio_env", "cuzk_tasks", "post_tasks", "poll_ms",
+          "post_wait_ms", "max_cordon_ms", "up_re")
+
+
+def no_cordon() -> dict[str, Any]:
+    """swap.sh's cordon inputs, off (an empty cordon_nodes: none), those of them the shipped swap.sh declares."""
+    return {k: "" for k in CORDON if k in scripts.load("swap.sh").inputs}
 
 
 def gpu_limits(s: Settings, pids: list[int]) -> str:
@@ -775,12 +823,17 @@ def deploy(s: Settings, src: str | None, sha256: str | None, release: str | None
     """The swap module: the file at `src` (or release `release`) swapped in; in check mode, what it would do."""
     checked = config_paths(s.args) if s.args is not None else ()
     sit = situation(s, checked)
+    warnings = []
     if src:
-        if check and not os.path.exists(src) and sha256:  # the copy before it did not run either (check mode)
+        sha, size = sha256_of(src) if os.path.exists(src) or not (check and sha256) else ("", 0)
+        if sha256 and sha256.lower() != sha and check:
+            # the copy before this task did not run either (check mode): src is missing, or still holds the build
+            # an earlier run copied there; a real run checks the file it copies against sha256 before anything
+            if sha:
+                warnings.append(f"{src} holds sha256 {sha[:12]} now, not {sha256.lower()[:12]}: in check mode the "
+                                f"copy before this task did not run; shown is the swap to {sha256.lower()[:12]}")
             sha, size = sha256.lower(), 0
-        else:
-            sha, size = sha256_of(src)
-        if sha256 and sha256.lower() != sha:
+        elif sha256 and sha256.lower() != sha:
             raise HostError(f"{src} has sha256 {sha}, not {sha256}: not the build meant; nothing changed")
         new = new_release(s, sit, sha, size)
     else:
@@ -793,6 +846,8 @@ def deploy(s: Settings, src: str | None, sha256: str | None, release: str | None
     result: dict[str, Any] = {"changed": not unchanged, "release": {"from": sit.running, "to": new.id},
                               "diff": {"before": shown_command(s, sit.daemon), "after": shown_command(s, new)},
                               "adopt": [r.id for r in sit.saved], "rolled_back": False}
+    if warnings:
+        result["warnings"] = warnings
     if unchanged:
         return noted(sit, {**result, "outcome": "unchanged", "msg": f"the daemon already runs {new.id}"})
     if check:

@@ -1,0 +1,115 @@
+"""The collection's settings against the playbook's: args.py (what the modules accept), the doc fragment (what
+ansible-doc shows) and engine.Settings (what the module reads) hold every key, kind, default and choice that
+swapctl/playbook/schema.py and spec.py hold, so a key added to the playbook cannot be left out of the play
+that `swapctl export-ansible` writes (issue 46: the module refused status_url, stop and drain_timeout_s)."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+
+import pytest
+import yaml
+from test_ansible import collection  # noqa: F401
+
+from swapctl.playbook import schema, spec
+
+# the playbook's tables the modules take, each as its spec and the option that holds it
+TABLES = {"daemon": spec.DaemonSpec, "memory": spec.MemorySpec, "gpu": spec.GpuSpec}
+# the tables they do not, and why: the inventory holds the hosts, Ansible's serial the rollout
+NOT_TAKEN = {"hosts": "the inventory", "groups": "the inventory", "rollout": "serial, max_fail_percentage",
+             "logs": "fetch-logs only", "build": "swapctl build only",
+             "curio": "a cordon needs the controller's Curio database and CLI"}
+# a playbook word the modules refuse, and why (the task fails with Ansible's own line naming the key)
+NOT_SUPPORTED = {("daemon", "stop", "cordon"): NOT_TAKEN["curio"]}
+CHOICES = {"stop": spec.STOP_MODES, "drain_timeout": spec.DRAIN_TIMEOUT, "ready": spec.READY_MODES,
+           "gone_before_stop": spec.GONE_BEFORE_STOP}
+KIND = {"str": "str", "int": "int", "num": "float", "strlist": "list", "strtable": "dict"}
+REQUIRED = {"binary", "log"}  # "" in DaemonSpec: require_daemon() insists on them, as the module does
+# the playbook lists secret_env's names (values in [daemon.env]); the modules take the values apart, never logged
+SECRET_ENV = {"type": "dict", "default": {}, "no_log": True}
+
+
+def imported(installed, name: str):
+    """A module of the installed collection (`installed`: its ANSIBLE_COLLECTIONS_PATH)."""
+    sys.path.insert(0, str(installed))
+    try:
+        return __import__(f"ansible_collections.swapctl.cuzk.plugins.{name}", fromlist=["_"])
+    finally:
+        sys.path.remove(str(installed))
+
+
+def expected(table: str) -> dict[str, dict]:
+    """Each key of `table` as an Ansible option: its type, default, choices, from the schema and the spec."""
+    defaults = {f.name: f.default for f in dataclasses.fields(TABLES[table])}
+    out = {}
+    for key, (kind, _) in schema.SCHEMA[table].items():
+        if table == "daemon" and key == "secret_env":
+            out[key] = SECRET_ENV
+            continue
+        option: dict = {"type": KIND[kind]}
+        if kind == "strlist":
+            option["elements"] = "str"
+        default = defaults[key]
+        if key in REQUIRED:
+            option["required"] = True
+        elif default is not None:
+            option["default"] = {"strlist": list, "strtable": dict}.get(kind, type(default))(default)
+        if table == "daemon" and key in CHOICES:
+            option["choices"] = [w for w in CHOICES[key] if (table, key, w) not in NOT_SUPPORTED]
+        out[key] = option
+    return out
+
+
+def test_every_table_of_the_playbook_is_taken_by_the_modules_or_said_why_not(collection):  # noqa: F811
+    args = imported(collection, "module_utils.args")
+    taken = set(args.SETTINGS) - {"host"}
+    assert taken == {*TABLES, "releases"}
+    assert set(schema.TOP) - taken <= set(NOT_TAKEN), "a new playbook table: take it in args.SETTINGS or say why not"
+
+
+@pytest.mark.parametrize("table", TABLES)
+def test_the_modules_options_are_the_playbooks_keys_kinds_defaults_and_choices(collection, table):  # noqa: F811
+    args = imported(collection, "module_utils.args")
+    assert args.SETTINGS[table]["options"] == expected(table)
+    assert args.SETTINGS["releases"]["options"] == {
+        "keep": {"type": "int", "default": spec.Playbook.__dataclass_fields__["keep_releases"].default}}
+
+
+def test_the_doc_fragment_documents_each_option_as_args_declares_it(collection):  # noqa: F811
+    args = imported(collection, "module_utils.args")
+    fragment = imported(collection, "doc_fragments.settings").ModuleDocFragment
+    documented = yaml.safe_load(fragment.DOCUMENTATION)["options"]
+    assert set(documented) == set(args.SETTINGS)
+    for table, option in args.SETTINGS.items():
+        for key, declared in option.get("options", {}).items():
+            doc = documented[table]["suboptions"][key]
+            assert doc["description"], (table, key)
+            assert {k: v for k, v in doc.items() if k != "description"} == \
+                {k: v for k, v in declared.items() if k != "no_log"}, (table, key)
+
+
+def test_engine_settings_defaults_are_the_playbooks(collection):  # noqa: F811
+    engine = imported(collection, "module_utils.engine")
+    ours = {f.name: f.default for f in dataclasses.fields(engine.Settings)}
+    renamed = {"keep_releases": "keep_releases"}
+    for table, cls in (*TABLES.items(), ("releases", None)):
+        fields = dataclasses.fields(cls) if cls else [spec.Playbook.__dataclass_fields__["keep_releases"]]
+        for f in fields:
+            if f.name in REQUIRED or f.name == "secret_env":
+                continue
+            mine = ours[renamed.get(f.name, f.name)]
+            theirs = "" if f.default is None and isinstance(mine, str) else f.default
+            assert mine == theirs, (table, f.name, mine, theirs)
+
+
+def test_a_drain_or_status_probe_without_status_url_is_one_clear_line(collection):  # noqa: F811
+    engine = imported(collection, "module_utils.engine")
+    base = {"binary": "/data/cuzk", "log": "/data/cuzk.log"}
+    for extra, said in (({"stop": "drain"}, 'daemon.stop "drain" reads the daemon\'s own status'),
+                        ({"ready": "status"}, 'daemon.ready "status" reads'),
+                        ({"status_url": "file:///etc/shadow"}, "is not an http:// URL"),
+                        ({"lock_silence_s": 1}, "daemon.lock_silence_s 1 is out of range")):
+        with pytest.raises(engine.HostError, match=said):
+            engine.Settings.of({"daemon": {**base, **extra}})
+    assert engine.Settings.of({"daemon": {**base, "stop": "drain", "status_url": "http://127.0.0.1:9821/status"}})
