@@ -92,7 +92,7 @@ def test_the_daemon_settings_are_one_type_from_the_playbook_to_the_swap():
     ('[gpu]\nnvidia_smi_timeout = 5\n', 2, "did you mean `nvidia_smi_timeout_s`?"),
     ('[daemon]\nlog = "journal"\n', 2, 'daemon.log: "journal" needs the unit whose journal it is'),
     ('[daemon]\nunit = "cuzk service"\n', 2, "'cuzk service.service' is not a systemd service name"),
-    ('[daemon]\nstop = "kill"\n', 2, "daemon.stop: must be one of term, drain, not 'kill'"),
+    ('[daemon]\nstop = "kill"\n', 2, "daemon.stop: must be one of term, drain, cordon, not 'kill'"),
     ('[daemon]\nstop = "drain"\n', 2, 'daemon.stop: "drain" reads the daemon\'s own status: add `status_url'),
     ('[daemon]\nready = "status"\n', 2, 'daemon.ready: "status" reads the daemon\'s own status'),
     ('[daemon]\nready = "soon"\n', 2, "daemon.ready: must be one of log, status, proof"),

@@ -15,6 +15,7 @@ from tomlkit.exceptions import ParseError
 
 from ..errors import PlaybookError
 from . import spec as sp
+from .curio import curio
 from .inventory import load_inventory
 from .schema import TOP, Loader
 
@@ -101,7 +102,8 @@ def _check_stop_and_ready(ld: Loader, d: dict[str, Any]) -> None:
     if d.get("drain_timeout_s", 1) <= 0:
         raise ld.fail("must be more than 0 s (the longest proof the daemon runs, e.g. 300)", "daemon",
                       "drain_timeout_s")
-    for key, needs in (("stop", "drain"), ("ready", "status")):  # "proof" without it: the Phase 7 line
+    # "proof" without it: the Phase 7 line; "cordon" without it: the node's tasks alone
+    for key, needs in (("stop", "drain"), ("ready", "status")):
         if d.get(key) == needs and not url:
             raise ld.fail(f'"{needs}" reads the daemon\'s own status: add `status_url = '
                           f'"http://127.0.0.1:9821/status"` under [daemon] (cuzk\'s status_listen)', "daemon", key)
@@ -186,5 +188,6 @@ def parse(text: str, path: str = sp.DEFAULT_PLAYBOOK, inventory: str | None = No
         build=build,
         rollout=sp.RolloutSpec(**rollout),
         gpu=sp.GpuSpec(**gpu),
+        curio=curio(ld, doc, daemon),
         become=become,
     )

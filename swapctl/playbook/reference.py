@@ -22,6 +22,7 @@ TABLES: dict[str, tuple[str, str]] = {
     "logs": ("[logs]", "What `fetch-logs` takes home."),
     "releases": ("[releases]", "The releases kept on each host."),
     "build": ("[build]", "`swapctl build` and `deploy --build`; paths relative to the playbook's directory."),
+    "curio": ("[curio]", "The Curio nodes that feed the daemon, for `stop = \"cordon\"` (docs/curio.md)."),
 }
 
 # table -> key -> (an example value, as TOML, and what the key does). Every key of SCHEMA, no other.
@@ -64,8 +65,10 @@ DOCS: dict[str, dict[str, tuple[str, str]]] = {
         "status_url": ('"http://127.0.0.1:9821/status"', "the daemon's own GET /status (cuzk's status_listen), "
                        "read on the host: proofs in flight, workers, counters"),
         "stop": ('"drain"', "term: SIGTERM at once (what is in flight is lost); drain: wait until a reading shows "
-                 "nothing in flight first (needs status_url; a proof begun since is lost: docs/daemon.md)"),
-        "drain_timeout_s": ("300", "how long a drain waits for the proofs in flight"),
+                 "nothing in flight first (needs status_url; a proof begun since is lost: docs/daemon.md); "
+                 "cordon: Curio's nodes under [curio] take no new work first, and the swap waits until they own none "
+                 "(docs/curio.md)"),
+        "drain_timeout_s": ("300", "how long a drain (or a cordon) waits for the proofs in flight (the tasks owned)"),
         "drain_timeout": ('"refuse"', "proofs still in flight then: stop (they are lost) or refuse (nothing changes)"),
         "ready": ('"proof"', "log: the ready line; status: /status answers; proof: a first proof completed"),
         "lock_silence_s": ("30", "the host's deploy lock ends once its deploy's heartbeat is silent this long"),
@@ -99,10 +102,23 @@ DOCS: dict[str, dict[str, tuple[str, str]]] = {
         "args": ('{ TIMING = "1", PINNED = "1" }', "build args; --build-arg K=V overrides"),
         "platform": ('"linux/amd64"', "the binary taken out must be for this platform"),
     },
+    "curio": {
+        "nodes": ('["10.0.0.5:12300"]', "each node's `curio run --listen` host:port: cordoned around the swap"),
+        "cli": ('"curio"', "the curio program on the host (an absolute path, or a name in /usr/local/bin, /usr/bin, "
+                           "/bin): `curio cli --machine NODE cordon`"),
+        "sql": ('"psql"', "a PostgreSQL client on the host (psql, or YugabyteDB's ysqlsh) that reads the nodes' tasks"),
+        "env": ('{ CURIO_DB_HOST = "10.0.0.2" }', "the harmony database, as Curio reads it (CURIO_DB_HOST, _PORT, "
+                                                  "_NAME, _USER, _PASSWORD): sent on stdin, never printed"),
+        "poll_s": ("30", "Curio's poll (pollRarely): a node may claim work this long after the cordon"),
+        "post_wait_s": ("120", "how long a swap waits for a node's WdPost or WinPost before it refuses"),
+        "max_cordon_s": ("1800", "the host uncordons after this long, whatever the swap does"),
+        "tasks": ('["PoRep", "UpdateProve", "PSProve", "WdPost", "WinPost"]', "the task types the nodes send to "
+                                                                             "this daemon"),
+    },
 }
 
 _SPECS = {"host": spec.HostSpec, "daemon": spec.DaemonSpec, "memory": spec.MemorySpec, "gpu": spec.GpuSpec,
-          "rollout": spec.RolloutSpec}
+          "rollout": spec.RolloutSpec, "curio": spec.CurioSpec}
 _DEFAULTS = {  # keys whose default is not a dataclass field of the same name
     ("", "inventory"): None, ("", "become"): "none", ("logs", "paths"): None,
     ("releases", "keep"): next(f.default for f in fields(spec.Playbook) if f.name == "keep_releases"),

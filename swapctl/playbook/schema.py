@@ -57,6 +57,16 @@ SCHEMA: dict[str, dict[str, tuple[str, bool]]] = {
         "max_fail": ("budget", False),
     },
     "gpu": {"nvidia_smi_timeout_s": ("num", False)},
+    "curio": {
+        "nodes": ("strlist", False),
+        "cli": ("str", False),
+        "sql": ("str", False),
+        "env": ("strtable", False),
+        "poll_s": ("num", False),
+        "post_wait_s": ("num", False),
+        "max_cordon_s": ("num", False),
+        "tasks": ("strlist", False),
+    },
     "logs": {"paths": ("strlist", False)},
     "releases": {"keep": ("int", False)},
     # Read by `swapctl build`; checked there.
@@ -68,7 +78,7 @@ SCHEMA: dict[str, dict[str, tuple[str, bool]]] = {
         "platform": ("str", False),
     },
 }
-TOP = ("hosts", "groups", "daemon", "memory", "gpu", "rollout", "logs", "releases", "build")
+TOP = ("hosts", "groups", "daemon", "memory", "gpu", "rollout", "logs", "releases", "build", "curio")
 KIND_NAMES = {
     "str": "a string",
     "int": "an integer",

@@ -18,7 +18,7 @@ JOURNAL = "journal"  # daemon.log's value for a daemon whose unit logs to the jo
 # How swapctl becomes root on a host whose login is not root (Ansible's word): "sudo" runs every remote
 # command through `sudo -n`; "none" runs them as the login user (root, on most GPU boxes).
 BECOME = ("sudo", "none")
-STOP_MODES = ("term", "drain")
+STOP_MODES = ("term", "drain", "cordon")
 DRAIN_TIMEOUT = ("stop", "refuse")
 GONE_BEFORE_STOP = ("refuse", "deploy")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -117,6 +117,26 @@ class RolloutSpec:
     max_fail: str | None = None  # "2" hosts or "10%" of them, as --max-fail takes it
 
 
+# Curio's task types that go through cuzk (tasks/tasknames/names.go) and the PoSt ones among them
+CUZK_TASKS = ("PoRep", "UpdateProve", "PSProve", "WdPost", "WinPost")
+POST_TASKS = ("WdPost", "WinPost")
+
+
+@dataclass(frozen=True)
+class CurioSpec:
+    """[curio]: the Curio nodes that feed this cuzk, and how the host cordons them and reads their tasks
+    (docs/curio.md). No nodes: no Curio around the daemon."""
+
+    nodes: tuple[str, ...] = ()  # each node's `curio run --listen` host:port (harmony_machines.host_and_port)
+    cli: str = "curio"  # the curio executable on the host: `curio cli --machine NODE cordon|uncordon`
+    sql: str = "psql"  # a psql client on the host (psql, or YugabyteDB's ysqlsh) to read harmony_task
+    env: tuple[tuple[str, str], ...] = ()  # CURIO_DB_HOST/PORT/NAME/USER/PASSWORD: secrets, never printed
+    poll_s: float = 30  # Curio's pollRarely: a node may claim work this long after the cordon
+    post_wait_s: float = 120  # how long a swap waits for the node's PoSt task before it refuses
+    max_cordon_s: float = 1800  # the host uncordons after this long, whatever the swap does
+    tasks: tuple[str, ...] = CUZK_TASKS  # the task types the node sends to this cuzk
+
+
 @dataclass(frozen=True)
 class Playbook:
     path: str
@@ -129,6 +149,7 @@ class Playbook:
     build: dict[str, Any] = field(default_factory=dict[str, Any])  # the [build] table, read by swapctl.build
     rollout: RolloutSpec = RolloutSpec()
     gpu: GpuSpec = GpuSpec()
+    curio: CurioSpec = CurioSpec()
     become: str = "none"  # the top-level `become`: for every SSH host that does not say its own
     found: bool = True  # False: no ./swapctl.toml and no $SWAPCTL_PLAYBOOK, so an empty playbook
 

@@ -83,6 +83,39 @@ class StopView:
         return d
 
 
+@dataclass(frozen=True)
+class CordonView:
+    """Curio's cordon around the swap (curio.sh's cordon_json): the nodes this swap cordoned, how long they
+    stayed cordoned and how long they took to own nothing, the cuzk tasks they owned at the cordon
+    (id, name, age_s), and whether they were uncordoned when the line was written."""
+
+    nodes: str
+    cordon_s: float | None
+    drain_s: float | None
+    tasks: tuple[tuple[int, str, int], ...]
+    uncordoned: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"cordon": {"nodes": self.nodes, "cordon_s": self.cordon_s, "drain_s": self.drain_s,
+                           "tasks_at_cordon": [{"id": i, "name": n, "age_s": a} for i, n, a in self.tasks],
+                           "uncordoned": self.uncordoned}}
+
+
+def _cordon(v: object) -> CordonView | None:
+    if v is None:
+        return None
+    if not isinstance(v, dict) or not isinstance(v.get("tasks_at_cordon"), list):
+        raise NotAnEntry("cordon: not a cordon record")
+    tasks = []
+    for t in v["tasks_at_cordon"]:
+        if not isinstance(t, dict) or not isinstance(t.get("name"), str):
+            raise NotAnEntry("cordon: a task is not {id, name, age_s}")
+        tasks.append((_whole(t, "id"), _name(t, "name") or "?", _whole(t, "age_s")))
+    uncordoned = _flag(v, "uncordoned")
+    return CordonView(_text(v, "nodes") or "", _seconds(v, "cordon_s"), _seconds(v, "drain_s"), tuple(tasks),
+                      bool(uncordoned))
+
+
 @dataclass(frozen=True, kw_only=True)
 class JournalEntry:
     """One line of the journal. A swap's (action deploy, rollback or auto-rollback) has an outcome; an
@@ -105,6 +138,7 @@ class JournalEntry:
     rollback_steps: Timings | None = None
     reason: str | None = None  # why the way back did not end where it began
     stop: StopView | None = None
+    cordon: CordonView | None = None
     release: str | None = None  # an experiment's B (its sha256)
     decision: str | None = None  # keep | rollback
     verdict: str | None = None
@@ -132,6 +166,8 @@ class JournalEntry:
         d.update({k: v for k, v in more.items() if v is not None})
         if self.stop is not None:
             d.update(self.stop.to_dict())
+        if self.cordon is not None:
+            d.update(self.cordon.to_dict())
         return d
 
     def to_json(self) -> str:
@@ -169,7 +205,8 @@ def entry_of(d: object) -> JournalEntry:
         to_sha=_id(d, "to", SHA256), log_offset=_count(d, "log_offset"), pid=_count(d, "pid", least=1),
         steps=_timings(d, "steps") or (), upload=_upload(d.get("upload")), failed_log=_text(d, "failed_log"),
         marked_bad=_flag(d, "marked_bad"), rollback_steps=_timings(d, "rollback_steps"), reason=_text(d, "reason"),
-        stop=stop, release=_id(d, "release", SHA256), decision=_word(d, "decision"), verdict=_text(d, "verdict"))
+        stop=stop, cordon=_cordon(d.get("cordon")), release=_id(d, "release", SHA256),
+        decision=_word(d, "decision"), verdict=_text(d, "verdict"))
 
 
 def read(text: str) -> tuple[tuple[JournalEntry, ...], int]:

@@ -57,6 +57,12 @@ class Word(ReportWord):
     NOSTATUS = "NOSTATUS"  # why: its status did not answer; the stop goes on as a plain one
     DRAINED = "DRAINED"  # ms: nothing in flight at the last reading, SIGINT sent (one begun since is lost)
     UNDRAINED = "UNDRAINED"  # ms n: still n in flight at the drain's limit
+    # curio.sh (in swap.sh, with [curio] nodes and stop "cordon")
+    OTHERCORDON = "OTHERCORDON"  # node: cordoned already, not by this swap: left as it is
+    POSTWAIT = "POSTWAIT"  # ms n [id:name:age_s ...]: a PoSt task the nodes own: no cordon until it ends
+    CORDON = "CORDON"  # ms n [id:name:age_s ...]: the nodes cordoned; their cuzk-backed tasks then
+    TASKS = "TASKS"  # ms n [id:name:age_s ...]: what they still own while the swap waits
+    UNCORDON = "UNCORDON"  # ok|failed why: the cordon ended (why: started, the outcome, watchdog, ...)
 
 
 DAMAGED = (Word.MISMATCH, Word.BROKEN, Word.SHORT)
@@ -193,6 +199,15 @@ class SwapReport:
     status_note: str = ""  # NOSTATUS: why the daemon's status could not be read
     drained_ms: int | None = None  # DRAINED: the drain's wait
     undrained_ms: int | None = None  # UNDRAINED: proofs were still in flight at the drain's limit, after ms
+    cordon_tasks: tuple[str, ...] | None = None  # CORDON: the nodes' tasks at the cordon (None: no cordon)
+    post_wait: tuple[str, ...] = ()  # POSTWAIT: the PoSt tasks a cordon waited for
+    other_cordons: tuple[str, ...] = ()  # OTHERCORDON: nodes someone else had cordoned
+    uncordon: str = ""  # UNCORDON: "ok WHY" or "failed WHY"
+
+    @property
+    def cordon_refused(self) -> bool:
+        """The cordon refused before the stop (curio.sh), every node uncordoned: nothing was stopped."""
+        return self.failure.startswith("curio:") or (self.cordon_tasks is not None and self.drain_refused)
 
     @property
     def drain_refused(self) -> bool:
@@ -220,7 +235,7 @@ class SwapReport:
 
 
 # the words about the whole swap: after ROLLBACK they are not the rollback's own
-WHOLE = (Word.TAIL, Word.RETRY, Word.MARKED, Word.OUTCOME, Word.JOURNAL, Word.SWAP)
+WHOLE = (Word.TAIL, Word.RETRY, Word.MARKED, Word.OUTCOME, Word.JOURNAL, Word.SWAP, Word.UNCORDON)
 
 
 class SwapParser:
@@ -328,6 +343,19 @@ def _host_step(r: SwapReport, word: Word, rest: str) -> SwapReport:
     if word is Word.JOURNAL:
         state, _, line = rest.partition(" ")
         return replace(r, journal=line, journal_ok=state == "ok")
+    return _cordon_step(r, word, rest)
+
+
+def _cordon_step(r: SwapReport, word: Word, rest: str) -> SwapReport:
+    """The cordon's lines (curio.sh)."""
+    if word is Word.UNCORDON:
+        return replace(r, uncordon=rest.strip())
+    if word is Word.OTHERCORDON:
+        return replace(r, other_cordons=(*r.other_cordons, rest.strip()))
+    if word in (Word.CORDON, Word.POSTWAIT) and not r.stopped:
+        _, n, *tasks = rest.split()
+        int(n)  # a line without its count says nothing
+        return replace(r, cordon_tasks=tuple(tasks)) if word is Word.CORDON else replace(r, post_wait=tuple(tasks))
     return _drain_step(r, word, rest)
 
 

@@ -5,7 +5,7 @@ This side reads what the host says and turns it into an outcome or an error."""
 from __future__ import annotations
 
 from ..errors import RemoteTimeout, RolledBack, SwapctlError, UnknownState, Unreachable
-from . import swaprun
+from . import cordon, swaprun
 from .context import Context
 from .events import Outcome
 from .journal_entry import JournalEntry, Upload, parse
@@ -40,6 +40,9 @@ def swap_in(ctx: Context, plan: Plan, target: Release, action: str, fallback: Re
     if run.release_changed:  # checked before the stop: nothing changed
         ctx.interrupts.critical = False
         raise swaprun.changed(ctx, run)
+    if run.cordon_refused:  # the cordon refused before the stop, and lifted itself: nothing was stopped
+        ctx.interrupts.critical = False
+        raise cordon.refused(ctx, run)
     if run.drain_refused:  # proofs still in flight at the drain's limit: nothing was stopped
         ctx.interrupts.critical = False
         raise swaprun.drain_refused(ctx, run)

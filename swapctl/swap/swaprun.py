@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from ..errors import LockHeld, Refused, SwapctlError, UnknownState
 from ..facts.status import HostStatus
 from ..host import scripts
+from ..playbook.spec import POST_TASKS
 from ..remote.cmd import NAME, Cmd, Piece, Secret
+from . import cordon
 from .context import Context
 from .journal_entry import CAP_BYTES, KEEP, Upload
 from .plan import Daemon
@@ -120,6 +122,25 @@ def status_inputs(ctx: Context, old: Daemon | None, going_back: bool = False) ->
             "fb_probe": back if back != "log" and url else "", "fb_re": ready_pattern(ctx, True)}
 
 
+def cordoning(ctx: Context) -> bool:
+    return ctx.spec.stop == "cordon" and bool(ctx.book.curio.nodes)
+
+
+def cordon_inputs(ctx: Context, old: Daemon | None) -> dict[str, Piece | int]:
+    """Curio's cordon for the swap script (curio.sh): the nodes to cordon (none unless stop is "cordon" and a
+    daemon of a known build runs), how to reach them and their database (its environment on stdin only), the
+    poll, the PoSt wait and the cordon's longest; with a proof as readiness, the line after which the nodes
+    feed the new build."""
+    cur, spec = ctx.book.curio, ctx.spec
+    on = cordoning(ctx) and old is not None and bool(old.sha256)
+    return {"cordon_nodes": " ".join(cur.nodes) if on else "", "curio_cli": cur.cli, "curio_sql": cur.sql,
+            "curio_env": Secret("".join(f"{k}={shlex.quote(v)}\n" for k, v in cur.env)),
+            "cuzk_tasks": ",".join(cur.tasks), "post_tasks": ",".join(POST_TASKS),
+            "poll_ms": int(cur.poll_s * 1000), "post_wait_ms": int(cur.post_wait_s * 1000),
+            "max_cordon_ms": int(cur.max_cordon_s * 1000),
+            "up_re": spec.ready_log if on and spec.ready == "proof" else ""}
+
+
 def ready_pattern(ctx: Context, going_back: bool = False) -> str:
     """The log line that means ready: ready_log, or a proof that passed its self-check (ready "proof" with
     no status_url)."""
@@ -155,7 +176,7 @@ def swap_cmd(ctx: Context, old: Daemon | None, target: Release, gpu_max: str, fa
         "log": spec.log, "re": ready_pattern(ctx), "bad_re": unfit_pattern(ctx), "ready_s": int(spec.ready_timeout_s),
         "port": str(spec.ready_port or ""), "stable_ms": int(spec.ready_stable_s * 1000),
         "envq": env_block(target), "lock_info": ctx.lock_info,
-        **fallback_inputs(ctx, fallback), **status_inputs(ctx, old),
+        **fallback_inputs(ctx, fallback), **status_inputs(ctx, old), **cordon_inputs(ctx, old),
         **journal_inputs(ctx, record or Record("deploy", old.sha256 if old else None, {}))}
     return scripts.command_of("swap.sh", inputs, *command_for(ctx, target),
                               bash=bool(spec.ready_port))  # /dev/tcp is bash's
@@ -179,12 +200,15 @@ def swap(ctx: Context, old: Daemon | None, target: Release, gpu_max: str, fallba
             progress(ctx, word, rest, parser.report, target)
 
     unit = unit_of(old, unit)
-    if old and old.sha256 and spec.status_url and spec.stop == "drain":
-        ctx.emit("stop", f"draining {old.pid}: until no proof is in flight (at most {spec.drain_timeout_s:g} s)")
-    if unit:
-        ctx.emit("stop", f"systemctl stop {unit}")
-    elif old:
-        ctx.emit("stop", f"SIGTERM to {old.pid}")
+    stop = f"systemctl stop {unit}" if unit else f"SIGTERM to {old.pid}" if old else ""
+    if old and old.sha256 and cordoning(ctx):
+        ctx.emit("stop", f"cordoning {', '.join(ctx.book.curio.nodes)} (Curio) until they own no cuzk task; then "
+                         f"{stop}")
+    elif old and old.sha256 and spec.status_url and spec.stop == "drain":
+        ctx.emit("stop", f"draining {old.pid}: until no proof is in flight (at most {spec.drain_timeout_s:g} s); "
+                         f"then SIGINT (it takes no new proof) and {stop}")
+    elif stop:
+        ctx.emit("stop", stop)
     else:
         ctx.emit("memory", "checking memory")
     # the swap, then the host's own rollback: a stop, a memory wait and up to three starts of the fallback
@@ -238,7 +262,10 @@ def drain_refused(ctx: Context, run: SwapReport) -> Refused:
 
 def progress(ctx: Context, word: Word, rest: str, so_far: SwapReport, target: Release) -> None:
     """The event a line of the swap script is worth, if any."""
-    if word is Word.LOG:
+    said = cordon.event(ctx, word, rest) if cordoning(ctx) else None
+    if said is not None:
+        ctx.emit("stop", said)
+    elif word is Word.LOG:
         ctx.emit("ready", log_line=rest)
     elif word is Word.INFLIGHT and so_far.in_flight and not so_far.stopped:
         ctx.emit("stop", so_far.in_flight.summary())

@@ -22,6 +22,7 @@
 #   OUTCOME word pid                          how the swap ended: deployed | rolled-back | no-daemon | rollback-failed
 #   JOURNAL ok|lost line                      the journal line the host wrote itself (lost: the disk refused it)
 #   INFLIGHT | NOSTATUS | DRAINED | UNDRAINED the daemon's own view before the stop, and the drain (drain.sh)
+#   OTHERCORDON | POSTWAIT | CORDON | TASKS | UNCORDON   Curio's cordon around the swap (curio.sh)
 # Inputs:
 #   pid grace_ms group unit       the daemon to stop (an empty pid: none runs), its process group, and the
 #                                 systemd unit it runs under: stopped, started and rolled back through it
@@ -43,6 +44,10 @@
 #                                 its environment (as envq) and command line rendered once (quoted by swapctl's Cmd)
 #   lock_info                     what the deploy's lock.sh wrote in lock.info: the swap begins only while that
 #                                 lock is held, by that deploy (empty: no deploy lock to check, as under Ansible)
+#   cordon_nodes curio_cli curio_sql curio_env cuzk_tasks post_tasks poll_ms post_wait_ms max_cordon_ms up_re
+#                                 Curio's cordon (curio.sh; an empty cordon_nodes: none); up_re: with a cordon
+#                                 and a proof as readiness, the log line after which the node is uncordoned to
+#                                 feed the new build its first proof (with a status_url: its status answers)
 #   action j_by j_host j_from j_extra j_steps keep cap_bytes
 #                                 the journal line the host writes itself at the end, on every path: deploy or
 #                                 rollback, by whom, the host's name, the sha256 that ran before, more members
@@ -56,6 +61,8 @@
 : "${bad_re?}"
 : "${status_url?}" "${stop_mode?}" "${drain_ms?}" "${drain_fail?}" "${probe?}" "${fb_probe?}" "${fb_re?}"
 : "${fb_target?}" "${fb_sha?}" "${fb_cwd?}" "${fb_env?}" "${fb_cmd?}" "${lock_info?}"
+: "${cordon_nodes?}" "${curio_cli?}" "${curio_sql?}" "${curio_env?}" "${cuzk_tasks?}" "${post_tasks?}" "${poll_ms?}"
+: "${post_wait_ms?}" "${max_cordon_ms?}" "${up_re?}"
 : "${action?}" "${j_by?}" "${j_host?}" "${j_from?}" "${j_extra?}" "${j_steps?}" "${keep?}" "${cap_bytes?}"
 # shellcheck source=lib.sh
 . ./lib.sh
@@ -63,6 +70,8 @@
 . ./daemon.sh
 # shellcheck source=drain.sh
 . ./drain.sh
+# shellcheck source=curio.sh
+. ./curio.sh
 
 # whether the started daemon ($new, output from byte $off of $log) is alive and ready now
 ready_now() {
@@ -170,6 +179,17 @@ settle() {
       while alive "$new" && ! stopping && now && [ "$NOW" -lt "$until_ms" ]; do sleep 0.05; done
     fi
   fi
+}
+
+# wait_up: the started daemon up (its status answers, else its log has up_re), within ready_s
+wait_up() {
+  now; until_ms=$(( NOW + ready_s * 1000 ))
+  while alive "$new" && ! stopping && now && [ "$NOW" -lt "$until_ms" ]; do
+    if [ -n "$status_url" ]; then probe_ready "$status_url" status "$new" && return 0
+    else log_since 2>/dev/null | grep -qE -- "$up_re" && return 0; fi
+    sleep 0.05
+  done
+  return 1
 }
 
 # say LINE: a report line; once nobody reads them (the deploy lost its connection) the host goes on alone
@@ -285,8 +305,9 @@ finish() {
   [ -n "$3" ] && more="$more, \"reason\": $(json_str "$3")"
   [ "$1" = no-daemon ] && [ -z "$back" ] && current=""
   lo=null; [ -n "$2" ] && lo=$off
+  [ -n "$cordoned" ] && uncordon_ours "$1"  # on every path, before the line that says so
   line="{\"action\": \"$act\", \"by\": $(json_str "$by"), \"current\": $(jv "$current"), \"from\": $(jv "$from"), \
-\"host\": $(json_str "$j_host"), \"log_offset\": $lo, \"outcome\": \"$1\", \"pid\": ${2:-null}$more$(stop_json), \
+\"host\": $(json_str "$j_host"), \"log_offset\": $lo, \"outcome\": \"$1\", \"pid\": ${2:-null}$more$(stop_json)$(cordon_json), \
 \"steps\": {${j_steps}${j_steps:+${steps:+, }}${steps#, }}, \"time\": \"$(date -u +%Y-%m-%dT%H:%M:%S.%6NZ)\", \
 \"to\": $(jv "$to")${j_extra:+, $j_extra}}"
   [ -n "$way_back" ] && in_bindir rm -f -- "$way_back"
@@ -380,6 +401,7 @@ go_back() {
   say "ROLLBACK $why"
   failed_tail 2>/dev/null | sed 's/^/TAIL /'
   back=1; first_steps=$steps; first_off=${off:-0}; steps=""; now; mark=$NOW
+  [ -n "$cordoned" ] && [ "$uncordoned" = true ] && cordon_again "${new:-}"  # the nodes fed it: drained again
   if [ -n "$new" ] || [ -n "$unit" ]; then stop_daemon "${new:-0}" "$grace_ms" 1 "$unit"; fi
   took stop
   if [ -z "$fb_target" ]; then mark_bad; finish no-daemon "" "$why; there is no earlier release to go back to"; fi
@@ -450,8 +472,12 @@ if [ -n "$runas" ] && [ -z "$unit" ] && [ "$log" != journal ]; then
     echo "FAILED daemon.log $log cannot be opened for appending by the daemon's user (${runas#* }): make it a file of that user's, not a link to another's; nothing was stopped"; exit 0; }
 fi
 WATCH=""; inv=""; way_back=""; keep_way_back; now; mark=$NOW
-# drain.sh: the proofs in flight, and the drain; a drain refused at its limit stops nothing
-if [ -n "$pid" ] && [ -n "$status_url" ]; then
+# curio.sh: the nodes cordoned and drained (uncordoned on every path from here: finish, the EXIT trap, the
+# watchdog); drain.sh: the proofs in flight, and the drain; a drain refused at its limit stops nothing
+if [ -n "$pid" ] && [ -n "$cordon_nodes" ]; then
+  trap 'uncordon_ours exit' EXIT
+  cordon_drain "$pid" "$status_url" || { [ -n "$way_back" ] && in_bindir rm -f -- "$way_back"; exit 0; }
+elif [ -n "$pid" ] && [ -n "$status_url" ]; then
   before_stop "$pid" "$status_url" "$stop_mode" "$drain_ms" "$drain_fail" || { [ -n "$way_back" ] && in_bindir rm -f -- "$way_back"; exit 0; }
 fi
 [ -n "$pid" ] && stop_daemon "$pid" "$grace_ms" "$group" "$unit"
@@ -468,6 +494,8 @@ fi
 if stopping; then why_failed; go_back; fi  # the second Ctrl-C came before the start: the new build never starts
 start_target "$@" || { why_failed; go_back; }
 took start
+# ready is a proof: the nodes must feed the new build before it can make one
+[ -n "$cordoned" ] && [ -n "$up_re" ] && wait_up && uncordon_ours started
 wait_ready
 [ -n "$unit" ] && ! alive "$new" && hold_unit "$unit"
 if ready_now && ! stopping; then
