@@ -232,6 +232,7 @@ class Up:
 
     playbook: Path
     note: str = ""
+    shared: str = ""  # why the host shares this machine's processes and sessions ("": it has its own)
 
 
 MAX_HOSTS = 8
@@ -258,6 +259,8 @@ def up(base: Path, port: int = 40612, fresh: bool = False, hosts: int = 1) -> Up
         if holder := port_holder(p):
             raise Refused(f"port {p} is taken by {holder}: stop it, or pick another with --port "
                           f"(the sandbox uses {port} to {taken[-1]})")
+    if (why := sandbox_hosts.isolation_fails()) and hosts > 1:
+        raise Refused(f"--hosts {hosts} needs namespaces for each host (root, unshare): {why}")
     datas = [base / "data", *(base / f"data-{i}" for i in range(2, hosts + 1))]
     keep = [not fresh and (d / ".swapctl").is_dir() for d in datas]
     for child in base.iterdir() if base.exists() else ():
@@ -273,17 +276,22 @@ def up(base: Path, port: int = 40612, fresh: bool = False, hosts: int = 1) -> Up
             shutil.copy(base / "builds" / "prover-a", data / "cuzk")
         # written each time: its status port follows --port (docs/guide.md says how to change its load)
         (data / "cuzk.toml").write_text(sandbox_config(status_port(port, hosts)))
-    if hosts == 1:
+    if why:
         _up_one(base, port)
+    else:
+        sandbox_hosts.start(base, port, datas, net=hosts > 1)
+    if hosts == 1:  # playbooks/sandbox.toml, the example people read, is the playbook the sandbox runs with
         text = examples.render("sandbox", SANDBOX=str(base), PORT=str(port), STATUS_PORT=str(status_port(port)))
     else:
-        text = sandbox_hosts.start(base, port, datas)
-    # playbooks/sandbox.toml, the example people read, is the playbook the sandbox runs with
-    return write_playbook(base, text, fresh)
+        text = sandbox_hosts.playbook(base, port, hosts)
+    done = write_playbook(base, text, fresh)
+    return Up(done.playbook, done.note, shared=why and f"the sandbox host is not a host of its own ({why}): "
+                                                   "other sessions and processes on this machine show as its own")
 
 
 def _up_one(base: Path, port: int) -> None:
-    """The one sandbox host: sshd on 127.0.0.1:`port` and the prover started by hand behind it."""
+    """The one sandbox host where namespaces cannot be had: sshd on 127.0.0.1:`port` and the prover started
+    by hand behind it, both among this machine's processes."""
     data = base / "data"
     server = make_server(base / "sshd", port=port, data=data)
     server.start(detach=True)
@@ -291,8 +299,7 @@ def _up_one(base: Path, port: int) -> None:
         log = (base / "sshd" / "sshd.log").read_text(errors="replace").strip().splitlines()[-1:] or ["?"]
         raise Refused(f"the sandbox's sshd on port {port} exited: {log[0]} ({port_holder(port) or 'see sshd.log'})")
     server.trust()
-    pid = start_daemon(data / "cuzk", data / "cuzk.toml", data / "cuzk.log", data)
-    (base / "daemon.pid").write_text(str(pid))
+    start_daemon(data / "cuzk", data / "cuzk.toml", data / "cuzk.log", data)
 
 
 PLAYBOOK_FILES = ("swapctl.toml", ".swapctl.toml")  # the playbook, its record, the copies beside it

@@ -1,11 +1,14 @@
-"""`sandbox up --hosts N`: N sandbox hosts on one machine, a small farm in one playbook with a group.
+"""Sandbox hosts that are hosts of their own: N of them for `sandbox up --hosts N` (a small farm in one
+playbook with a group), and the one sandbox host where the machine allows.
 
-Every host is what a GPU box is to swapctl: the same paths, its own processes, its own 127.0.0.1. Each
-runs in namespaces of its own (network, mount, PID: `unshare`, as root): its data directory is bound onto
-the sandbox's one `data/` path, so the playbook's one [daemon] table fits every host, as on a real farm;
-its `ps` shows only its own daemon; its daemon's status port is its own loopback's. Its sshd cannot listen
-in the root network, so the host's init (PID 1 of its namespace) takes connections on a socket bound
-outside and runs `sshd -i` (OpenSSH's inetd mode) for each, as Debian's ssh.socket did.
+Every host is what a GPU box is to swapctl: the same paths, its own processes and sessions. Each runs in
+namespaces of its own (mount and PID, and for a farm network: `unshare`, as root): its `ps` shows only its
+own daemon and its own ssh sessions, its `who` reads a utmp of its own (other people's logins on this
+machine are not its sessions); a farm host's data directory is bound onto the sandbox's one `data/` path
+and its daemon's status port is on its own loopback, so the playbook's one [daemon] table fits every host,
+as on a real farm. Its sshd cannot listen in the root network, so the host's init (PID 1 of its
+namespace) takes connections on a socket bound outside and runs `sshd -i` (OpenSSH's inetd mode) for each,
+as Debian's ssh.socket did.
 """
 
 from __future__ import annotations
@@ -28,12 +31,16 @@ GROUP = "farm"
 # init does, it reaps every orphan (the daemon, started with nohup, ends up here).
 HOST_INIT = textwrap.dedent("""
     import fcntl, os, socket, struct, subprocess, sys, threading, time
-    fd, data, target, log, *sshd = sys.argv[1:]
-    with socket.socket() as s:  # `ip link set lo up`, with no iproute2: SIOCGIFFLAGS, then SIOCSIFFLAGS | IFF_UP
-        flags = struct.unpack("16sH22x", fcntl.ioctl(s, 0x8913, struct.pack("16sH22x", b"lo", 0)))[1]
-        fcntl.ioctl(s, 0x8914, struct.pack("16sH22x", b"lo", flags | 1))
+    fd, net, data, target, utmp, log, *sshd = sys.argv[1:]
+    if net == "1":  # `ip link set lo up`, with no iproute2: SIOCGIFFLAGS, then SIOCSIFFLAGS | IFF_UP
+        with socket.socket() as s:
+            flags = struct.unpack("16sH22x", fcntl.ioctl(s, 0x8913, struct.pack("16sH22x", b"lo", 0)))[1]
+            fcntl.ioctl(s, 0x8914, struct.pack("16sH22x", b"lo", flags | 1))
     if data != target:
         subprocess.run(["mount", "--bind", data, target], check=True)
+    machine_utmp = os.path.realpath("/var/run/utmp")
+    if os.path.isfile(machine_utmp):  # `who` on this host: its own logins, not the machine's
+        subprocess.run(["mount", "--bind", utmp, machine_utmp], check=True)
     def reap():
         while True:
             try:
@@ -53,25 +60,35 @@ HOST_INIT = textwrap.dedent("""
 START_BY_HAND = 'cd "$1" && nohup "$2" --config "$3" >>"$4" 2>&1 </dev/null &'
 
 
-def start(base: Path, port: int, datas: list[Path]) -> str:
+def isolation_fails() -> str:
+    """Why this machine cannot give a sandbox host namespaces of its own ("" when it can): not root, no
+    unshare, or a chroot (whose / is no mount point to make private)."""
+    try:
+        r = subprocess.run(["unshare", "--mount", "--pid", "--fork", "--mount-proc", "true"],
+                           capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"unshare: {exc}"
+    return "" if r.returncode == 0 else (r.stderr.strip().splitlines() or [f"unshare exited {r.returncode}"])[-1]
+
+
+def start(base: Path, port: int, datas: list[Path], net: bool = True) -> None:
     """Starts one host per data directory (sshd on 127.0.0.1:port, port+1, ...), each with its daemon
-    started by hand; returns the farm's playbook text."""
+    started by hand; `net`: each with a network of its own (a farm's hosts share one status port)."""
     servers: list[SshServer] = []
     for i, data in enumerate(datas):
         first = servers[0] if servers else None
         server = make_server(base / ("sshd" if i == 0 else f"sshd-{i + 1}"), port=port + i, data=data,
                              client_key=first.client_key if first else None,
                              known_hosts=first.known_hosts if first else None)
-        _start_host(server, base / "data")
+        _start_host(server, base / "data", net)
         server.trust()
         servers.append(server)
         server.exec(START_BY_HAND, str(base / "data"), str(base / "data" / "cuzk"), str(base / "data" / "cuzk.toml"),
                     str(base / "data" / "cuzk.log"))
         wait_ready(data / "cuzk.log", lambda: None)
-    return playbook(base, port, len(datas))
 
 
-def _start_host(server: SshServer, target: Path) -> None:
+def _start_host(server: SshServer, target: Path, net: bool) -> None:
     """The host's namespaces and its init, which serves sshd on the socket bound here, in the root network."""
     listener = socket.socket()
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -81,9 +98,10 @@ def _start_host(server: SshServer, target: Path) -> None:
         raise Refused(f"the sandbox host's port {server.port} cannot be bound: {exc.strerror}") from None
     listener.listen(64)
     sshd = [sshd_path(), "-e", "-f", str(server.config())]
-    argv = ["unshare", "--net", "--mount", "--pid", "--fork", "--kill-child", "--mount-proc",
-            sys.executable, "-c", HOST_INIT, str(listener.fileno()), str(server.data), str(target),
-            str(server.dir / "sshd.log"), *sshd]
+    (server.dir / "utmp").write_bytes(b"")
+    argv = ["unshare", *(["--net"] if net else []), "--mount", "--pid", "--fork", "--kill-child", "--mount-proc",
+            sys.executable, "-c", HOST_INIT, str(listener.fileno()), str(int(net)), str(server.data), str(target),
+            str(server.dir / "utmp"), str(server.dir / "sshd.log"), *sshd]
     Path("/run/sshd").mkdir(exist_ok=True)  # privilege separation directory
     with listener:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from swapctl.cli.environment import run as run_in_process
-from swapctl.sandbox import build_prover, port_holder
+from swapctl.sandbox import build_prover, make_server, port_holder
 
-from lab import free_port, swapctl, wait_until
+from lab import free_port, path_without, swapctl, wait_until
 
 
 @pytest.fixture(autouse=True)
@@ -130,3 +130,57 @@ def test_sandbox_up_with_hosts_out_of_range_says_so_in_one_line(tmp_path, hosts)
     ran = run_in_process(["sandbox", "up", "--dir", str(tmp_path / "sb"), "--hosts", hosts])
     assert ran.code == 2 and ran.stderr.strip() == f"swapctl: --hosts must be 1 to 8, not {hosts}", ran.stderr
     assert not (tmp_path / "sb").exists()
+
+
+def test_ssh_sessions_elsewhere_on_the_machine_are_not_reported_as_the_sandboxs_own(tmp_path):
+    """On a shared machine every sshd session (another sandbox's, a test lab's, a person's) was this
+    sandbox's "other session": 15 `root is logged in` warnings per deploy. The sandbox is a host of its own:
+    its status and a deploy's plan see only the sessions on it."""
+    sandbox, port = tmp_path / "sandbox", free_port()
+    other = make_server(tmp_path / "other")  # someone else's sshd on this machine, with two sessions open
+    other.start()
+    other.trust()
+    ssh = ["ssh", "-q", "-p", str(other.port), "-i", str(other.client_key), "-o", "BatchMode=yes",
+           "-o", f"UserKnownHostsFile={other.known_hosts}", f"root@{other.address}"]
+    marker = f"sleep {60 + port % 1000 / 1000:.3f}"  # their commands, found by an argument no one else uses
+    sessions = [subprocess.Popen([*ssh, *tty, marker], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL) for tty in ([], ["-tt"])]
+    try:
+        wait_until(lambda: len(subprocess.run(["pgrep", "-fx", marker], capture_output=True).stdout.split()) == 2,
+                   what="two ssh sessions on the other sshd")
+        r = swapctl("sandbox", "up", "--dir", str(sandbox), "--port", str(port))
+        assert r.returncode == 0, r.stderr
+        playbook = sandbox / "swapctl.toml"
+        host = status(playbook)["sandbox"]
+        assert [s for s in host["sessions"] if not s["own"]] == [], host["sessions"]
+        plan = swapctl("deploy", "sandbox", "--binary", str(sandbox / "builds" / "prover-b"), "--dry-run",
+                       "-p", str(playbook))
+        assert plan.returncode == 0 and "is logged in" not in plan.stderr, plan.stderr
+    finally:
+        for s in sessions:
+            s.kill()
+            s.wait()
+        other.stop()
+        swapctl("sandbox", "down", "--dir", str(sandbox))
+
+
+def test_without_namespaces_the_sandbox_comes_up_sharing_the_machine_and_says_so_and_a_farm_is_refused(tmp_path):
+    """Where no namespace can be had (no unshare here; a chroot, as scripts/fresh-debian runs the quick start
+    in, refuses one), the one host starts among the machine's processes as before and says in one line that
+    other sessions show as its own; a farm, whose hosts share one [daemon] table, cannot be built and says why."""
+    sandbox, port = tmp_path / "sandbox", free_port()
+    env = {"PATH": str(path_without(tmp_path / "bin", "unshare"))}
+    try:
+        r = swapctl("sandbox", "up", "--dir", str(sandbox), "--port", str(port), env=env)
+        assert r.returncode == 0, r.stderr
+        [line] = [x for x in r.stdout.splitlines() if "not a host of its own" in x]
+        assert line.startswith("the sandbox host is not a host of its own (unshare: ") and line.endswith(
+            "other sessions and processes on this machine show as its own"), line
+        wait_until(lambda: status(sandbox / "swapctl.toml")["sandbox"]["daemon_view"]["completed"] >= 1,
+                   timeout=30, what="a proof")
+        r = swapctl("sandbox", "up", "--dir", str(sandbox), "--port", str(port), "--hosts", "2", env=env)
+        assert r.returncode == 3 and r.stderr.startswith("swapctl: --hosts 2 needs namespaces for each host "
+                                                         "(root, unshare): unshare: "), r.stderr
+    finally:
+        swapctl("sandbox", "down", "--dir", str(sandbox))
+    assert sandbox_processes(sandbox) == []

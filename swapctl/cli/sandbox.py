@@ -38,6 +38,8 @@ def up(dir: DirOpt = Path(".sandbox"), port: Annotated[int, typer.Option(help="s
                            f"{port}-{port + hosts - 1}, playbook {done.playbook}"), soft_wrap=True)
         if done.note:
             out.print(text(done.note), soft_wrap=True)  # paths whole, for a copy and paste
+        if done.shared:
+            out.print(text(done.shared), soft_wrap=True)
         if kept:
             out.print(text("kept its releases and journal from before (`history sandbox`; `--fresh` forgets them)"))
         out.print(text(f"its daemon proves steadily (a proof about every 3 s), its status on 127.0.0.1:"
