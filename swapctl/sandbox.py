@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -265,7 +266,7 @@ def up(base: Path, port: int = 40612, fresh: bool = False, hosts: int = 1) -> Up
     keep = [not fresh and (d / ".swapctl").is_dir() for d in datas]
     for child in base.iterdir() if base.exists() else ():
         if child in datas and keep[datas.index(child)] or child.name == "builds" and any(keep) \
-                or child.name.startswith(PLAYBOOK_FILES):
+                or child.name.startswith(PLAYBOOK_FILES) or _kept_host(child, fresh):
             continue
         shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
     build_prover(base / "builds" / "prover-a", TIMING="1", TAG="a")
@@ -287,6 +288,11 @@ def up(base: Path, port: int = 40612, fresh: bool = False, hosts: int = 1) -> Up
     done = write_playbook(base, text, fresh)
     return Up(done.playbook, done.note, shared=why and f"the sandbox host is not a host of its own ({why}): "
                                                    "other sessions and processes on this machine show as its own")
+
+
+def _kept_host(child: Path, fresh: bool) -> bool:
+    """A farm host's data with history, which a smaller sandbox leaves for a later `--hosts` to find."""
+    return not fresh and re.fullmatch(r"data-\d+", child.name) is not None and (child / ".swapctl").is_dir()
 
 
 def _up_one(base: Path, port: int) -> None:
@@ -367,34 +373,18 @@ def down(base: Path, timeout: float = 10) -> None:
     running from its data directory, and returns once they are gone (BadInput past `timeout`)."""
     pids = []
     for pid_file in sorted(base.glob("sshd*/sshd.pid")):
-        try:
-            pids.append(int(pid_file.read_text()))
-            os.kill(pids[-1], signal.SIGTERM)
-        except (ProcessLookupError, ValueError):
+        try:  # only a process of this sandbox: a pid file outlives a reboot, and its pid is reused
+            pid = int(pid_file.read_text())
+            if str(base.resolve()).encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
+                os.kill(pid, signal.SIGTERM)
+                pids.append(pid)
+        except (OSError, ValueError):
             pass
     if (base / "data").exists():
         path = str((base / "data").resolve())
         found = subprocess.run(["pgrep", "-f", path], capture_output=True, text=True, check=False).stdout
         pids += [int(p) for p in found.split() if int(p) != os.getpid()]
         subprocess.run(["pkill", "-KILL", "-f", path], check=False)
-    deadline = time.monotonic() + timeout
-    while alive := [p for p in pids if _running(p)]:
-        if time.monotonic() > deadline:
-            raise BadInput(f"the sandbox's processes {alive} still run {timeout:.0f} s after `sandbox down`")
-        time.sleep(0.02)
+    from .sandbox_hosts import wait_gone
 
-
-def _running(pid: int) -> bool:
-    """Some thread of the process is not yet a zombie: a killed daemon's leader is one while its other
-    threads still exit, and they hold its sockets (its status port) until the last is gone."""
-    try:
-        tasks = list(Path(f"/proc/{pid}/task").iterdir())
-    except OSError:
-        return False
-    for task in tasks:
-        try:
-            if (task / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
-                return True
-        except (OSError, IndexError):
-            continue
-    return False
+    wait_gone(pids, timeout)

@@ -18,9 +18,10 @@ import socket
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
-from .errors import Refused
+from .errors import BadInput, Refused
 from .playbook import examples
 from .remote.ssh import wait_for_banner
 from .sandbox import SshServer, make_server, sshd_path, status_port, wait_ready
@@ -139,3 +140,28 @@ def playbook(base: Path, port: int, hosts: int) -> str:
         """)
     return one.replace(table.group(0), "\n".join(tables) + rollout)
 
+
+
+def wait_gone(pids: list[int], timeout: float) -> None:
+    """Until none of `pids` runs (`sandbox down`'s end); BadInput past `timeout`."""
+    deadline = time.monotonic() + timeout
+    while alive := [p for p in pids if _running(p)]:
+        if time.monotonic() > deadline:
+            raise BadInput(f"the sandbox's processes {alive} still run {timeout:.0f} s after `sandbox down`")
+        time.sleep(0.02)
+
+
+def _running(pid: int) -> bool:
+    """Some thread of the process is not yet a zombie: a killed daemon's leader is one while its other
+    threads still exit, and they hold its sockets (its status port) until the last is gone."""
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return False
+    for task in tasks:
+        try:
+            if (task / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                return True
+        except (OSError, IndexError):
+            continue
+    return False

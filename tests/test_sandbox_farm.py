@@ -119,6 +119,10 @@ def test_sandbox_up_hosts_3_is_a_farm_of_three_boxes_rolled_with_a_canary_that_s
         assert "the canary failed: no other host was touched" in r.stderr
         after = status(playbook, "@farm")
         assert {h["current_release"] for h in after.values()} == shas  # the others never touched
+
+        r = swapctl("sandbox", "up", "--dir", str(sandbox), "--port", str(port))  # one host again
+        assert r.returncode == 0, r.stderr
+        assert all((sandbox / f"data-{i}" / ".swapctl").is_dir() for i in (2, 3))  # their history kept
     finally:
         swapctl("sandbox", "down", "--dir", str(sandbox))
     assert sandbox_processes(sandbox) == []
@@ -184,3 +188,16 @@ def test_without_namespaces_the_sandbox_comes_up_sharing_the_machine_and_says_so
     finally:
         swapctl("sandbox", "down", "--dir", str(sandbox))
     assert sandbox_processes(sandbox) == []
+
+
+def test_sandbox_down_leaves_alone_a_process_whose_pid_a_stale_pid_file_names(tmp_path):
+    """A pid file outlives a reboot and its pid is reused: down sent SIGTERM to whatever had that pid."""
+    stranger = subprocess.Popen(["sleep", "30"])
+    try:
+        (tmp_path / "sb" / "sshd").mkdir(parents=True)
+        (tmp_path / "sb" / "sshd" / "sshd.pid").write_text(str(stranger.pid))
+        assert swapctl("sandbox", "down", "--dir", str(tmp_path / "sb")).returncode == 0
+        assert stranger.poll() is None
+    finally:
+        stranger.kill()
+        stranger.wait()
