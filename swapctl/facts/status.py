@@ -14,6 +14,7 @@ from ..playbook import DaemonSpec, GpuSpec
 from ..remote import Cmd, Host
 from . import cgroup, daemon_view, exposure, nvidia, system
 from . import systemd as sd
+from .sections import split_sections as split_sections  # re-exported: the callers import it from here
 from .system import Process
 
 # The sections status.sh prints, in its order: parse_status reads these and no other.
@@ -91,21 +92,6 @@ def status_cmd(daemon: DaemonSpec, gpu: GpuSpec = DEFAULT_GPU) -> Cmd:
         url=daemon.status_url or "", props=",".join(sd.PROPERTIES),
         cfg=daemon_view.config_path(daemon.args) if daemon.args is not None else "",
         cfg_default=daemon_view.DEFAULT_CONFIG)
-
-
-def split_sections(text: str) -> dict[str, str]:
-    """A script's `==> name` sections. Lines end at a newline only (str.splitlines would end one at a \\x1c
-    or a U+2028 inside a path too), and a section's first occurrence counts: the scripts print each once,
-    so a later one is text that forged it."""
-    sections: dict[str, list[str]] = {}
-    current: list[str] | None = None
-    for line in text.split("\n"):
-        if line.startswith("==> "):
-            name = line[4:].strip()
-            current = sections.setdefault(name, []) if name not in sections else []
-        elif current is not None:
-            current.append(line)
-    return {k: "\n".join(v).strip("\n") for k, v in sections.items()}
 
 
 def _strip_rc(text: str) -> tuple[str, str]:

@@ -24,6 +24,8 @@ from dataclasses import dataclass, replace
 from pathlib import PurePosixPath
 from typing import Any
 
+from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.facts.sections import split_sections
+
 from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.host import scripts, sh_texts
 from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.masking import MASK, looks_secret
 from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.remote.cmd import NAME, Cmd, Secret
@@ -377,19 +379,6 @@ def find_daemon(s: Settings) -> int | None:
         raise HostError(f"several processes match daemon.match {regex.pattern!r} (pids "
                         f"{', '.join(map(str, top))}); make `match` precise enough to find one daemon")
     return top[0] if top else None
-
-
-def split_sections(text: str) -> dict[str, str]:
-    """The `==> name` sections of inspect.sh's output (as facts.status.split_sections)."""
-    sections: dict[str, list[str]] = {}
-    current = None
-    for line in text.splitlines():
-        if line.startswith("==> "):
-            current = line[4:].strip()
-            sections[current] = []
-        elif current is not None:
-            sections[current].append(line)
-    return {k: "\n".join(v).strip("\n") for k, v in sections.items()}
 
 
 def _ids(pid: int) -> tuple[int | None, int | None]:
