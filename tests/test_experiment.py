@@ -311,8 +311,8 @@ def test_proofs_per_hour_is_over_the_window_and_a_quiet_window_says_so_once(box,
     assert len(quiet) == 1 and "it has no work, or it is stuck" in quiet[0], r.stderr
 
 
-def _stand_in_runs(binary: Path, tmp_path: Path, config: dict[str, int]):
-    """The runs of a stand-in that proved for a moment, read from its own log."""
+def _stand_in_runs(binary: Path, tmp_path: Path, config: dict[str, int], proofs: int = 8):
+    """The runs of a stand-in that made `proofs` proofs, read from its own log."""
     from swapctl.logs.timings import parse_files
 
     (tmp_path / "c.toml").write_text(prover_config(**config))
@@ -320,7 +320,8 @@ def _stand_in_runs(binary: Path, tmp_path: Path, config: dict[str, int]):
     with open(log, "wb") as out:
         proc = subprocess.Popen([str(binary), "--config", str(tmp_path / "c.toml")], stdout=out,
                                 stderr=subprocess.STDOUT, cwd=tmp_path)
-        wait_until(lambda: log.read_text(errors="replace").count("self-check PASSED") >= 8, what="8 proofs")
+        wait_until(lambda: log.read_text(errors="replace").count("self-check PASSED") >= proofs,
+                   what=f"{proofs} proofs")
         proc.kill()
         proc.wait()
     return parse_files([str(log)]).runs
@@ -350,3 +351,21 @@ def test_resolve_that_cannot_plan_says_what_the_window_does_and_only_with_resolv
             assert "1% change in ntt_kernels is under what" in one and "--resolve cannot plan the window" in one
             assert line in one and "the verdict says what that window could resolve" in one, one
             assert base.proofs == s.proofs and base.looks == []
+
+
+def test_a_phase_whose_median_is_0_before_is_read_by_its_mean_never_as_too_few_values(builds, tmp_path):
+    """The pinned build's cost shows in coset_intt_sync (the copy it overlaps is waited for there), which the
+    pageable build logs as 0: its line read "0ms ± 0%  0ms ± 0%  ? (n=414+421: too few values); a change of
+    100% would not show either" (the sandbox's own builds, 103 and 105 proofs), hundreds of values a side."""
+    from swapctl.experiment import verdict
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    a = _stand_in_runs(builds["pageable"], tmp_path / "a", {**SANDBOX, "jobs": 40}, 40)
+    b = _stand_in_runs(builds["pinned"], tmp_path / "b", {**SANDBOX, "jobs": 40}, 40)
+    v = verdict(a, b)
+    c = v.phases["coset_intt_sync"]
+    assert c.median_before == 0 and c.n_before >= 32 and c.mean_after > 0, c
+    [line] = [x for x in v.lines() if x.startswith("coset_intt_sync")]
+    assert "too few values" not in line and "would not show" not in line, line
+    assert re.search(r"median 0 before: mean 0ms -> [\d.]+ms \(p=[\d.]+ n=\d+\+\d+\)$", line), line

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import asdict
+from datetime import datetime
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Annotated
 
@@ -16,7 +17,7 @@ from ..logs import gpu
 from ..logs.cuzk.report import RunRow, Summary
 from ..logs.fetch import host_path
 from ..logs.gpu_figures import PARTS, GpuFigures, GpuReport, compare
-from ..logs.timings import PHASE_SHARE, RunReport, by_release, parse_files
+from ..logs.timings import PHASE_SHARE, ByteRange, ReleasePart, RunReport, by_release, parse, parse_files
 from ..remote import connect
 from ..swap.deploy import Swap
 from .common import JsonOpt, PlaybookOpt, err, guarded, out, print_json, select_hosts, text, warn
@@ -78,17 +79,36 @@ def _by_release(targets: list[str], dest: Path, playbook_path: str | None, as_js
         return 0
     if not parts:
         raise BadInput(f"{spec.name}'s journal records no start with a log offset; deploy with swapctl first")
-    t = Table(title=f"{spec.name}: {log}, p50 per release (ms)", title_justify="left")
-    t.add_column("phase")
-    for part in parts:
-        t.add_column(f"{part.release}\nbytes {part.from_byte:,}-{part.to_byte:,}", justify="right")
-    for name in sorted({n for part in parts for n, v in part.report.phases.items() if v.p50}):
-        t.add_row(name, *(_ms(part.report.p50(name)) for part in parts))
-    t.add_row("GPU phase share", *(_pct(part.report.gpu_phase_share) for part in parts), style="bold")
-    t.add_row("pageable share", *(_pct(part.report.pageable_share) for part in parts))
-    t.add_row("proofs", *(str(part.report.jobs) for part in parts))
-    out.print(t)
+    out.print(_releases_table(f"{spec.name}: {log}", log, parts))
     return 0
+
+
+def _releases_table(title: str, log: Path, parts: list[ReleasePart]) -> Table:
+    """p50 per release, one column a release (all its starts' bytes read together), the current one
+    rightmost; as many as the terminal's width holds (80 columns: three), with a line for the rest. A column
+    a start, headed by its byte range, was all `…` at 80 columns."""
+    order = sorted(parts, key=lambda p: p.from_byte)
+    latest = list(dict.fromkeys(p.release for p in reversed(order)))[::-1]  # ordered by each one's latest start
+    starts = {rel: [p for p in order if p.release == rel] for rel in latest}
+    with open(log, "rb") as f:
+        reports = {rel: parse([ByteRange(f, q.from_byte, q.to_byte) for q in qs]).figures()
+                   for rel, qs in starts.items()}
+    names = sorted({n for r in reports.values() for n, v in r.phases.items() if v.p50})
+    room = max(1, (out.width - max((len(n) for n in [*names, "pageable share"]), default=0) - 4) // 15)
+    shown = list(reports)[-room:]
+    left = len(reports) - len(shown)
+    t = Table(title=f"{title}, p50 per release (ms)" + (f"; {left} earlier release(s) left out at this width "
+              "(--json has every start)" if left else ""), title_justify="left")
+    t.add_column("phase")
+    for rel in shown:
+        n = len(starts[rel])
+        t.add_column(f"{rel}\n{n} start{'s' * (n != 1)}", justify="right", no_wrap=True)
+    for name in names:
+        t.add_row(name, *(_ms(reports[rel].p50(name)) for rel in shown))
+    t.add_row("GPU phase share", *(_pct(reports[rel].gpu_phase_share) for rel in shown), style="bold")
+    t.add_row("pageable share", *(_pct(reports[rel].pageable_share) for rel in shown))
+    t.add_row("proofs", *(str(reports[rel].jobs) for rel in shown))
+    return t
 
 
 def _readable(paths: list[Path]) -> None:
@@ -120,7 +140,12 @@ def _read(paths: list[Path], run: str = "all", samples: list[Sample] | None = No
     return gpu.read(log, run, samples, figures)
 
 
+MAX_PANELS = 4  # runs drawn in one picture (~1,500 px high): 21 stacked made a 7,623-px PNG no screen shows
+
+
 def _plot(paths: list[Path], png: Path, run: str, samples: list[Sample]) -> None:
+    """The timeline of the runs --run picks, numbered as the text table numbers them; at most MAX_PANELS
+    runs with proofs (the last of them), and a line saying which were left out."""
     from ..logs import plot as timeline
 
     streams = [open(p, "rb") for p in paths]
@@ -129,19 +154,26 @@ def _plot(paths: list[Path], png: Path, run: str, samples: list[Sample]) -> None
     finally:
         for st in streams:
             st.close()
-    views = None
+    views: list[timeline.Counters | None] = [None] * len(runs)
     if samples:  # the GPU's counters under each run's bars, through each run's epoch
         epochs = [r.epoch for r in parse_files([str(p) for p in paths]).runs]
         if len(epochs) == len(runs):
             views = [timeline.Counters(e, samples) if e else None for e in epochs]
+    numbered = [(n, lanes, view) for n, (lanes, view) in enumerate(zip(runs, views, strict=True), 1)]
     if run != "all":
-        pick = slice(len(runs) - 1, None) if run == "last" else slice(int(run) - 1, int(run))
-        runs, views = runs[pick], views[pick] if views else None
-    if not any(runs):
+        numbered = numbered[-1:] if run == "last" else [x for x in numbered if x[0] == int(run)]
+    drawn = [x for x in numbered if x[1]]
+    if not drawn:
         raise BadInput(f"no TIMELINE lines in {', '.join(map(str, paths))}: nothing to plot (a TIMING=1 build "
                        f"writes them)")
+    if len(drawn) > MAX_PANELS:
+        err.print(text(f"timeline: the last {MAX_PANELS} of {len(drawn)} runs with proofs (runs "
+                       f"{drawn[-MAX_PANELS][0]}-{drawn[-1][0]}); --run N draws another"), style="yellow")
+        drawn = drawn[-MAX_PANELS:]
+    names = [f"run {n} of {len(runs)}" for n, *_ in drawn] if len(runs) > 1 else None
     try:
-        timeline.draw(runs, str(png), " ".join(p.name for p in paths), views)
+        timeline.draw([x[1] for x in drawn], str(png), " ".join(p.name for p in paths), [x[2] for x in drawn],
+                      names)
     except ImportError:
         raise BadInput("--plot draws with matplotlib, which this install lacks: pip install matplotlib") from None
     err.print(text(f"timeline: {png}"))
@@ -223,13 +255,28 @@ def _per_gpu(figures: RunReport, key: str) -> str:
 
 
 def _runs_table(runs: list[RunRow]) -> Table:
+    """Each run: when it began, how long it lived (to the next run's first line; the last to its own last
+    line, `≥`), how long it proved (the span of its TIMELINE lines), its proofs and share. The proving span
+    alone, headed "wall", read 0.3 s for runs that lived for minutes."""
     t = Table(title="daemon runs in the log", title_justify="left")
-    for col in ("run", "first line (UTC)", "wall", "proofs", "partitions", "GPU phase share"):
+    for col in ("run", "first line (UTC)", "lived", "proving", "proofs", "partitions", "GPU phase share"):
         t.add_column(col, justify="left" if col in ("run", "first line (UTC)") else "right")
-    for r in runs:
-        wall = "-" if r.wall_ms is None else f"{r.wall_ms / 1000:.1f} s"
-        t.add_row(str(r.run), (r.first_ts or "-")[:19], wall, str(r.jobs), str(r.partitions), _pct(r.gpu_phase_share))
+    for r, after in zip(runs, [*runs[1:], None], strict=True):
+        proving = "-" if r.wall_ms is None else f"{r.wall_ms / 1000:.1f} s"
+        t.add_row(str(r.run), (r.first_ts or "-")[:19], _lived(r, after), proving, str(r.jobs), str(r.partitions),
+                  _pct(r.gpu_phase_share))
     return t
+
+
+def _lived(r: RunRow, after: RunRow | None) -> str:
+    """From the run's first line to the next run's first line, or (the last run) at least to its own last."""
+    end = after.first_ts if after else r.last_ts
+    if not r.first_ts or not end:
+        return "-"
+    seconds = (datetime.fromisoformat(end) - datetime.fromisoformat(r.first_ts)).total_seconds()
+    if seconds < 0:
+        return "-"
+    return ("" if after else "≥ ") + (f"{seconds:.1f} s" if seconds < 120 else f"{seconds / 60:.1f} min")
 
 
 def _pct(v: float | None) -> str:

@@ -148,7 +148,7 @@ def resolutions(before: list[Run], after: list[Run], phases: dict[str, Change],
     out: dict[str, float | None] = {}
     for name in HEADLINE:
         c = phases.get(name)
-        if c is None or c.p is None or c.significant:
+        if c is None or c.p is None or c.significant or not c.median_before:  # no % change of a 0 median
             continue
         va = [v for r in before for v in r.phases.get(name, ())]
         out[name] = resolution(va, c.n_after, alpha=alpha)

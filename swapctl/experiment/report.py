@@ -104,6 +104,8 @@ def _phases(v: Verdict) -> str:
     for name, c in v.phases.items():
         cls = "sig" if c.significant else "noise"
         change = f"{c.delta * 100:+.1f}%" if c.significant and c.delta is not None else "~"
+        if c.delta is None and c.p is not None:  # a median of 0 before: its mean says what moved
+            change = f"median 0 before: mean {c.mean_before or 0:,.2f} -> {c.mean_after or 0:,.2f}"
         ci = f"[{c.low * 100:+.1f}%, {c.high * 100:+.1f}%]" if c.low is not None and c.high is not None else "-"
         p = "-" if c.p is None else f"{c.p:.3f}"
         rows.append(f"<tr class={cls}><td>{html.escape(name)}</td><td>{c.median_before:,.1f} ± "
@@ -127,7 +129,7 @@ def write_html(path: Path, v: Verdict, host: str, binary: str, win: Fetched, off
     with open(win.local, "rb") as f:
         size = f.seek(0, 2)
         for label, (lo, hi) in (("before", (offsets[0], offsets[1])), ("B", (offsets[1], size))):
-            lanes = plot.runs([ByteRange(f, lo, hi)])[-1:]
+            lanes = [r for r in plot.runs([ByteRange(f, lo, hi)])[-1:] if r]
             views = None
             side_runs = win.runs(lo, hi)[-1:]
             if samples and side_runs and side_runs[0].epoch:

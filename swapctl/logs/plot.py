@@ -61,21 +61,25 @@ def intervals(streams: Iterable[Readable]) -> Lanes:
 
 
 def runs(streams: Iterable[Readable]) -> list[Lanes]:
-    """The lanes of each daemon run: a new run at each start line, or where TIMELINE offsets go back."""
+    """The lanes of each daemon run, split as the text table splits them (swapctl.logs.cuzk.log): a new run at
+    each start line, or where TIMELINE offsets go back; a run with no TIMELINE line (no proof) keeps its place
+    with no lanes, so run N here is run N there."""
     out: list[Lanes] = [{}]
+    seen = False  # a line of the run being read (a start line opens a new run only after one)
     opened: dict[tuple[str, bytes, bytes | None, str], float] = {}
     last = None
     for line in lines(streams):
-        if START in line and out[-1]:
+        if START in line and seen:
             out.append({})
             opened, last = {}, None
+        seen = True
         if not line.startswith(b"TIMELINE,"):
             continue
         m = LINE.match(line)
         if not m or m[2].decode() not in PHASES:
             continue
         at, event, job = float(m[1]), m[2].decode(), m[3]
-        if last is not None and at < last - RESTART_MS and out[-1]:
+        if last is not None and at < last - RESTART_MS:
             out.append({})
             opened = {}
         last = at if last is None else max(last, at)
@@ -92,7 +96,7 @@ def runs(streams: Iterable[Readable]) -> list[Lanes]:
         elif (begin := opened.pop((phase, *key), None)) is not None:
             lane = "synthesis" if phase == "synthesis" else f"GPU worker {worker}"
             lanes.setdefault(lane, []).append((phase, begin, at))
-    return [r for r in out if r]
+    return out if seen else []
 
 
 @dataclass(frozen=True)
@@ -103,15 +107,20 @@ class Counters:
     samples: list[Sample]
 
 
-def draw(runs: list[Lanes], path: Dest, title: str, gpu: Sequence[Counters | None] | None = None) -> None:
+def draw(runs: list[Lanes], path: Dest, title: str, gpu: Sequence[Counters | None] | None = None,
+         names: Sequence[str] | None = None) -> None:
     """Writes the timeline as a PNG (matplotlib, no display needed) to a path or a binary file: one axis
     per daemon run, each on its own time axis (offsets start again with each run). `gpu`, one per run (None
-    for a run without): its sm% and PCIe RX are drawn under that run's bars."""
+    for a run without): its sm% and PCIe RX are drawn under that run's bars. `names`, one per run: what each
+    axis is titled after `title` (`run 3 of 21`, as the text table numbers it)."""
+    if names is None and len(runs) > 1:
+        names = [f"run {i + 1} of {len(runs)}" for i in range(len(runs))]
     with _pyplot() as plt:
-        _draw(plt, runs, path, label(title), gpu)
+        _draw(plt, runs, path, label(title), gpu, names)
 
 
-def _draw(plt: Any, runs: list[Lanes], path: Dest, title: str, gpu: Sequence[Counters | None] | None) -> None:
+def _draw(plt: Any, runs: list[Lanes], path: Dest, title: str, gpu: Sequence[Counters | None] | None,
+          names: Sequence[str] | None) -> None:
     from matplotlib.patches import Patch
 
     rows = []
@@ -124,7 +133,7 @@ def _draw(plt: Any, runs: list[Lanes], path: Dest, title: str, gpu: Sequence[Cou
     bars_ax = {}
     for (kind, i, _), [ax] in zip(rows, axes, strict=False):
         if kind == "lanes":
-            _lanes(ax, runs[i], f"{title}: run {i + 1} of {len(runs)}" if len(runs) > 1 else title)
+            _lanes(ax, runs[i], f"{title}: {names[i]}" if names else title)
             bars_ax[i] = ax
         elif gpu and (counters := gpu[i]):
             _gpu(ax, counters, bars_ax[i])

@@ -38,6 +38,8 @@ class Change:
     high: float | None
     p: float | None  # Mann-Whitney U, two-sided
     alpha: float = ALPHA  # the level the U test's p is held to (ALPHA / looks in a sequential window)
+    mean_before: float | None = None  # what a phase whose median before is 0 (mostly-0 waits) is read by
+    mean_after: float | None = None
 
     @property
     def significant(self) -> bool:
@@ -54,8 +56,12 @@ class Change:
         before = f"{_num(self.median_before)}{unit} ± {self.spread_before * 100:.0f}%"
         after = f"{_num(self.median_after)}{unit} ± {self.spread_after * 100:.0f}%"
         n = f"n={self.n_before}+{self.n_after}"
-        if self.p is None or self.delta is None:
-            return f"{name}  {before}  {after}  ? ({n}: too few values)"
+        if self.p is None:
+            side = "before" if self.n_before < MIN_N else "after"
+            return f"{name}  {before}  {after}  ? ({n}: too few values {side}, {MIN_N} needed)"
+        if self.delta is None:  # a median of 0 before: no change in %, but thousands of values say something
+            return (f"{name}  {before}  {after}  median 0 before: mean {_num(self.mean_before or 0)}{unit} -> "
+                    f"{_num(self.mean_after or 0)}{unit} (p={self.p:.3f} {n})")
         change = f"{self.delta * 100:+.1f}%" if self.significant else "~"
         return f"{name}  {before}  {after}  {change} (p={self.p:.3f} {n})"
 
@@ -109,8 +115,9 @@ def compare(before: Sequence[float], after: Sequence[float], seed: int = 1, resa
     rng = random.Random(seed)
     mb = median(before) if before else math.nan
     ma = median(after) if after else math.nan
+    means = (sum(before) / len(before) if before else None, sum(after) / len(after) if after else None)
     if len(before) < MIN_N or len(after) < MIN_N:
-        return Change(len(before), len(after), mb, ma, 0.0, 0.0, None, None, None, None, alpha)
+        return Change(len(before), len(after), mb, ma, 0.0, 0.0, None, None, None, None, alpha, *means)
     boot_b, boot_a = _bootstrap(before, rng, resamples), _bootstrap(after, rng, resamples)
     spread = [(hi - lo) / 2 / abs(m) if m else 0.0 for (lo, hi), m in
               ((_interval(boot_b), mb), (_interval(boot_a), ma))]
@@ -121,7 +128,7 @@ def compare(before: Sequence[float], after: Sequence[float], seed: int = 1, resa
         if ratios:
             low, high = _interval(ratios)
     return Change(len(before), len(after), mb, ma, spread[0], spread[1], delta, low, high,
-                  mann_whitney_p(before, after), alpha)
+                  mann_whitney_p(before, after), alpha, *means)
 
 
 def moves(before: Sequence[float], after: Sequence[float], alpha: float = ALPHA) -> bool:
