@@ -210,14 +210,15 @@ def start_daemon(binary: Path, config: Path, log: Path, cwd: Path) -> int:
     return proc.pid
 
 
-def wait_ready(log: Path, exited: Callable[[], int | None], timeout: float = 30) -> None:
-    """Until the daemon logs `cuzk-daemon ready` in `log`; BadInput when it exits first or never does."""
+def wait_ready(log: Path, exited: Callable[[], int | None], timeout: float = 30,
+               lines: tuple[str, ...] = ("cuzk-daemon ready",)) -> None:
+    """Until the daemon logs one of `lines` in `log`; BadInput when it exits first or never does."""
     deadline = time.monotonic() + timeout
-    while "cuzk-daemon ready" not in log.read_text(errors="replace"):
+    while not any(line in log.read_text(errors="replace") for line in lines):
         code = exited()
         if code is not None or time.monotonic() > deadline:
             tail = log.read_text(errors="replace")[-400:].strip().splitlines()[-1:]
-            state = f"exited {code}" if code is not None else f"not ready in {timeout:.0f} s"
+            state = f"exited {code}" if code is not None else f"logged no {lines[0]!r} in {timeout:.0f} s"
             raise BadInput(f"the sandbox prover {state} ({' '.join(tail)}); see {log}")
         time.sleep(0.02)
 
@@ -237,6 +238,8 @@ class Up:
 
 
 MAX_HOSTS = 8
+# cuzk's lines after a proof's self-check (engine.rs:529, 572-598): a kept host may run a build whose fail
+FIRST_PROOF = ("PoRep proof self-check PASSED", "PoRep proof self-check FAILED")
 
 
 def status_port(port: int, hosts: int = 1) -> int:
@@ -281,6 +284,8 @@ def up(base: Path, port: int = 40612, fresh: bool = False, hosts: int = 1) -> Up
         _up_one(base, port)
     else:
         sandbox_hosts.start(base, port, datas, net=hosts > 1)
+    for data in datas:  # its first proof made (the SRS loaded): the first `status` shows a working daemon
+        wait_ready(data / "cuzk.log", lambda: None, lines=FIRST_PROOF)
     if hosts == 1:  # playbooks/sandbox.toml, the example people read, is the playbook the sandbox runs with
         text = examples.render("sandbox", SANDBOX=str(base), PORT=str(port), STATUS_PORT=str(status_port(port)))
     else:

@@ -52,6 +52,8 @@ def test_the_sandbox_daemon_proves_steadily_shows_its_view_is_drained_at_a_deplo
         r = swapctl("sandbox", "up", "--dir", str(sandbox), "--port", str(port))
         assert r.returncode == 0, r.stderr
         assert f"its daemon proves steadily (a proof about every 3 s), its status on 127.0.0.1:{port + 1}" in r.stdout
+        first = status(playbook)["sandbox"]["daemon_view"]  # the first status: a daemon at work, not one loading
+        assert first["completed"] >= 1 and first["failed"] == 0, first
         wait_until(lambda: status(playbook)["sandbox"]["daemon_view"]["completed"] >= 3, timeout=30,
                    what="three proofs")  # a steady feed, not 3 jobs and then idle: 3 proofs at ~2.7 s apart
         view = status(playbook)["sandbox"]["daemon_view"]
