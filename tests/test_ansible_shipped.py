@@ -68,3 +68,32 @@ def test_the_module_splits_sections_with_swapctls_own_guard_against_forged_ones(
     assert engine.split_sections(text) == split_sections(text) == {
         "binary": "link /data/x", "journal": "{\"ok\": 1}", "unsafe": ""}
     assert engine.split_sections("==> cmdline\na\x1cb\u2028c\n") == {"cmdline": "a\x1cb\u2028c"}
+
+
+def test_the_module_and_deploy_name_the_same_release_for_every_to(collection):  # noqa: F811
+    """`--to` / the rollback module's `to`: one lookup (releases.matching), shipped, not restated."""
+    sys.path.insert(0, str(collection))
+    try:
+        from ansible_collections.swapctl.cuzk.plugins.module_utils import engine
+    finally:
+        sys.path.remove(str(collection))
+    from swapctl.errors import BadInput
+    from swapctl.swap import preflight
+    from swapctl.swap.releases import Release
+
+    assert engine.matching.__module__.endswith("module_utils.swapctl.swap.releases")
+    shas = ["ab" * 32, "abcd" + "0" * 60, "12" + "f" * 62, "9" * 64]
+    known = {sha[:12]: Release(sha256=sha, size=1, name="cuzk", created=f"2026-12-0{i + 1}", by="me")
+             for i, sha in enumerate(shas)}
+    ctx = type("Ctx", (), {"name": "gpu-0"})()
+    for to in ("1", "4", "5", "0", "001", "0004", "ab", "abab", "ABCD", "12", "12f", "9", "99", "", "x"):
+        try:
+            theirs = preflight.find_release(ctx, known, to).id  # type: ignore[arg-type]
+        except BadInput:
+            theirs = None
+        try:
+            ours = engine.find_release({k: engine.Release(**v.__dict__) for k, v in known.items()}, to).id
+        except engine.HostError:
+            ours = None
+        assert ours == theirs, to
+    assert preflight.find_release(ctx, known, "1").id == shas[3][:12]  # type: ignore[arg-type]  # 1: newest

@@ -19,7 +19,7 @@ from .context import Context
 from .environ import carried
 from .journal_entry import JOURNAL
 from .plan import Catalog, Daemon, DeployPlan, Plan, Situation, config_paths, read_catalog, read_situation
-from .releases import Release, now_iso, releases_newest_first, rollback_target, who_am_i
+from .releases import Release, matching, now_iso, rollback_target, who_am_i
 from .store import gone as store_gone
 
 P = TypeVar("P", bound=Plan)
@@ -289,10 +289,7 @@ def plan_deploy(ctx: Context, sit: Situation, binary: elf.LocalBinary, restart: 
 
 def find_release(ctx: Context, known: dict[str, Release], to: str) -> Release:
     """`to`: a sha256 prefix, or an index from `swapctl history` (1 = newest)."""
-    ordered = releases_newest_first(known)
-    if to.isdigit() and len(to) <= 3 and 1 <= int(to) <= len(ordered):
-        return ordered[int(to) - 1]
-    found = [r for r in ordered if r.sha256.startswith(to.lower())]
+    found = matching(known, to)
     if len(found) == 1:
         return found[0]
     what = "matches several releases" if found else "matches no release"

@@ -190,6 +190,15 @@ def releases_newest_first(releases: dict[str, Release]) -> list[Release]:
     return sorted(releases.values(), key=lambda r: r.created, reverse=True)
 
 
+def matching(releases: dict[str, Release], to: str) -> list[Release]:
+    """The releases `to` names: an index of `swapctl history` (1 = newest, up to 3 digits) names one; else
+    every release whose sha256 starts with `to`. One found: that one; none or several: the caller refuses."""
+    ordered = releases_newest_first(releases)
+    if to.isdigit() and len(to) <= 3 and 1 <= int(to) <= len(ordered):
+        return [ordered[int(to) - 1]]
+    return [r for r in ordered if r.sha256.startswith(to.lower())]
+
+
 def to_prune(releases: dict[str, Release], keep: int, protect: set[str]) -> list[Release]:
     """Oldest releases beyond `keep`, never one in `protect` (the current and the rollback target)."""
     ordered = sorted(releases.values(), key=lambda r: r.created, reverse=True)

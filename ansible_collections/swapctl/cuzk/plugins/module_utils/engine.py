@@ -3,7 +3,8 @@
 # scripts/build_collection.py ships beside this file (module_utils/swapctl/). The host's swap.sh rolls a
 # failed start back and writes the journal line itself; this side reads its OUTCOME and JOURNAL. What
 # swapctl's controller side does in Python that cannot travel (it imports the playbook loader, paramiko) is
-# restated here, once: the swap script's inputs in swap_inputs, the new release in new_release.
+# still restated here (issue 46): the swap script's inputs in swap_inputs, the new release in new_release, the
+# daemon rule, the fallback; docs/ansible.md lists which a test holds to the controller's.
 from __future__ import annotations
 
 import base64
@@ -25,7 +26,6 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.facts.sections import split_sections
-
 from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.host import scripts, sh_texts
 from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.masking import MASK, looks_secret
 from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.remote.cmd import NAME, Cmd, Secret
@@ -43,6 +43,7 @@ from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.swap.journal_
 from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.swap.releases import (
     RELEASE_ID,
     Release,
+    matching,
     now_iso,
     parse_releases,
     previous_good,
@@ -796,11 +797,8 @@ def check_configs(sit: Situation, argv: tuple[str, ...], checked: tuple[str, ...
 
 
 def find_release(known: dict[str, Release], to: str) -> Release:
-    """`to`: a sha256 prefix, or an index of `swapctl history` (1 = newest), as preflight.find_release."""
-    ordered = releases_newest_first(known)
-    if to.isdigit() and len(to) <= 3 and 1 <= int(to) <= len(ordered):
-        return ordered[int(to) - 1]
-    found = [r for r in ordered if r.sha256.startswith(to.lower())]
+    """`to`: a sha256 prefix, or an index of `swapctl history` (1 = newest): releases.matching, swapctl's own."""
+    found = matching(known, to)
     if len(found) != 1:
         raise HostError(f"release {to} {'matches several releases' if found else 'matches no release'} on the "
                         f"host; give a longer sha256 prefix")
