@@ -121,9 +121,9 @@ def _show(v: Verdict, as_json: bool) -> None:
     out.print(text(f"{'':>14}{'before':>12}{'B':>12}"))
     out.print(text(f"{'proofs':>14}{a.proofs:>12}{b.proofs:>12}  (after the warm-up)"))
     out.print(text(f"{'wall time':>14}{_secs(a.wall_s):>12}{_secs(b.wall_s):>12}"
-                   "  (from the warm-up's end to the window's end)"))
+                   "  (warm-up's end to the window's end)"))
     out.print(text(f"{'proofs/h':>14}{_num(a.proofs_per_hour):>12}{_num(b.proofs_per_hour):>12}"
-                   "  (proofs over that wall time, idle time included)"))
+                   "  (over that wall time, idle included)"))
     out.print(text(f"{'phase share':>14}{_pct(a.phase_share):>12}{_pct(b.phase_share):>12}"))
     for g in sorted(set(a.gpu_busy) | set(b.gpu_busy) | set(a.kernel_share) | set(b.kernel_share)):
         out.print(text(f"{f'GPU {g} busy':>14}{_pct1(a.gpu_busy.get(g)):>12}{_pct1(b.gpu_busy.get(g)):>12}"

@@ -248,8 +248,7 @@ class Need:
                 f"baseline's spread)")
         if self.baseline_proofs < self.proofs:
             line += (f"; the baseline has {self.baseline_proofs}, so the verdict will say what it could resolve "
-                     f"(it is the running build's proofs since its start: an experiment started once it has made "
-                     f"more measures more; --baseline waits only where it has fewer than --min-proofs)")
+                     f"(--proofs {self.proofs} measures each side until it has that many)")
         return line
 
 
