@@ -30,6 +30,8 @@ VERBS: dict[str, tuple[str, str, str]] = {
     "deploy": ("deploy", "deploy", "Upload a new daemon binary and swap it in, rolling back by itself if it fails."),
     "rollback": ("rollback", "rollback",
                  "Go back to the previous known-good release (or --to one), started exactly as it ran."),
+    "uncordon": ("uncordon", "uncordon",
+                 "Lift a Curio cordon that swapctl left on each host (never one it did not make, nor during a swap)."),
     "history": ("history", "history", "Show a host's releases (numbered for `rollback --to`) and its deploy journal."),
     "timings": ("timings", "timings",
                 "Phase times (count, p50, p95, max), GPU phase share per GPU and starvation signs from cuzk logs."),

@@ -16,7 +16,8 @@ from rich.text import Text
 
 from .. import playbook as pb
 from ..errors import BadInput, ExitCode, Refused, SwapctlError
-from ..remote import connect
+from ..facts import cordon
+from ..remote import Host, connect
 from ..swap import elf, environ
 from ..swap.deploy import DeployPlan, Event, EventSink, Interrupts, Outcome, Plan, Swap
 from ..swap.deploy import deploy as run_deploy
@@ -118,13 +119,40 @@ def at_stake(plan: Plan, stop: str) -> str:
     view = st.daemon_view
     if not view.in_flight:
         return f"in flight: {view.summary()}"
-    then = "a drain waits for them first" if stop == "drain" else "the stop (SIGTERM) loses them"
+    then = {"drain": "a drain waits for them first",
+            "cordon": "the cordon waits for them to finish before the stop"}.get(stop, "the stop (SIGTERM) loses them")
     return f"would be lost: {view.summary()}; {then}"
 
 
-def show_plan(plan: Plan, dry_run: bool, secret_env: tuple[str, ...] = (), stop: str = "term") -> None:
-    """The plan, in one print: above a fleet's live view, each print draws the view again (issue 34)."""
-    err.print(Group(Rule(text(f"{plan.host}: deploy plan")), *plan_lines(plan, dry_run, secret_env, stop)))
+def show_plan(plan: Plan, dry_run: bool, secret_env: tuple[str, ...] = (), stop: str = "term",
+              more: tuple[str, ...] = ()) -> None:
+    """The plan, in one print: above a fleet's live view, each print draws the view again (issue 34); `more`:
+    lines after the old daemon's (the cordon's)."""
+    lines = plan_lines(plan, dry_run, secret_env, stop)
+    at = next((i for i, line in enumerate(lines) if not line.plain.startswith(("old daemon", "  "))), len(lines))
+    lines[at:at] = [text(line) for line in more]
+    err.print(Group(Rule(text(f"{plan.host}: deploy plan")), *lines))
+
+
+def cordon_first(host: Host, book: pb.Playbook, events: EventSink, lift: bool) -> tuple[str, ...]:
+    """With [curio] nodes: a cordon swapctl left lifted before a swap plans (`lift`; said in one line), and the
+    lines its plan shows with stop = "cordon" (one host call). A cordon of swapctl's that cannot be lifted
+    refuses the swap: the swap would take the node for someone else's and leave it cordoned."""
+    if not book.curio.nodes:
+        return ()
+    cur, d = book.curio, book.daemon
+    view = cordon.read(host, book, lift=lift)
+    said = cordon.lifted_said(view, host.name)
+    if said is not None and view.lifted != "ok":
+        raise Refused(f"{said}: nothing was changed; fix it, then `swapctl uncordon {host.name}`", host=host.name)
+    if said is not None:
+        events(Event("preflight", said))
+    left = (f"a cordon swapctl left: {cordon.ours_said(view)} on {' '.join(view.ours)}; the swap lifts it first",)
+    lines = left if view.left and not said and view.state != "swapping" else ()
+    if d.stop != "cordon":
+        return lines
+    return lines + tuple(cordon.plan_lines(view, cur.nodes, cur.poll_s, cur.post_wait_s, d.drain_timeout_s,
+                                           cur.max_cordon_s))
 
 
 def plan_lines(plan: Plan, dry_run: bool, secret_env: tuple[str, ...], stop: str) -> list[Text]:
@@ -156,10 +184,11 @@ def plan_lines(plan: Plan, dry_run: bool, secret_env: tuple[str, ...], stop: str
     return lines
 
 
-def shown_only(plan: Plan, book: pb.Playbook, dry_run: bool, preview: Preview | None, action: str) -> Outcome | None:
+def shown_only(plan: Plan, book: pb.Playbook, dry_run: bool, preview: Preview | None, action: str,
+               more: tuple[str, ...] = ()) -> Outcome | None:
     """The plan on the screen; a dry run's outcome (also a fleet's preview's, handed its plan), or None
     to go on with the swap."""
-    show_plan(plan, dry_run, book.daemon.secret_env, book.daemon.stop)
+    show_plan(plan, dry_run, book.daemon.secret_env, book.daemon.stop, more)
     if preview is not None:
         preview(plan)
     return dry_run_outcome(plan, action) if dry_run or preview is not None else None
@@ -211,9 +240,10 @@ def _deploy(targets: list[str], binary: str | None, playbook_path: str | None, y
         def one(spec: pb.HostSpec, interrupts: Interrupts, events: EventSink) -> Outcome:
             events(Event("connect", f"connecting to {where(spec)}..."))  # at once: a silent host takes its timeout
             with connect(spec) as host:
+                more = cordon_first(host, book, events, lift=not dry_run and preview is None)
                 with Swap(host, book, events, interrupts, ignore_gpu_hang=ignore_gpu_hang, beside=beside) as sw:
                     plan = sw.plan(local, restart=restart, build=build)
-                    if (shown := shown_only(plan, book, dry_run, preview, "deploy")) is not None:
+                    if (shown := shown_only(plan, book, dry_run, preview, "deploy", more)) is not None:
                         return shown
                     _confirm(plan, yes or many)
                     return run_deploy(sw, plan)

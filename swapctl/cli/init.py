@@ -18,6 +18,7 @@ from ..facts.launch import Launch, launch_cmd, parse_launch, propose_ready
 from ..facts.status import gather
 from ..facts.system import Process
 from ..playbook import examples
+from ..playbook.curio import NODE
 from ..remote import Cmd, Host, connect
 from .common import err, guarded, out, select_hosts, text
 
@@ -122,6 +123,7 @@ class _Found:
     exact: str  # a daemon.match that finds it and nothing else deploy would adopt
     config: str
     status_url: str | None
+    curio_nodes: tuple[str, ...] = ()  # each running `curio run --listen ADDR` (checked as [curio] nodes)
 
 
 def _found(host: Host, name: str, match: str, user: str | None) -> _Found:
@@ -134,8 +136,39 @@ def _found(host: Host, name: str, match: str, user: str | None) -> _Found:
     for exact in ("^" + re.escape(argv[0]) + "( |$)", "^" + re.escape(" ".join(argv)) + "$"):
         found = gather(host, pb.DaemonSpec(match=exact, binary=binary, user=user)).daemons
         if [p.pid for p in found] == [daemon.pid]:
-            return _Found(daemon, launch, binary, argv, exact, config, status_url)
+            return _Found(daemon, launch, binary, argv, exact, config, status_url, _curio_nodes(host))
     raise BadInput(f"{name}: no match finds pid {daemon.pid} alone; write [daemon] match by hand")
+
+
+CURIO_RUN = r"(^|[ /])curio[^ /]* run( |$)"  # `curio run ...`, by any path to a program named curio...
+
+
+def _curio_nodes(host: Host) -> tuple[str, ...]:
+    """The --listen of each `curio run` on the host (its /proc cmdline, read as the daemon's is): what [curio]
+    nodes names. Read from the host, so each is checked as the playbook checks a node, else left out."""
+    nodes: list[str] = []
+    for p in gather(host, pb.DaemonSpec(match=CURIO_RUN)).daemons:
+        words = p.args.split()
+        for i, w in enumerate(words):
+            addr = words[i + 1] if w == "--listen" and i + 1 < len(words) else w.removeprefix("--listen=")
+            if (w == "--listen" or w.startswith("--listen=")) and NODE.fullmatch(addr) \
+                    and 0 < int(addr.rsplit(":", 1)[1]) < 65536 and addr not in nodes:
+                nodes.append(addr)
+    return tuple(nodes)
+
+
+def _curio_lines(nodes: tuple[str, ...]) -> list[str]:
+    """[curio] as init writes it: the nodes found, else a hint; never the database's credentials."""
+    q = _value
+    if not nodes:
+        return ["", "# [curio]                              # no `curio run --listen` runs on the host: where Curio",
+                '# nodes = ["10.0.0.5:12300"]           # nodes feed this daemon, name them (docs/curio.md)']
+    return ["", "[curio]",
+            f"nodes = [{', '.join(map(q, nodes))}]  # each running `curio run --listen`: check it is the address "
+            "harmony_machines.host_and_port has",
+            "# env = { CURIO_DB_HOST = \"...\", CURIO_DB_PASSWORD = \"...\" }  # how the host reaches the harmony "
+            "database (secrets: the playbook only)",
+            '# and stop = "cordon" under [daemon] to cordon the nodes around a swap (docs/curio.md)']
 
 
 def _playbook_text(target: str, spec: pb.HostSpec, found: _Found, user: str | None) -> str:
@@ -188,6 +221,7 @@ def _playbook_text(target: str, spec: pb.HostSpec, found: _Found, user: str | No
     ]
     if launch.stdout:
         lines += ["", "[logs]", f"paths = [{q(launch.stdout)}]"]
+    lines += _curio_lines(found.curio_nodes)
     return "\n".join(lines) + "\n"
 
 

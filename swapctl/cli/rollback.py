@@ -13,7 +13,7 @@ from ..remote import connect
 from ..swap.deploy import EventSink, Interrupts, Outcome, Swap
 from ..swap.deploy import rollback as run_rollback
 from .common import JsonOpt, LimitOpt, PlaybookOpt, guarded
-from .deploy import _confirm, report, shown_only
+from .deploy import _confirm, cordon_first, report, shown_only
 from .fleet import (
     CanaryOpt,
     CanaryWaitOpt,
@@ -62,9 +62,10 @@ def _rollback(targets: list[str], to: str | None, playbook_path: str | None, yes
         """Each host's rollback; with `preview`, only its plan, shown and handed to `preview` (a dry run)."""
         def one(spec: pb.HostSpec, interrupts: Interrupts, events: EventSink) -> Outcome:
             with connect(spec) as host:
+                more = cordon_first(host, book, events, lift=not dry_run and preview is None)
                 sw = Swap(host, book, events, interrupts, ignore_gpu_hang=ignore_gpu_hang)
                 plan = sw.plan_rollback(to)
-                if (shown := shown_only(plan, book, dry_run, preview, "rollback")) is not None:
+                if (shown := shown_only(plan, book, dry_run, preview, "rollback", more)) is not None:
                     return shown
                 _confirm(plan, yes or many)
                 return run_rollback(sw, plan)

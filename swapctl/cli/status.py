@@ -8,11 +8,13 @@ import typer
 
 from .. import playbook as pb
 from ..errors import ExitCode, SwapctlError
+from ..facts import cordon
 from ..facts.daemon_view import DaemonView
 from ..facts.exposure import why_public
 from ..facts.status import HostStatus, gather
 from ..facts.systemd import Unit
 from ..masking import MASK, looks_secret, masked_env, masked_unit_text
+from ..remote import Host
 from ..remote.group import on_hosts
 from ..swap import journal_entry
 from ..swap.journal_entry import JournalEntry
@@ -50,8 +52,11 @@ def status(
 def _status(targets: list[str], playbook_path: str | None, as_json: bool, limit: str | None = None) -> int:
     book = pb.load(playbook_path, required=False)
     specs = select_hosts(book, targets, limit)
+    def read(host: Host) -> tuple[HostStatus, cordon.CordonView | None]:  # the cordon: with [curio] nodes
+        return gather(host, book.daemon, book.gpu), cordon.read(host, book) if book.curio.nodes else None
+
     def run() -> dict[str, Any]:
-        return on_hosts(specs, lambda host: gather(host, book.daemon, book.gpu))
+        return on_hosts(specs, read)
 
     if err.is_interactive:  # said at once, gone when the hosts have answered; scripts see only the results
         names = where(specs[0]) if len(specs) == 1 else f"{len(specs)} hosts"
@@ -72,20 +77,32 @@ def _status(targets: list[str], playbook_path: str | None, as_json: bool, limit:
                 code = getattr(result, "exit_code", ExitCode.FAILED)
                 doc[name] = {"error": str(result), "exit_code": int(code)}
             else:
-                doc[name] = {k: v for k, v in result.__dict__.items() if k not in ("processes", "last_journal_line")}
-                alone = finished_alone(result)
-                doc[name]["finished_alone"] = alone.to_dict() if alone else None
-                doc[name]["releases"] = [_shown(r, book.daemon.secret_env) for r in result.releases]
-                doc[name]["unit"] = _unit_shown(result.unit, book.daemon.secret_env)
-                doc[name]["daemon_view"] = _view_shown(result.daemon_view)
+                st, view = result
+                doc[name] = _json_doc(name, st, view, book)
         print_json({"hosts": doc})
     else:
         for result in results.values():
             if isinstance(result, BaseException):
                 err.print(text(f"swapctl: {result}"), style="bold red")
             else:
-                render(result, book.daemon.secret_env)
+                st, view = result
+                render(st, book.daemon.secret_env)
+                if view is not None:
+                    for line in cordon.status_lines(view, book.curio.nodes, st.host):
+                        out.print(text(line), style="bold yellow" if "cordoned" in line else None)
     return worst(codes)
+
+
+def _json_doc(name: str, st: HostStatus, view: cordon.CordonView | None, book: pb.Playbook) -> dict[str, Any]:
+    """One host's status as --json shows it: its secrets masked."""
+    doc = {k: v for k, v in st.__dict__.items() if k not in ("processes", "last_journal_line")}
+    alone = finished_alone(st)
+    doc["finished_alone"] = alone.to_dict() if alone else None
+    doc["releases"] = [_shown(r, book.daemon.secret_env) for r in st.releases]
+    doc["unit"] = _unit_shown(st.unit, book.daemon.secret_env)
+    doc["daemon_view"] = _view_shown(st.daemon_view)
+    doc["cordon"] = _cordon_shown(view, book.curio.nodes, name)
+    return doc
 
 
 def _shown(release: dict[str, Any], secret_env: tuple[str, ...]) -> dict[str, Any]:
@@ -93,6 +110,16 @@ def _shown(release: dict[str, Any], secret_env: tuple[str, ...]) -> dict[str, An
     if "env" not in release:
         return release
     return {**release, "env": masked_env(release["env"], secret_env)}
+
+
+def _cordon_shown(view: cordon.CordonView | None, nodes: tuple[str, ...], host: str) -> dict[str, Any] | None:
+    """The cordon as --json shows it: swapctl's own (if one is left), each node's flag, the tasks now."""
+    if view is None:
+        return None
+    return {"ours": {"nodes": list(view.ours), "since": view.since, "by": view.by, "action": view.action}
+            if view.left else None, "swap_running": view.state == "swapping",
+            "nodes": {n: cordon.node_said(view, n) for n in nodes}, "database": view.db or "unknown",
+            "tasks": [t.__dict__ for t in view.tasks], "said": cordon.status_lines(view, nodes, host)}
 
 
 def _unit_shown(unit: Unit | None, secret_env: tuple[str, ...]) -> dict[str, Any] | None:
