@@ -148,3 +148,47 @@ def test_the_journal_line_records_the_tasks_at_the_cordon(box, curio_farm, prove
     assert [t["id"] for t in cordon["tasks_at_cordon"]] == [tid]
     assert cordon["tasks_at_cordon"][0]["name"] == "PoRep"
     assert json.dumps(cordon)  # whole JSON
+
+
+@pytest.fixture(scope="module")
+def prover_selfcheck(lab_dir):
+    """A build whose every proof fails cuzk's self-check (the stand-in's FAULT=selfcheck)."""
+    from lab import build_prover
+    return build_prover(lab_dir / "bin" / "prover-selfcheck", FAULT="selfcheck", TAG="selfcheck")
+
+
+def test_ready_proof_uncordons_once_the_new_build_is_up_and_waits_for_its_first_checked_proof(
+        box, curio_farm, prover, prover_b):  # noqa: F811
+    """Only Curio feeds the daemon: with ready = "proof" the node must feed the new build before it can make
+    a proof, so the cordon ends once it is up, and the deploy is ready at its first proof that passed."""
+    c = Cordoned(box, curio_farm, synth_ms=100, drain_timeout_s=30, ready="proof", ready_timeout_s=30)
+    c.d.start(prover)
+    curio_farm.feed(mix="PoRep=1", gap_s=0.3)
+    wait_until(lambda: c.node.events("done"), what="a first proof on the old build")
+    r = c.deploy(prover_b)
+    assert r.returncode == 0, r.stderr
+    said = " ".join(r.stderr.split())
+    assert said.index("uncordoned: the new build gets work") < said.index("is ready")
+    entry = journal(box)[-1]
+    assert entry["outcome"] == "deployed" and entry["cordon"]["uncordoned"] is True
+    assert not c.unschedulable() and not c.cordon_file().exists()
+    assert c.farm.db.query("SELECT COUNT(*) FROM harmony_task_history WHERE NOT result")[0][0] == 0
+
+
+def test_a_build_whose_proofs_fail_their_self_check_is_rolled_back_behind_a_new_cordon(
+        box, curio_farm, prover, prover_selfcheck):  # noqa: F811
+    c = Cordoned(box, curio_farm, synth_ms=100, drain_timeout_s=30, ready="proof", ready_timeout_s=30)
+    old = c.d.start(prover)
+    curio_farm.feed(mix="PoRep=1", gap_s=0.3)
+    wait_until(lambda: c.node.events("done"), what="a first proof on the old build")
+    r = c.deploy(prover_selfcheck)
+    assert r.returncode != 0
+    said = " ".join(r.stderr.split())
+    assert "cordoned again" in said and "rolling back" in said
+    entry = journal(box)[-1]
+    assert entry["action"] == "auto-rollback" and entry["outcome"] == "rolled-back", entry
+    assert entry["cordon"]["uncordoned"] is True
+    assert not c.unschedulable() and not c.cordon_file().exists()
+    assert old not in box.daemons() and box.daemons()
+    n = len(c.node.events("done"))
+    wait_until(lambda: len(c.node.events("done")) > n, what="the node to prove on the old build again")

@@ -298,7 +298,9 @@ def progress(ctx: Context, word: Word, rest: str, so_far: SwapReport, target: Re
 
 def whole(ctx: Context, word: Word | None, rest: str, target: Release, fallback: Release | None) -> None:
     """The event a line about the whole swap is worth: the host's own rollback and what it did."""
-    if word is Word.ROLLBACK:
+    if word is Word.UNCORDON and cordoning(ctx):
+        ctx.emit("stop" if rest.startswith("ok started") else "ready", cordon.event(ctx, word, rest) or rest)
+    elif word is Word.ROLLBACK:
         ctx.emit("rollback", f"{target.id} failed: {rest}; rolling back" if rest != "a second Ctrl-C" else
                  f"a second Ctrl-C: stopping {target.id}; rolling back")
     elif word is Word.RETRY and fallback is not None:
