@@ -1,4 +1,4 @@
-"""Curio's cordon as the host sees it (host/swap/uncordon.sh): a cordon swapctl left (cordon.info, cordon.by),
+"""Curio's cordon as the host sees it (host/facts/uncordon.sh): a cordon swapctl left (cordon.info, cordon.by),
 each [curio] node's unschedulable flag, and the cuzk tasks the nodes own now; read by a pure parser that
 trusts nothing it reads, and said in the lines `status`, the deploy plan and `swapctl uncordon` print."""
 
@@ -11,6 +11,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from ..host import scripts
+from ..host.scripts import ReportWord
 from ..playbook import Playbook
 from ..playbook.curio import NODE, TASK
 from ..playbook.spec import POST_TASKS
@@ -21,6 +22,18 @@ _TASK = re.compile(rf"([0-9]{{1,18}}):({TASK.pattern}):([0-9]{{1,12}})")
 _SINCE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z")
 _SHOWN = re.compile(r"[ -~]{1,200}")  # a value from the host shown as it is: printable ASCII, short
 NO_DB = "unknown (database did not answer)"
+
+
+class Word(ReportWord):
+    """The words uncordon.sh starts its lines with."""
+
+    STATE = "STATE"
+    INFO = "INFO"
+    BY = "BY"
+    LIFTED = "LIFTED"
+    FLAG = "FLAG"
+    DB = "DB"
+    TASK = "TASK"
 
 
 @dataclass(frozen=True)
@@ -76,23 +89,23 @@ def parse(out: str) -> CordonView:
     flags: list[tuple[str, bool]] = []
     tasks: list[Task] = []
     for line in out.splitlines():
-        word, _, rest = line.partition(" ")
+        word, rest = Word.of(line)
         words = rest.split()
-        if word == "STATE" and words and words[0] in ("none", "idle", "swapping", "unsafe"):
+        if word is Word.STATE and words and words[0] in ("none", "idle", "swapping", "unsafe"):
             got["state"] = words[0]
-        elif word == "INFO":
+        elif word is Word.INFO:
             got["left"] = True
             got["ours"] = tuple(n for n in words[2:] if NODE.fullmatch(n))
             got["since"] = words[1] if len(words) > 1 and _SINCE.fullmatch(words[1]) else "unknown"
-        elif word == "BY":
+        elif word is Word.BY:
             got.update(_by(rest))
-        elif word == "LIFTED" and words and words[0] in ("ok", "failed", "refused", "nocli"):
+        elif word is Word.LIFTED and words and words[0] in ("ok", "failed", "refused", "nocli"):
             got["lifted"] = words[0]
-        elif word == "FLAG" and len(words) == 2 and NODE.fullmatch(words[0]) and words[1] in ("true", "false"):
+        elif word is Word.FLAG and len(words) == 2 and NODE.fullmatch(words[0]) and words[1] in ("true", "false"):
             flags.append((words[0], words[1] == "true"))
-        elif word == "DB" and words and words[0] in ("ok", "failed", "nosql"):
+        elif word is Word.DB and words and words[0] in ("ok", "failed", "nosql"):
             got["db"] = words[0]
-        elif word == "TASK" and (m := _TASK.fullmatch(rest.strip())):
+        elif word is Word.TASK and (m := _TASK.fullmatch(rest.strip())):
             tasks.append(Task(int(m[1]), m[2], int(m[3])))
     return CordonView(**got, flags=tuple(flags), tasks=tuple(tasks))  # type: ignore[arg-type]
 
