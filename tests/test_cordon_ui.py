@@ -17,6 +17,7 @@ from swapctl.playbook import parse
 from swapctl.playbook.curio import NODE
 
 from lab import swapctl, wait_until
+from test_deploy import journal
 
 pytestmark = pytest.mark.usefixtures("swapctl_env")
 SINCE = "2026-12-06T03:00:00Z"
@@ -39,6 +40,17 @@ def left_by_a_dead_swap(c: Cordoned) -> None:
     (c.cordon_file().parent / "cordon.by").write_text(
         json.dumps({"by": "alice@laptop", "since": SINCE, "action": "deploy"}) + "\n")
     assert c.unschedulable()
+
+
+def lifted_first_then_cordoned_as_its_own(c: Cordoned, r: subprocess.CompletedProcess) -> None:
+    """The left cordon lifted before the plan (one line says so), so the swap cordons the node as its own
+    (journaled, watched, lifted by itself) instead of passing it by as someone else's."""
+    said = " ".join(r.stderr.split())
+    assert f"uncordoned {c.node.listen}: a cordon swapctl left" in said
+    assert said.index("a cordon swapctl left") < said.index("deploy plan")
+    assert journal(c.box)[-1]["cordon"]["nodes"] == c.node.listen
+    assert journal(c.box)[-1]["cordon"]["uncordoned"] is True
+    assert not c.unschedulable() and not c.cordon_file().exists()
 
 
 def run(c: Cordoned, *args: str) -> subprocess.CompletedProcess:
@@ -90,8 +102,15 @@ def test_the_next_deploy_lifts_a_cordon_a_dead_swap_left_before_it_plans(box, cu
     assert c.unschedulable()  # a dry run changes nothing
     r = c.deploy(prover)
     assert r.returncode == 0, r.stderr
-    assert "uncordoned" in r.stderr and "a cordon swapctl left" in " ".join(r.stderr.split())
-    assert not c.unschedulable() and not c.cordon_file().exists()
+    lifted_first_then_cordoned_as_its_own(c, r)
+
+
+def test_a_rollback_lifts_a_cordon_a_dead_swap_left_before_it_plans(box, curio_farm, prover, prover_b):  # noqa: F811
+    c = swapped_once(box, curio_farm, prover, prover_b)
+    left_by_a_dead_swap(c)
+    r = run(c, "rollback", "lab", "--yes")
+    assert r.returncode == 0, r.stderr
+    lifted_first_then_cordoned_as_its_own(c, r)
 
 
 def test_status_says_whose_cordon_each_node_has_and_their_tasks(box, curio_farm, prover, prover_b):  # noqa: F811
