@@ -8,6 +8,7 @@ The real sshd host of the lab, a box whose data directory is U's (`open_box`, ch
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import threading
 from pathlib import Path
@@ -156,3 +157,37 @@ def test_a_log_the_daemons_user_links_to_roots_file_is_never_opened_by_root(  # 
     assert r.returncode != 0 and f"daemon.log {box.log} cannot be opened for appending by the daemon's user" in r.stderr
     assert "Traceback" not in r.stderr
     assert box.one_daemon() == old  # nothing was stopped
+
+
+def test_status_never_reads_for_the_daemons_user_a_config_only_root_may_read(
+        open_box, daemon_user, prover, secret):  # noqa: F811
+    """U runs a program of its own from the binary's directory (U owns it) whose command line names a file
+    only root may read as its --config: the status facts read a process's config as that process's user, so
+    none of the file's lines reaches what swapctl knows of the host (its memory budget, where it listens)."""
+    from swapctl.facts.status import gather
+    from swapctl.playbook import load
+    from swapctl.remote.host import LocalHost
+
+    box, user = open_box, daemon_user
+    users_box(box, user, prover)
+    secret.write_bytes(b'[daemon]\nlisten = "0.0.0.0:4242"\nstatus_listen = "0.0.0.0:4243"\n'
+                       b'[memory]\ntotal_budget = "9TiB"\n')
+    shutil.copy("/bin/sh", box.data / "sh")
+    os.chown(box.data / "sh", user.pw_uid, user.pw_gid)
+    spy = subprocess.Popen(["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--init-groups",
+                            str(box.data / "sh"), "-s", "--", "--config", str(secret)],
+                           stdin=subprocess.PIPE, start_new_session=True)
+    spy.stdin.write(b"sleep 60\n")
+    spy.stdin.flush()
+    try:
+        wait_until(lambda: os.readlink(f"/proc/{spy.pid}/exe") == str(box.data / "sh"), what="the spy")
+        facts = gather(LocalHost("lab"), load(box.playbook_path).daemon)
+        seen = {c.pid: c for c in facts.configs}
+        assert spy.pid in seen and seen[spy.pid].path == str(secret), facts.configs  # found, with its file
+        spied = seen[spy.pid]
+        assert "4242" not in repr(spied) and "9TiB" not in repr(spied), spied
+        daemon = next(c for pid, c in seen.items() if pid not in (None, spy.pid))
+        assert daemon.listen or daemon.status_listen or repr(daemon)  # the daemon's own config is still read
+    finally:
+        spy.kill()
+        spy.wait()

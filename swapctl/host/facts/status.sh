@@ -74,7 +74,9 @@ for m in "$state"/releases/*/manifest.json; do [ -f "$m" ] && { head -c 1048576 
 # one), their memory cgroups and this script's (a daemon started by hand over SSH lands there), the TCP
 # sockets they listen on, and their config files' lines that say where they listen and their memory budget
 bdir=""; [ -n "$bin" ] && bdir=$(readlink -f -- "${bin%/*}")
-pids=""; [ -n "$bdir" ] && pids=$(find /proc/[0-9]*/exe -maxdepth 0 -lname "$bdir/*" 2>/dev/null |
+# find's -lname is a glob: a directory named with * ? [ or \ matches as itself, escaped
+bglob=$(printf '%s' "$bdir" | sed 's/[][*?\\]/\\&/g')
+pids=""; [ -n "$bdir" ] && pids=$(find /proc/[0-9]*/exe -maxdepth 0 -lname "$bglob/*" 2>/dev/null |
   sed -n 's|^/proc/\([0-9]*\)/exe$|\1|p' | head -n 16)
 sec cgroup; { echo "self $$"; for p in $pids; do echo "proc $p"; done; } | cg_report
 sec listen
@@ -92,7 +94,11 @@ for p in - $pids; do
     c=${c:-$cfg_default}; case $c in /*) f=$c ;; *) f=/proc/$p/cwd/$c ;; esac
   fi
   printf 'file %s %s\n' "$p" "$c" | tr -c '\n -~' '?'
-  [ -f "$f" ] && echo "  #read" && head -c 262144 -- "$f" | grep -E '^[[:space:]]*(\[|listen|status_listen|total_budget)' |
+  # a process's config is read as its own user: one that names a file only root may read learns nothing
+  as=""; [ "$p" != - ] && u=$(stat -c %u "/proc/$p" 2>/dev/null) && [ "$u" != 0 ] &&
+    as="setpriv --reuid=$u --regid=$(stat -c %g "/proc/$p") --clear-groups"
+  # shellcheck disable=SC2086 # as: setpriv and its options, or nothing
+  [ -f "$f" ] && $as test -r "$f" && echo "  #read" && $as head -c 262144 -- "$f" 2>/dev/null | grep -E '^[[:space:]]*(\[|listen|status_listen|total_budget)' |
     head -n 64 | cut -c 1-512 | tr -c '\n -~' '?' | sed 's/^/  /'
 done
 # the daemon's own view (daemon.status_url), read here: no port opens to the controller. Last: whoever
