@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import re
 import shutil
 import signal
@@ -223,10 +224,15 @@ def table(summary: dict, a: argparse.Namespace) -> str:
 def run_shape(a: argparse.Namespace, shape: str, server, db: Postgres, builds: list[Path], base: Path) -> tuple:
     lab = Lab(a, shape, server, db, builds, base)
     rows: list[dict] = []
+    rng = random.Random(a.seed)
     try:
         time.sleep(a.warm_s)  # the node owns work (and the backlog is full) before the first swap
         for i in range(a.swaps * len(MODES)):
-            row = {"shape": shape, "i": i, **one_swap(lab, MODES[i % len(MODES)])}
+            # each swap waits for the new build's first proof: without a random pause the next one would
+            # begin at the same moment of the feed's rhythm every time (paced: right after a proof)
+            pause = round(rng.uniform(0, a.jitter_s), 3)
+            time.sleep(pause)
+            row = {"shape": shape, "i": i, "pause_s": pause, **one_swap(lab, MODES[i % len(MODES)])}
             rows.append(row)
             print(json.dumps({k: v for k, v in row.items() if k not in ("steps", "error", "journal")}), flush=True)
             if row["error"]:
@@ -263,6 +269,8 @@ def main() -> None:
     ap.add_argument("--post-wait-s", type=float, default=60)
     ap.add_argument("--drain-timeout", type=float, default=3, help="drain's limit, then stop anyway")
     ap.add_argument("--cordon-timeout", type=float, default=120, help="cordon's limit, then stop anyway")
+    ap.add_argument("--jitter-s", type=float, default=1.5, help="a random pause (0 to this) before each swap")
+    ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--warm-s", type=float, default=4)
     ap.add_argument("--between-s", type=float, default=1)
     ap.add_argument("--psql", default="/usr/bin/psql")
