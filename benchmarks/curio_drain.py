@@ -306,7 +306,10 @@ def main() -> None:
             {"began": began, "ended": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "settings": settings,
              "summary": summary, "node_records": nodes, "swaps": rows}, indent=1) + "\n")
         a.out.with_suffix(".md").write_text(text + "\n")
-    shutil.rmtree(base, ignore_errors=True)  # kept when the run failed: its logs are there
+    if all(r["rc"] == 0 for r in rows):
+        shutil.rmtree(base, ignore_errors=True)
+    else:  # a failed swap: the daemon's, the node's and the database's logs stay for a look
+        print(f"a swap failed: the run's logs are kept in {base}", file=sys.stderr)
 
 
 if __name__ == "__main__":
