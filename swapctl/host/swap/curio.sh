@@ -78,13 +78,16 @@ cordon_set() {
 }
 
 # Whose cordon, since when: cordon.info holds `pid since_ms nodes...` of the swap that made it
-cordoned=""; cordon_begin=""; cordon_ms=""; cordon_tasks="[]"; uncordoned=""; drain_cordon_ms=""
+cordoned=""; cordon_owner=""; cordon_begin=""; cordon_ms=""; cordon_tasks="[]"; uncordoned=""; drain_cordon_ms=""
 
 # uncordon_ours WHY: the nodes cordon.info names uncordoned and the file removed (kept when one failed: the
 # next deploy, rollback or `swapctl uncordon` tries again); prints UNCORDON
 uncordon_ours() {
   [ -f cordon.info ] || return 0
-  read -r _ _ nodes < cordon.info 2>/dev/null
+  read -r owner _ nodes < cordon.info 2>/dev/null
+  # a swap lifts only its own cordon (cordon_owner: its pid); a record another swap left is lifted by
+  # `swapctl uncordon` or before the next deploy plans (uncordon.sh), not by a swap that did not make it
+  [ -z "${cordon_owner:-}" ] || [ "$owner" = "$cordon_owner" ] || return 0
   # shellcheck disable=SC2086 # the nodes: checked host:port words
   if cordon_set uncordon $nodes; then
     rm -f cordon.info; uncordoned=true; now
@@ -140,7 +143,7 @@ cordon_drain() {
   now; cordon_begin=$NOW
   [ -n "$mine" ] || { cordon_wait "$1" "$2"; return; }  # every node cordoned already, by someone else
 
-  printf '%s %s%s\n' "$$" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$mine" > cordon.info
+  cordon_owner=$$; printf '%s %s%s\n' "$$" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$mine" > cordon.info
   printf '{"by": %s, "since": "%s", "action": "%s"}\n' "$(json_str "$j_by")" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" \
     "$action" > cordon.by
   cordoned=1

@@ -475,7 +475,7 @@ WATCH=""; inv=""; way_back=""; keep_way_back; now; mark=$NOW
 # curio.sh: the nodes cordoned and drained (uncordoned on every path from here: finish, the EXIT trap, the
 # watchdog); drain.sh: the proofs in flight, and the drain; a drain refused at its limit stops nothing
 if [ -n "$pid" ] && [ -n "$cordon_nodes" ]; then
-  trap 'uncordon_ours exit' EXIT
+  trap '[ -n "$cordon_owner" ] && uncordon_ours exit' EXIT  # its own cordon only (curio.sh)
   cordon_drain "$pid" "$status_url" || { [ -n "$way_back" ] && in_bindir rm -f -- "$way_back"; exit 0; }
 elif [ -n "$pid" ] && [ -n "$status_url" ]; then
   before_stop "$pid" "$status_url" "$stop_mode" "$drain_ms" "$drain_fail" || { [ -n "$way_back" ] && in_bindir rm -f -- "$way_back"; exit 0; }
