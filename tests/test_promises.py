@@ -126,6 +126,28 @@ def test_the_300_run_campaign_the_docs_cite_is_what_its_record_holds():
     assert f"**300 runs, {landed} with the fault landed inside the operation, 0 violations.**" in page
 
 
+def test_the_as_it_ran_campaign_the_docs_cite_is_what_its_record_holds():
+    """docs/promises.md cites the campaign run after issue 44's check: its record holds runs 1-300 once, no
+    "not as it ran" violation, and the four slow-release runs the page names, with its figures."""
+    import json
+
+    root = Path(__file__).resolve().parent.parent
+    runs = [json.loads(line) for line in
+            (root / "tests/data/faults-h100-2026-12-06/campaign.jsonl").read_text().splitlines()]
+    assert sorted(r["i"] for r in runs) == list(range(300))
+    kinds = Counter(v[0] for r in runs for v in r["violations"])
+    assert kinds == {"status disagrees": 4, "wrong release": 3}
+    broke = [r for r in runs if r["violations"]]
+    assert len(broke) == 4 and {r["fault"] for r in broke} == {"slow memory release"}
+    assert all("die with none" in r["violations"][0][1] for r in broke)
+    landed = sum(r["landed"] for r in runs)
+    page = " ".join((root / "docs/promises.md").read_text().split())
+    assert (f"**300 runs, {landed} with the fault landed inside the operation, 0 \"not as it ran\"**"
+            in page)
+    assert ("**4 runs broke a promise (7 violations), all four \"slow memory release\" after the new `die` "
+            "step.**") in page
+
+
 # -- sequences the machine and the campaign found, shrunk, kept as plain tests (each fails on main) ----
 
 
