@@ -5,6 +5,7 @@ engine answers. In-process (swapctl.cli.environment), no host asked."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from swapctl.cli.environment import Environment, run
 
@@ -104,3 +105,13 @@ def test_sandbox_up_again_keeps_a_playbook_the_user_edited_and_fresh_saves_it_be
         assert list(sandbox.glob("swapctl.toml.edited-*")) == [saved]  # the user's saved copy outlives ups
     finally:
         swapctl("sandbox", "down", "--dir", str(sandbox))
+
+
+def test_no_page_of_the_docs_points_into_the_shared_folder_a_users_clone_does_not_have():
+    """docs/ and the README cite cuzk's and Curio's own source (repository, commit, file:line), never the
+    development machine's ../shared/ notes, which a clone of swapctl does not have."""
+    root = Path(__file__).resolve().parent.parent
+    pages = [root / "README.md", *sorted((root / "docs").rglob("*.md"))]
+    pointing = [f"{p.relative_to(root)}:{n}" for p in pages
+                for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if "../shared" in line]
+    assert pointing == []
