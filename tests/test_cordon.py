@@ -192,3 +192,31 @@ def test_a_build_whose_proofs_fail_their_self_check_is_rolled_back_behind_a_new_
     assert old not in box.daemons() and box.daemons()
     n = len(c.node.events("done"))
     wait_until(lambda: len(c.node.events("done")) > n, what="the node to prove on the old build again")
+
+
+def test_the_watchdog_never_lifts_a_cordon_before_the_swaps_own_longest(box, curio_farm, prover, prover_b):  # noqa: F811
+    """max_cordon_s far shorter than the drain: the watchdog's time limit is at least the swap's own longest
+    (one poll, the drain's limit, its stop, memory wait and starts), so the cordon holds through the swap and
+    the swap itself lifts it (it lifted it mid-drain, and the journal said uncordoned false)."""
+    c = Cordoned(box, curio_farm, synth_ms=1200, poll_s=0.5, drain_timeout_s=30, curio={"max_cordon_s": 0.6})
+    c.d.start(prover)
+    curio_farm.feed(mix="PoRep=1", count=2)
+    wait_until(lambda: curio_farm.owned(c.node) >= 1, what="the node to own a task")
+    r = c.deploy(prover_b)
+    assert r.returncode == 0, r.stderr
+    cordon = journal(box)[-1]["cordon"]
+    assert cordon["uncordoned"] is True and cordon["cordon_s"] >= cordon["drain_s"] >= 1.5, cordon
+    assert not c.unschedulable() and not c.cordon_file().exists()
+
+
+def test_a_database_that_does_not_answer_is_said_so_and_nothing_is_cordoned(box, curio_farm, prover, prover_b):  # noqa: F811
+    c = Cordoned(box, curio_farm, synth_ms=100)
+    old = c.d.start(prover)
+    c.curio["env"] = {**c.curio["env"], "CURIO_DB_PORT": "9"}  # nothing listens there
+    c.write()
+    r = c.deploy(prover_b)
+    assert r.returncode != 0
+    said = " ".join(r.stderr.split())
+    assert "the harmony database did not answer" in said and "nothing was stopped" in said, said
+    assert "not in harmony_machines" not in said
+    assert old in box.daemons() and not c.unschedulable() and not c.cordon_file().exists()

@@ -111,7 +111,8 @@ DOCS: dict[str, dict[str, tuple[str, str]]] = {
                                                   "_NAME, _USER, _PASSWORD): sent on stdin, never printed"),
         "poll_s": ("30", "Curio's poll (pollRarely): a node may claim work this long after the cordon"),
         "post_wait_s": ("120", "how long a swap waits for a node's WdPost or WinPost before it refuses"),
-        "max_cordon_s": ("1800", "the host uncordons after this long, whatever the swap does"),
+        "max_cordon_s": ("1800", "the host uncordons after this long, whatever the swap does (never sooner than "
+                                 "the swap's own longest: poll_s, drain_timeout_s, its stop, memory wait and starts)"),
         "tasks": ('["PoRep", "UpdateProve", "PSProve", "WdPost", "WinPost"]', "the task types the nodes send to "
                                                                              "this daemon"),
     },

@@ -50,4 +50,7 @@ def refused(ctx: Context, run: SwapReport) -> Refused:
     """A cordon that refused before anything stopped (a PoSt task, a node unknown, no curio or psql, the
     drain's limit with "refuse"): the host's reason, and what to do."""
     why = run.failure.removeprefix("curio: ").removeprefix("drain: ")
+    if run.uncordon.startswith("failed"):  # the host could not lift its cordon: it stays until someone does
+        return Refused(f"{why}; the daemon works on, but the nodes are still cordoned: run `swapctl uncordon "
+                       f"{ctx.name}`", host=ctx.name)
     return Refused(f"{why}; the nodes are uncordoned and the daemon works on", host=ctx.name)

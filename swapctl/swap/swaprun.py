@@ -122,6 +122,13 @@ def status_inputs(ctx: Context, old: Daemon | None, going_back: bool = False) ->
             "fb_probe": back if back != "log" and url else "", "fb_re": ready_pattern(ctx, True)}
 
 
+def deadline_s(ctx: Context) -> float:
+    """The longest a swap may take: the swap, then the host's own rollback (a stop, a memory wait and up to
+    three starts of the fallback). A cordon's watchdog never lifts it sooner (curio.max_cordon_s)."""
+    spec, mem = ctx.spec, ctx.book.memory
+    return 2 * (spec.stop_grace_s + mem.release_timeout_s) + 4 * (spec.ready_timeout_s + spec.ready_stable_s) + 120
+
+
 def cordoning(ctx: Context) -> bool:
     return ctx.spec.stop == "cordon" and bool(ctx.book.curio.nodes)
 
@@ -137,7 +144,7 @@ def cordon_inputs(ctx: Context, old: Daemon | None) -> dict[str, Piece | int]:
             "curio_env": Secret("".join(f"{k}={shlex.quote(v)}\n" for k, v in cur.env)),
             "cuzk_tasks": ",".join(cur.tasks), "post_tasks": ",".join(POST_TASKS),
             "poll_ms": int(cur.poll_s * 1000), "post_wait_ms": int(cur.post_wait_s * 1000),
-            "max_cordon_ms": int(cur.max_cordon_s * 1000),
+            "max_cordon_ms": int(max(cur.max_cordon_s, cur.poll_s + spec.drain_timeout_s + deadline_s(ctx)) * 1000),
             "up_re": spec.ready_log if on and spec.ready == "proof" else ""}
 
 
@@ -187,7 +194,7 @@ def swap(ctx: Context, old: Daemon | None, target: Release, gpu_max: str, fallba
     """Stops `old`, waits for its memory, starts `target` and waits for it to be ready; when that fails the
     host goes back to `fallback` itself and journals how it ended (`record`). The report says how. With `unit`
     all of it goes through that systemd unit (a rollback's start reset-failed)."""
-    spec, mem = ctx.spec, ctx.book.memory
+    spec = ctx.spec
     parser = SwapParser(time.monotonic())
 
     def line(text: str) -> None:
@@ -211,8 +218,7 @@ def swap(ctx: Context, old: Daemon | None, target: Release, gpu_max: str, fallba
         ctx.emit("stop", stop)
     else:
         ctx.emit("memory", "checking memory")
-    # the swap, then the host's own rollback: a stop, a memory wait and up to three starts of the fallback
-    deadline = 2 * (spec.stop_grace_s + mem.release_timeout_s) + 4 * (spec.ready_timeout_s + spec.ready_stable_s) + 120
+    deadline = deadline_s(ctx)
     done = threading.Event()
     watcher = threading.Thread(target=_second_ctrl_c, args=(ctx, parser, done), daemon=True)
     if fallback is not None:  # with nothing to go back to, a second Ctrl-C lets the swap finish

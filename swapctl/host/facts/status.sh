@@ -89,14 +89,17 @@ sec config
 for p in - $pids; do
   if [ "$p" = - ]; then c=$cfg; f=$cfg; [ -n "$c" ] || continue
   else
+    # whose it is, read before and after its command line: a process gone (or a pid reused) between is skipped,
+    # so the file it names is never read as root for another user's process
+    u=$(stat -c %u "/proc/$p" 2>/dev/null) || continue
     c=$(tr '\0\n' '\n?' < "/proc/$p/cmdline" 2>/dev/null | awk 'f { print; exit } /^--config=/ { print substr($0, 10); exit }
       $0 == "-c" || $0 == "--config" { f = 1 }')
     c=${c:-$cfg_default}; case $c in /*) f=$c ;; *) f=/proc/$p/cwd/$c ;; esac
+    [ "$(stat -c %u "/proc/$p" 2>/dev/null)" = "$u" ] || continue
   fi
   printf 'file %s %s\n' "$p" "$c" | tr -c '\n -~' '?'
   # a process's config is read as its own user: one that names a file only root may read learns nothing
-  as=""; [ "$p" != - ] && u=$(stat -c %u "/proc/$p" 2>/dev/null) && [ "$u" != 0 ] &&
-    as="setpriv --reuid=$u --regid=$(stat -c %g "/proc/$p") --clear-groups"
+  as=""; [ "$p" != - ] && [ "$u" != 0 ] && as="setpriv --reuid=$u --regid=$(stat -c %g "/proc/$p") --clear-groups"
   # shellcheck disable=SC2086 # as: setpriv and its options, or nothing
   [ -f "$f" ] && $as test -r "$f" && echo "  #read" && $as head -c 262144 -- "$f" 2>/dev/null | grep -E '^[[:space:]]*(\[|listen|status_listen|total_budget)' |
     head -n 64 | cut -c 1-512 | tr -c '\n -~' '?' | sed 's/^/  /'

@@ -44,6 +44,6 @@ fi
 
 [ -n "$cordon_nodes" ] || exit 0
 [ -n "$curio_sqlp" ] || { echo "DB nosql"; exit 0; }
-node_flags | sed 's/^/FLAG /'
+node_flags | grep -vx answered | sed 's/^/FLAG /'
 if got=$(node_tasks "$cuzk_tasks"); then echo "DB ok"; printf '%s\n' "$got" | sed '/^$/d; s/^/TASK /'
 else echo "DB failed"; fi

@@ -64,17 +64,18 @@ node_tasks() {
 node_flags() {
   curio_run "$curio_sqlp" -XAtq -F ' ' -v ON_ERROR_STOP=1 -c "SELECT host_and_port, CASE WHEN unschedulable
     THEN 'true' ELSE 'false' END FROM curio.harmony_machines WHERE host_and_port IN ($(sql_list "$cordon_nodes"))" \
-    2>/dev/null | tr -cd '0-9A-Za-z_.:\[\] \n-'
+    -c "select 'answered'" 2>/dev/null | tr -cd '0-9A-Za-z_.:\[\] \n-'
 }
 
 # task_line WORD BEGIN_MS: WORD, ms since BEGIN_MS, the count and the tasks (stdin) on one line
 task_line() { now; awk -v w="$1" -v ms=$(( NOW - $2 )) 'NF { n++; t = t " " $0 } END { print w " " ms " " n + 0 t }'; }
 
-# cordon_set WORD NODE...: `curio cli --machine NODE WORD` for each; returns 1 when one failed
+# cordon_set WORD NODES: `curio cli --machine NODE WORD` for each of NODES (blank-separated, checked
+# host:port words, never globbed: [::1]:12300 is a pattern); returns 1 when one failed
 cordon_set() {
-  w=$1; shift; rc=0
-  for n in "$@"; do curio_run "$curio_clip" cli --machine "$n" "$w" >/dev/null 2>&1 || rc=1; done
-  return $rc
+  rc=0; set -f
+  for n in $2; do curio_run "$curio_clip" cli --machine "$n" "$1" >/dev/null 2>&1 || rc=1; done
+  set +f; return $rc
 }
 
 # Whose cordon, since when: cordon.info holds `pid since_ms nodes...` of the swap that made it
@@ -88,8 +89,7 @@ uncordon_ours() {
   # a swap lifts only its own cordon (cordon_owner: its pid); a record another swap left is lifted by
   # `swapctl uncordon` or before the next deploy plans (uncordon.sh), not by a swap that did not make it
   [ -z "${cordon_owner:-}" ] || [ "$owner" = "$cordon_owner" ] || return 0
-  # shellcheck disable=SC2086 # the nodes: checked host:port words
-  if cordon_set uncordon $nodes; then
+  if cordon_set uncordon "$nodes"; then
     rm -f cordon.info; uncordoned=true; now
     [ -n "$cordon_begin" ] && cordon_ms=$(( NOW - cordon_begin ))
     say "UNCORDON ok $1"
@@ -100,7 +100,7 @@ uncordon_ours() {
 # uncordon itself) or once the cordon has lasted max_cordon_ms, whatever the swap does then
 cordon_watch() {
   trap - USR1; exec 8>&- >/dev/null 2>&1
-  while kill -0 "$1" 2>/dev/null; do
+  while alive "$1"; do  # a zombie is gone too
     now; [ $(( NOW - cordon_begin )) -ge "$max_cordon_ms" ] && break
     sleep 1
   done
@@ -132,13 +132,17 @@ cordon_drain() {
   curio_clip=$(curio_find "$curio_cli") || { echo "FAILED curio: no $curio_cli on the host (curio.cli: an absolute path, or a name in /usr/local/bin, /usr/bin, /bin): nothing was stopped"; return 1; }
   curio_sqlp=$(curio_find "$curio_sql") || { echo "FAILED curio: no $curio_sql on the host (curio.sql: psql or ysqlsh, to read the node's tasks): nothing was stopped"; return 1; }
   flags=$(node_flags); mine=""
+  [ "${flags##*
+}" = answered ] || { echo "FAILED curio: the harmony database did not answer $curio_sqlp (check [curio] env and that the host reaches it): nothing was stopped"; return 1; }
+  set -f  # node words: [::1]:12300 is no glob
   for n in $cordon_nodes; do
     case " $(printf '%s\n' "$flags" | awk -v n="$n" '$1 == n { print $2 }') " in
       " false ") mine="$mine $n" ;;
       " true ") echo "OTHERCORDON $n" ;;  # cordoned by someone else: left as it is, before and after
-      *) echo "FAILED curio: node $n is not in harmony_machines (curio.nodes names each node's \`curio run --listen\` host:port): nothing was stopped"; return 1 ;;
+      *) set +f; echo "FAILED curio: node $n is not in harmony_machines (curio.nodes names each node's \`curio run --listen\` host:port): nothing was stopped"; return 1 ;;
     esac
   done
+  set +f
   post_guard || return 1
   now; cordon_begin=$NOW
   [ -n "$mine" ] || { cordon_wait "$1" "$2"; return; }  # every node cordoned already, by someone else
@@ -148,8 +152,7 @@ cordon_drain() {
     "$action" > cordon.by
   cordoned=1
   ( cordon_watch "$$" ) < /dev/null &  # before the cordon: from the first node cordoned, one is there to lift it
-  # shellcheck disable=SC2086 # checked host:port words
-  cordon_set cordon $mine || { uncordon_ours refused; echo "FAILED curio: \`curio cli --machine NODE cordon\` failed for one of$mine: nothing was stopped"; return 1; }
+  cordon_set cordon "$mine" || { uncordon_ours refused; echo "FAILED curio: \`curio cli --machine NODE cordon\` failed for one of$mine: nothing was stopped"; return 1; }
   tasks=$(node_tasks "$cuzk_tasks")
   line=$(printf '%s\n' "$tasks" | task_line CORDON "$cordon_begin"); say "$line"
   cordon_tasks=$(printf '%s\n' "$tasks" | awk -F: 'NF == 3 { o = o (o == "" ? "" : ", ") sprintf("{\"id\": %d, \"name\": \"%s\", \"age_s\": %d}", $1, $2, $3) }
@@ -176,14 +179,15 @@ cordon_wait() {
       [ "$tasks" != "$last" ] && [ -n "$tasks" ] && printf '%s\n' "$tasks" | task_line TASKS "$cordon_begin"; last=$tasks
       if [ "$waited" -ge "$drain_ms" ]; then
         drain_cordon_ms=$waited; echo "UNDRAINED $waited $(printf '%s\n' "$tasks" | grep -c .)"
-        post=$(printf '%s\n' "$tasks" | grep -E ":($(printf '%s' "$post_tasks" | tr ',' '|')):" | tr '\n' ' ')
+        post=$(printf '%s\n' "$tasks" | grep -E ":($(printf '%s' "$post_tasks" | tr ',' '|')|database):" | tr '\n' ' ')
         if [ "$drain_fail" = refuse ] || [ -n "$post" ]; then
           uncordon_ours refused
-          echo "FAILED drain: the node still owns ${post:+a PoSt task ($post), which a swap never stops, or }work after $(( drain_ms / 1000 )) s and daemon.drain_timeout is \"$drain_fail\": nothing was stopped"
+          echo "FAILED drain: the node still owns ${post:+a PoSt task or what the database did not say ($post), which a swap never stops, or }work after $(( drain_ms / 1000 )) s and daemon.drain_timeout is \"$drain_fail\": nothing was stopped"
           return 1
         fi
         return 0
       fi
+      sleep 0.8  # a reading a second at most: each is a database connection
     fi
     sleep 0.2
   done
@@ -194,11 +198,10 @@ cordon_wait() {
 # whatever they own (the build it stops fails its proofs anyway)
 cordon_again() {
   printf '%s %s %s\n' "$$" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$mine" > cordon.info; uncordoned=""
-  # shellcheck disable=SC2086 # checked host:port words
-  cordon_set cordon $mine
+  cordon_set cordon "$mine"
   now; again=$NOW
   while [ -n "$1" ] && alive "$1" && now && [ $(( NOW - again )) -lt "$drain_ms" ]; do
-    [ $(( NOW - again )) -ge "$poll_ms" ] && [ -z "$(node_tasks "$cuzk_tasks")" ] && break
+    [ $(( NOW - again )) -ge "$poll_ms" ] && got=$(node_tasks "$cuzk_tasks") && [ -z "$got" ] && break
     sleep 0.2
   done
   say "CORDON $(( NOW - again )) 0 again"
