@@ -123,3 +123,122 @@ def test_contributing_says_what_the_stand_in_does_at_sigint():
                   "SIGTERM ends it"):
         assert claim in said, claim
     assert "test_sigterm_kills_the_stand_in_mid_proof_and_sigint_does_not_make_it_exit" in said
+
+
+# ---- the experiment's charts ---------------------------------------------------------------------------------
+
+DATA = ROOT / "tests" / "data"
+
+
+def _stand_in_log(binary: Path, tmp_path: Path, proofs: int, **config: int) -> Path:
+    """The log of the stand-in proving steadily until it has made `proofs` proofs."""
+    import subprocess
+
+    from lab import prover_config, wait_until
+
+    (tmp_path / "c.toml").write_text(prover_config(jobs=-1, **config))
+    log = tmp_path / "p.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([str(binary), "--config", str(tmp_path / "c.toml")], stdout=out,
+                                stderr=subprocess.STDOUT, cwd=tmp_path)
+        try:
+            wait_until(lambda: log.read_text(errors="replace").count("self-check PASSED") >= proofs, timeout=120,
+                       what=f"{proofs} proofs")
+        finally:
+            proc.kill()
+            proc.wait()
+    return log
+
+
+def _on_the_axes(fig) -> list[str]:
+    """Each legend entry of `fig` whose legend overlaps the plotting area of any of its axes."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    over = []
+    for ax in fig.axes:
+        if (legend := ax.get_legend()) is None:
+            continue
+        box = legend.get_window_extent(renderer)
+        for other in fig.axes:
+            if box.overlaps(other.bbox):
+                over += [f"{t.get_text()} over {other.get_title() or 'an axis'}" for t in legend.get_texts()]
+    return over
+
+
+def _entries(fig) -> list[str]:
+    return [t.get_text() for ax in fig.axes if (lg := ax.get_legend()) for t in lg.get_texts()]
+
+
+def test_a_long_windows_timeline_draws_each_bar_wide_enough_to_see_with_its_legend_beside_the_axes(prover, tmp_path):
+    """A 3-minute window on the sandbox (bars of 0.05-0.4 s, some 450 of them end to end) drew each bar under
+    3 px on the 14-inch figure, with the legend on the bars. The stand-in here makes as many bars for its
+    length, faster: the axis shows its last stretch (said in its title) where the median bar is 8 px or more,
+    and the legend sits beside the axes, an entry for each phase it drew."""
+    from swapctl.logs import plot
+
+    log = _stand_in_log(prover, tmp_path, 60, partitions=4, synth_ms=2, gpu_ms=8, job_interval_ms=20)
+    [lanes] = [r for r in plot.runs([log.open("rb")]) if r]
+    widths = sorted(e - s for bars in lanes.values() for _, s, e in bars if e > s)
+    median_s = widths[len(widths) // 2] / 1000
+    first, last, whole = plot.shown(lanes)
+    assert whole / median_s >= 400, (whole, median_s)  # as many median bars end to end as the sandbox's window
+    with plot._pyplot() as plt:
+        fig = plot.figure(plt, [lanes], "sandbox: B")
+        ax = fig.axes[0]
+        lo, hi = ax.get_xlim()
+        assert median_s * ax.bbox.width / (hi - lo) >= 8, (median_s, ax.bbox.width, hi - lo)
+        assert f"its last {last - first:.0f} s of {whole:.0f} s" in ax.get_title()
+        assert _on_the_axes(fig) == []
+        phases = {p for bars in lanes.values() for p, s, e in bars if e > s and e / 1000 >= first}
+        assert sorted(_entries(fig)) == sorted(phases)
+        plt.close(fig)
+
+
+def test_the_timelines_legends_name_only_what_is_drawn_and_sit_off_the_lines(tmp_path):
+    """The saved H200 experiment (tests/data/h200-experiment): cuzk's copy there ends where it starts (GPU_PICKUP
+    and GPU_START at one ms), so no copy is drawn, yet the legend named it; the GPU counters' two legends sat on
+    the sm% and RX lines. One legend each, beside the axes, naming what is drawn."""
+    from swapctl.gpu.samples import read_samples
+    from swapctl.logs import plot
+    from swapctl.logs.timings import parse_files
+
+    exp = DATA / "h200-experiment"
+    lanes = [r for r in plot.runs([(exp / "cuzk.log").open("rb")]) if r][-1:]
+    assert all(e == s for _, bars in lanes[0].items() for p, s, e in bars if p == "copy")
+    epoch = parse_files([str(exp / "cuzk.log")]).runs[-1].epoch
+    assert epoch is not None
+    counters = [plot.Counters(epoch, read_samples([exp / "gpu-samples.dmon"]))]
+    with plot._pyplot() as plt:
+        fig = plot.figure(plt, lanes, "h200: B", counters)
+        entries = _entries(fig)
+        assert "copy" not in entries and {"synthesis", "gpu"} <= set(entries)
+        assert any("PCIe RX" in e for e in entries) and any("duty cycle" in e for e in entries)
+        assert _on_the_axes(fig) == []
+        plt.close(fig)
+
+
+def test_where_the_time_goes_names_no_part_it_does_not_draw(tmp_path):
+    """The saved H200 report's where-the-time-goes (tests/saved_report.py's run): barrier is 0 on both sides
+    and queued 0.003%, nothing a pixel wide, yet the chart's legend and the report's list named them."""
+    import saved_report
+
+    from swapctl.experiment import verdict
+    from swapctl.logs import plot
+
+    win = saved_report.SavedWindow()
+    data = win.local.read_bytes()
+    second = data.index(b"cuzk-daemon starting", data.index(b"cuzk-daemon starting") + 1)
+    b_start = data.rindex(b"\n", 0, second) + 1
+    v = verdict(win.runs(0, b_start), win.runs(b_start), win.samples())
+    rows = [(f"{side} GPU {g}", parts) for side, s in (("before", v.before), ("B", v.after))
+            for g, parts in s.where.items()]
+    assert all(parts["barrier"] == 0 and parts["queued"] < 0.0001 for _, parts in rows), rows
+    with plot._pyplot() as plt:
+        fig = plot.where_figure(plt, rows)
+        assert sorted(_entries(fig)) == ["copy", "kernels", "synthesis"]
+        assert _on_the_axes(fig) == []
+        plt.close(fig)
+    out = tmp_path / "report.html"
+    saved_report.render(out)
+    listed = re.findall(r"<li><b>([^<]*)</b>", out.read_text())
+    assert sorted(listed) == ["copy", "kernels", "synthesis"]

@@ -145,7 +145,8 @@ def write_html(path: Path, v: Verdict, host: str, binary: str, win: Fetched, off
         buf = io.BytesIO()
         plot.where_bars(where_rows, buf)
         where = _png(buf)
-    legend = "".join(f"<li><b>{html.escape(k)}</b>: {html.escape(t)}</li>" for k, t in PARTS.items())
+    drawn = {k for _, parts in where_rows for k, f in parts.items() if f >= plot.VISIBLE}  # no entry for the undrawn
+    legend = "".join(f"<li><b>{html.escape(k)}</b>: {html.escape(t)}</li>" for k, t in PARTS.items() if k in drawn)
     imgs = "".join(f"<h3>timeline: {html.escape(label)}</h3><img alt='timeline {html.escape(label)}' src='{src}'>"
                    for label, src in pictures)
     doc = f"""<!doctype html><html><head><meta charset="utf-8"><title>swapctl experiment: {html.escape(host)}</title>

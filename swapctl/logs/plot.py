@@ -25,6 +25,11 @@ PHASES = {"SYNTH_START": ("synthesis", "start"), "SYNTH_END": ("synthesis", "end
           "GPU_PICKUP": ("copy", "start"), "GPU_START": ("gpu", "start"),
           "GPU_END": ("gpu", "end")}
 COLOURS = {"synthesis": "#4c72b0", "copy": "#dd8452", "gpu": "#55a868"}
+# A run's axis spans at most this many of its median bars: on the 14-inch figure one is then about 10 px wide.
+# A longer run shows its last stretch (a 3-minute sandbox window, bars of 0.05-0.4 s, drew each under 3 px).
+READABLE_BARS = 120
+VISIBLE = 0.001  # a part of where_bars() under 0.1% of the time is under a pixel wide: not drawn, no entry
+BESIDE = {"loc": "upper left", "bbox_to_anchor": (1.01, 1.0), "borderaxespad": 0.0, "fontsize": "small"}
 
 
 Lanes = dict[str, list[tuple[str, float, float]]]
@@ -113,16 +118,33 @@ def draw(runs: list[Lanes], path: Dest, title: str, gpu: Sequence[Counters | Non
     per daemon run, each on its own time axis (offsets start again with each run). `gpu`, one per run (None
     for a run without): its sm% and PCIe RX are drawn under that run's bars. `names`, one per run: what each
     axis is titled after `title` (`run 3 of 21`, as the text table numbers it)."""
-    if names is None and len(runs) > 1:
-        names = [f"run {i + 1} of {len(runs)}" for i in range(len(runs))]
     with _pyplot() as plt:
-        _draw(plt, runs, path, label(title), gpu, names)
+        fig = figure(plt, runs, title, gpu, names)
+        fig.savefig(path, dpi=110, format="png", bbox_inches="tight")
+        plt.close(fig)
 
 
-def _draw(plt: Any, runs: list[Lanes], path: Dest, title: str, gpu: Sequence[Counters | None] | None,
-          names: Sequence[str] | None) -> None:
+def shown(lanes: Lanes) -> tuple[float, float, float]:
+    """(first, last, whole): the seconds of a run its axis shows, and how long the run's bars span. Past
+    READABLE_BARS of its median bars, the last that many; the whole run otherwise."""
+    bars = [(s, e) for b in lanes.values() for _, s, e in b]
+    if not bars:
+        return 0.0, 0.0, 0.0
+    lo, hi = min(s for s, _ in bars) / 1000, max(e for _, e in bars) / 1000
+    widths = sorted(e - s for s, e in bars if e > s)
+    span = widths[len(widths) // 2] / 1000 * READABLE_BARS if widths else hi - lo
+    return max(lo, hi - span), hi, hi - lo
+
+
+def figure(plt: Any, runs: list[Lanes], title: str, gpu: Sequence[Counters | None] | None = None,
+           names: Sequence[str] | None = None) -> Any:
+    """The timeline's matplotlib figure (draw() writes it): legends beside the axes, never on the bars, and
+    an entry only for a phase drawn."""
     from matplotlib.patches import Patch
 
+    title = label(title)
+    if names is None and len(runs) > 1:
+        names = [f"run {i + 1} of {len(runs)}" for i in range(len(runs))]
     rows = []
     for i, lanes in enumerate(runs):
         rows.append(("lanes", i, 1.2 + 0.7 * len(lanes)))
@@ -130,29 +152,38 @@ def _draw(plt: Any, runs: list[Lanes], path: Dest, title: str, gpu: Sequence[Cou
             rows.append(("gpu", i, 2.0))
     fig, axes = plt.subplots(len(rows), 1, figsize=(14, sum(h for *_, h in rows)), squeeze=False,
                              gridspec_kw={"height_ratios": [h for *_, h in rows]})
-    bars_ax = {}
+    bars_ax, drawn = {}, set()
     for (kind, i, _), [ax] in zip(rows, axes, strict=False):
         if kind == "lanes":
-            _lanes(ax, runs[i], f"{title}: {names[i]}" if names else title)
+            drawn |= _lanes(ax, runs[i], f"{title}: {names[i]}" if names else title)
             bars_ax[i] = ax
         elif gpu and (counters := gpu[i]):
             _gpu(ax, counters, bars_ax[i])
-    axes[0][0].legend(handles=[Patch(color=c, label=p) for p, c in COLOURS.items()], loc="upper right")
+    if drawn:
+        axes[0][0].legend(handles=[Patch(color=c, label=p) for p, c in COLOURS.items() if p in drawn], **BESIDE)
     fig.tight_layout()
-    fig.savefig(path, dpi=110, format="png")
-    plt.close(fig)
+    return fig
 
 
-def _lanes(ax: Any, lanes: Lanes, title: str) -> None:
+def _lanes(ax: Any, lanes: Lanes, title: str) -> set[str]:
+    """Draws a run's bars, its last stretch where it is long (shown()); returns the phases drawn."""
     names = sorted(lanes, key=lambda n: (n != "synthesis", n))
+    first, last, whole = shown(lanes)
+    drawn = set()
     for row, name in enumerate(names):
         for phase in COLOURS:
-            bars = [(s / 1000, (e - s) / 1000) for p, s, e in lanes[name] if p == phase]
+            bars = [(s / 1000, (e - s) / 1000) for p, s, e in lanes[name] if p == phase and e / 1000 >= first]
             if bars:
                 ax.broken_barh(bars, (row - 0.35, 0.7), facecolors=COLOURS[phase])
+                drawn |= {phase} if any(w > 0 for _, w in bars) else set()  # bars of 0 s show nothing
     ax.set_yticks(range(len(names)), names)
+    if last - first < whole:
+        pad = (last - first) * 0.01
+        ax.set_xlim(first - pad, last + pad)
+        title += f" (its last {last - first:.0f} s of {whole:.0f} s; the tables hold all of it)"
     ax.set_xlabel("seconds since this run's daemon started")
     ax.set_title(title)
+    return drawn
 
 
 def _gpu(ax: Any, view: Counters, bars: Any) -> None:
@@ -177,8 +208,10 @@ def _gpu(ax: Any, view: Counters, bars: Any) -> None:
     ax.set_ylim(0, 105)  # a GPU at 100% draws its line inside the axes, not on the frame
     ax.set_ylabel("%")
     rx_ax.set_ylabel("RX MiB/s (GPM) or MB/s")
-    ax.legend(loc="upper left", fontsize="small")
-    rx_ax.legend(loc="upper right", fontsize="small")
+    handles, labels = ax.get_legend_handles_labels()
+    rx_handles, rx_labels = rx_ax.get_legend_handles_labels()
+    if handles or rx_handles:  # one legend, beside the RX scale: none over the lines
+        ax.legend(handles + rx_handles, labels + rx_labels, **{**BESIDE, "bbox_to_anchor": (1.07, 1.0)})
     ax.set_title("the GPU's own counters (nvidia-smi dmon, 1 s readings)", fontsize="small")
 
 
@@ -189,12 +222,16 @@ WHERE_COLOURS = {"kernels": "#55a868", "gpu_phase": "#55a868", "copy": "#dd8452"
 def where_bars(rows: list[tuple[str, dict[str, float]]], path: Dest) -> None:
     """One stacked bar per (label, parts): where each build's GPU time went, adding up to 100%."""
     with _pyplot() as plt:
-        _where_bars(plt, [(label(name), parts) for name, parts in rows], path)
+        fig = where_figure(plt, rows)
+        fig.savefig(path, dpi=110, format="png", bbox_inches="tight")
+        plt.close(fig)
 
 
-def _where_bars(plt: Any, rows: list[tuple[str, dict[str, float]]], path: Dest) -> None:
+def where_figure(plt: Any, rows: list[tuple[str, dict[str, float]]]) -> Any:
+    """where_bars()'s figure: its legend beside the bars, an entry only for a part drawn."""
     from matplotlib.patches import Rectangle
 
+    rows = [(label(name), parts) for name, parts in rows]
     fig, ax = plt.subplots(figsize=(12, 0.8 + 0.6 * len(rows)))
     for y, (_, parts) in enumerate(rows):
         left = 0.0
@@ -208,12 +245,11 @@ def _where_bars(plt: Any, rows: list[tuple[str, dict[str, float]]], path: Dest) 
     ax.set_xlabel("% of wall time")
     handles, labels = [], []
     for _, parts in rows:
-        for k in parts:
-            if label(k) not in labels:
+        for k, f in parts.items():
+            if f >= VISIBLE and label(k) not in labels:  # a part of 0 draws nothing: no entry for it
                 labels.append(label(k))
                 handles.append(Rectangle((0, 0), 1, 1, color=WHERE_COLOURS.get(k, "#999999")))
-    ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.35), ncol=4, fontsize="small")
+    ax.legend(handles, labels, **BESIDE)
     ax.set_title("where the GPU's time went (from the log's phases)")
     fig.tight_layout()
-    fig.savefig(path, dpi=110, format="png")
-    plt.close(fig)
+    return fig
