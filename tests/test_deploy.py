@@ -189,6 +189,27 @@ def test_stray_child_holding_memory_delays_the_new_start(box, prover, prover_b):
     assert journal(box)[-1]["steps"]["memory"] >= 1.2
 
 
+def test_the_fork_a_killed_daemon_leaves_is_not_the_daemon_and_a_deploy_of_its_build_starts_one(box, prover):
+    """Issue 44's campaign (tests/data/faults-h100-2026-12-06): a killed daemon's memory holder, a fork with its
+    command line and binary, was reported as the daemon, and a deploy of the same build then said "nothing to
+    do" while nothing ran once the fork exited. A fork has one thread; a started cuzk never has (tokio)."""
+    old = box.start_by_hand(prover, prover_config(child_hold_mib=8, child_linger_ms=30000))
+    child = _memory_holder(box, old)
+    time.sleep(2.5)  # past LEFTOVER_AFTER_S: a daemon this young on one thread may still be starting
+    os.kill(old, signal.SIGKILL)
+    wait_until(lambda: _gone(old), what="the daemon's end")
+    r = swapctl("status", "lab", "--json", "-p", str(box.playbook_path))
+    doc = json.loads(r.stdout)["hosts"]["lab"]
+    assert doc["daemons"] == [] and [p["pid"] for p in doc["leftovers"]] == [child], r.stdout
+    shown = swapctl("status", "lab", "-p", str(box.playbook_path))
+    assert f"not the daemon: pid {child} (one thread" in shown.stdout and "daemon: not running" in shown.stdout
+    r = deploy(box, prover)
+    assert r.returncode == 0, r.stderr
+    assert "nothing to do" not in r.stderr and f"pid {child} (one thread" in r.stderr
+    started = [p for p in box.daemons() if p != child]
+    assert [exe_sha(p) for p in started] == [sha(prover)] and not _gone(child)
+
+
 def test_memory_that_never_comes_back_leaves_no_daemon_and_says_so(box, prover, prover_b):
     box.write_playbook(memory={"release_timeout_s": 1})
     box.start_by_hand(prover, prover_config(child_hold_mib=16, child_linger_ms=60000))

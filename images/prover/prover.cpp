@@ -935,6 +935,10 @@ static void start_status_server(Engine& e) {
 }
 
 int main(int argc, char** argv) {
+    // cuzk is a tokio program: its runtime's threads exist before main's first line (#[tokio::main],
+    // cuzk-daemon/src/main.rs:33), so a started cuzk never runs on one thread; swapctl counts on that to tell
+    // a fork it left (spawn_memory_holder's) from a daemon
+    std::thread([] { for (;;) pause(); }).detach();
     std::string config_path = "/data/zk/cuzk.toml", listen_arg;
     for (int i = 1; i < argc; i++) {
         std::string a = argv[i];

@@ -32,7 +32,6 @@ from .common import (
     size,
     stacked,
     text,
-    when,
     where,
     worst,
 )
@@ -245,6 +244,9 @@ def _render_daemons(st: HostStatus) -> None:
     for sock in st.daemon_listening:
         if sock.public:
             out.print(text(f"warning: {why_public(sock.address)}"), style="bold yellow")
+    for p in st.leftovers:  # a fork that outlived its daemon: what a deploy waits out
+        out.print(text(f"not the daemon: pid {p.pid} (one thread, up {duration(p.elapsed_s)}, rss {size(p.rss_kib)}) "
+                       f"runs the binary: a fork a daemon left, not the daemon"), style="yellow")
     for p in st.not_daemons:  # another user's, or another program: what a deploy leaves alone
         out.print(text(f"not the daemon: pid {p.pid} (uid {p.uid}, runs {p.exe or '?'}) matches daemon.match"),
                   style="yellow")
@@ -277,22 +279,14 @@ def _render_gpus(st: HostStatus) -> None:
 
 
 def _render_releases(st: HostStatus) -> None:
-    if st.releases:
-        # at 80 columns: short fields stacked two to a cell, the command line gets the rest (as in history)
-        from rich.table import Table
+    if st.releases:  # history's table: its numbers (`rollback --to N`) and headers, the same releases
+        from .history_table import from_manifests, releases_table  # rich.table: 25 ms, for hosts with releases
 
-        r = Table(title="releases", title_justify="left")
-        r.add_column("", no_wrap=True)
-        r.add_column("sha256\nstatus", no_wrap=True)
-        r.add_column("created\nby", no_wrap=True, overflow="ellipsis", max_width=19)
-        r.add_column("command line", overflow="fold", ratio=1)
-        for rel in st.releases:  # a manifest read from the host: any field may be of any type
-            sha = str(rel.get("sha256") or "")[:12]
-            argv = rel.get("argv") or []
-            current = st.current_release is not None and bool(sha) and sha in st.current_release
-            r.add_row("*" if current else "", stacked(sha, rel.get("status", "")),
-                      stacked(when(str(rel.get("created", ""))), rel.get("by") or "-"),
-                      text(" ".join(map(str, argv)) if isinstance(argv, list) else argv))
-        out.print(r)
+        releases, skipped = from_manifests(st.releases)
+        path = st.current_release or ""
+        current = next((i for i in releases if f"/releases/{i}/" in path), None)
+        out.print(releases_table("releases", releases, current))
+        out.print(text("* runs now" + (f"   ({skipped} manifest{'s' * (skipped != 1)} left out: not one swapctl "
+                                       "writes)" if skipped else "")))
     else:
         out.print("releases: none (swapctl has not deployed here)")

@@ -12,7 +12,7 @@ from typing import Any
 from ..host import scripts
 from ..playbook import DaemonSpec, GpuSpec
 from ..remote import Cmd, Host
-from . import cgroup, daemon_view, exposure, nvidia, system
+from . import cgroup, daemon_view, exposure, forks, nvidia, system
 from . import systemd as sd
 from .sections import split_sections as split_sections  # re-exported: the callers import it from here
 from .system import Process
@@ -48,6 +48,7 @@ class HostStatus:
     unit: sd.Unit | None = None  # the systemd unit the daemon runs under (or the playbook names)
     daemon_user: tuple[int, int] | None = None  # daemon.user's uid and gid on the host, when it has that user
     not_daemons: tuple[system.Process, ...] = ()  # matched daemon.match, but run another program or as another user
+    leftovers: tuple[system.Process, ...] = ()  # run the binary alone, single-threaded: what a daemon forked and left
     daemon_view: daemon_view.DaemonView | None = None  # its GET /status, when daemon.status_url is set and answered
     daemon_view_error: str | None = None  # daemon.status_url is set, and this is what came instead of a snapshot
     cgroups: cgroup.Cgroups = field(default_factory=cgroup.Cgroups)  # the daemon's memory cgroup, and status.sh's
@@ -144,11 +145,13 @@ def parse_status(host: str, text: str, daemon: DaemonSpec, df_paths: list[str]) 
     s = split_sections(text)
     host_lines = s.get("host", "").splitlines() + ["", ""]
     procs = system.with_links(system.parse_ps(s.get("ps", "")), system.parse_links(s.get("links", "")),
-                              system.parse_ids(s.get("ids", "")))
+                              system.parse_ids(s.get("ids", "")), system.parse_threads(s.get("ids", "")))
     own = int(s.get("self", "0").strip() or 0)
     mine = {own, *system.descendants(procs, own)} if own > 1 else set()  # the status script itself
     user = _ids(s.get("daemon-user", ""))
     daemons, not_daemons = _daemons(procs, mine, daemon.match_regex, _the_daemon(daemon, s, user))
+    leftovers = tuple(p for p in daemons if forks.is_leftover(p.threads, p.elapsed_s))
+    daemons = tuple(p for p in daemons if p not in leftovers)
     others = sorted((p for p in procs if p not in daemons and p.pid not in mine), key=lambda p: -p.rss_kib)[:5]
     gpus, apps, gpu_error, hung = _gpu_facts(s)
     disks = [
@@ -179,6 +182,7 @@ def parse_status(host: str, text: str, daemon: DaemonSpec, df_paths: list[str]) 
         unit=_own_unit(sd.parse_unit(s.get("unit", "")), daemon, daemons),
         daemon_user=user,
         not_daemons=not_daemons,
+        leftovers=leftovers,
         cgroups=cgroup.parse_cgroups(s.get("cgroup", "")),
         listening=exposure.parse_listen(s.get("listen", "")),
         configs=exposure.parse_configs(s.get("config", "")),

@@ -22,6 +22,7 @@ class Process:
     cwd: str | None = None
     uid: int | None = None  # effective uid and gid, from /proc/PID/status (not the owner of /proc/PID, which
     gid: int | None = None  # a process that makes itself undumpable turns to root)
+    threads: int | None = None  # from /proc/PID/status; None where unread
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,7 @@ def parse_links(text: str) -> dict[int, dict[str, str]]:
 
 
 def parse_ids(text: str) -> dict[int, tuple[int, int]]:
-    """Parses `grep -s -E '^(Uid|Gid):' /proc/[0-9]*/status`: pid -> (effective uid, effective gid)."""
+    """Parses `grep -s -E '^(Uid|Gid|Threads):' /proc/[0-9]*/status`: pid -> (effective uid, effective gid)."""
     found: dict[int, dict[str, int]] = {}
     for line in text.split("\n"):
         m = re.match(r"^/proc/(\d+)/status:(Uid|Gid):\s+\d+\s+(\d+)", line)
@@ -94,8 +95,13 @@ def parse_ids(text: str) -> dict[int, tuple[int, int]]:
     return {pid: (v["Uid"], v["Gid"]) for pid, v in found.items() if "Uid" in v and "Gid" in v}
 
 
+def parse_threads(text: str) -> dict[int, int]:
+    """The same section's `Threads:` lines: pid -> its thread count (a host that did not send them: none)."""
+    return {int(m[1]): int(m[2]) for m in re.finditer(r"^/proc/(\d+)/status:Threads:\s+(\d+)$", text, re.M)}
+
+
 def with_links(procs: list[Process], links: dict[int, dict[str, str]],
-               ids: dict[int, tuple[int, int]] | None = None) -> list[Process]:
+               ids: dict[int, tuple[int, int]] | None = None, threads: dict[int, int] | None = None) -> list[Process]:
     out = []
     for p in procs:
         link = links.get(p.pid, {})
@@ -105,7 +111,7 @@ def with_links(procs: list[Process], links: dict[int, dict[str, str]],
             exe = exe[: -len(" (deleted)")]  # type: ignore[index]
         uid, gid = (ids or {}).get(p.pid, (None, None))
         out.append(Process(**{**p.__dict__, "exe": exe, "exe_deleted": deleted, "cwd": link.get("cwd"),
-                              "uid": uid, "gid": gid}))
+                              "uid": uid, "gid": gid, "threads": (threads or {}).get(p.pid)}))
     return out
 
 

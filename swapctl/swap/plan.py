@@ -303,6 +303,8 @@ def warnings(status: HostStatus, daemon: Daemon | None) -> tuple[str, ...]:
             if app.pid not in daemon_pids]
     if status.gpu_error:
         out.append(status.gpu_error)
+    out += [f"pid {p.pid} (one thread, up {p.elapsed_s} s, rss {p.rss_kib // 1024} MiB) runs the binary but is a fork "
+            f"a daemon left, not the daemon: its memory counts as in use until it exits" for p in status.leftovers]
     out += [f"pid {p.pid} (uid {p.uid}, runs {p.exe or 'an unknown program'}) matches daemon.match but is not the "
             f"daemon (not its binary or a release of it, or not its user): left alone" for p in status.not_daemons]
     return tuple(out)

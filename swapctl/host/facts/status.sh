@@ -21,7 +21,7 @@ sec ps; ps -ww -eo "$ps_format" | cut -c 1-65536  # any user's argv: a line of i
 # a link's target is any user's path, newlines and all: each entry ends in NUL, and tr swaps NUL and newline,
 # so an entry is one line and a newline in it a NUL (no path holds one), swapped back by the parser
 sec links; find /proc/[0-9]*/exe /proc/[0-9]*/cwd -maxdepth 0 -printf '%p\t%l\0' 2>/dev/null | tr '\n\0' '\0\n'
-sec ids; grep -s -E '^(Uid|Gid):' /proc/[0-9]*/status
+sec ids; grep -s -E '^(Uid|Gid|Threads):' /proc/[0-9]*/status
 # who the daemon may run as: daemon.user, else root or the owner of the binary; and the binary's directory
 # as /proc/PID/exe names it (symlinks resolved)
 sec daemon-user; [ -n "$user" ] && printf '%s %s\n' "$(id -u -- "$user" 2>/dev/null)" "$(id -g -- "$user" 2>/dev/null)"

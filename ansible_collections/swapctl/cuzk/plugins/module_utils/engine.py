@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 from pathlib import PurePosixPath
 from typing import Any
 
+from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.facts import forks
 from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.facts.sections import split_sections
 from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.host import scripts, sh_texts
 from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.masking import MASK, looks_secret
@@ -290,9 +291,13 @@ class Situation:
         return list(journal_entry.deployed(self.journal))
 
 
-def _procs() -> dict[int, tuple[int, str, str]]:
-    """pid -> (ppid, state, command line) of every process."""
+def _procs() -> dict[int, tuple[int, str, str, bool]]:
+    """pid -> (ppid, state, command line, whether it is a fork a daemon left: forks.is_leftover) of every
+    process."""
     out = {}
+    hz = os.sysconf("SC_CLK_TCK")
+    with open("/proc/uptime", encoding="ascii") as f:
+        uptime = float(f.read().split()[0])
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
@@ -301,9 +306,11 @@ def _procs() -> dict[int, tuple[int, str, str]]:
                 fields = f.read().rsplit(")", 1)[1].split()
             with open(f"/proc/{name}/cmdline", "rb") as f:
                 cmdline = f.read().rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", "replace")
-        except (OSError, IndexError):
+            # stat's fields 20 (num_threads) and 22 (starttime, in ticks since boot): proc(5)
+            leftover = forks.is_leftover(int(fields[17]), uptime - int(fields[19]) / hz)
+        except (OSError, IndexError, ValueError):
             continue
-        out[int(name)] = (int(fields[1]), fields[0], cmdline)
+        out[int(name)] = (int(fields[1]), fields[0], cmdline, leftover)
     return out
 
 
@@ -365,7 +372,8 @@ def _exe_and_uid(pid: int) -> tuple[str | None, int | None]:
 
 def find_daemon(s: Settings) -> int | None:
     """The daemon's pid: a process matching daemon.match (else the binary's name) that daemon_rule calls the
-    daemon, topmost of its kind, not this module or its callers (as facts.status does)."""
+    daemon, topmost of its kind, not a fork a daemon left, not this module or its callers (as facts.status
+    does)."""
     procs = _procs()
     mine, p = set(), os.getpid()
     while p in procs and p not in mine:
@@ -373,9 +381,9 @@ def find_daemon(s: Settings) -> int | None:
         p = procs[p][0]
     regex = re.compile(s.match or s.binary.rsplit("/", 1)[-1])
     is_it = _host_rule(s)
-    found = {pid for pid, (_parent, state, cmd) in procs.items()
+    found = {pid for pid, (_parent, state, cmd, _left) in procs.items()
              if pid not in mine and not state.startswith("Z") and regex.search(cmd) and is_it(*_exe_and_uid(pid))}
-    top = sorted(pid for pid in found if procs[pid][0] not in found)
+    top = sorted(pid for pid in found if procs[pid][0] not in found and not procs[pid][3])
     if len(top) > 1:
         raise HostError(f"several processes match daemon.match {regex.pattern!r} (pids "
                         f"{', '.join(map(str, top))}); make `match` precise enough to find one daemon")

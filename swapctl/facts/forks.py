@@ -1,0 +1,18 @@
+"""Who is a fork a daemon left, not a daemon. Standard library only: scripts/build_collection.py ships it to
+the Ansible modules, which apply the same rule to the processes they read."""
+
+from __future__ import annotations
+
+LEFTOVER_AFTER_S = 2  # a daemon this young on one thread may still be starting
+
+
+def is_leftover(threads: int | None, elapsed_s: float) -> bool:
+    """Whether a process that runs the binary, with `threads` threads `elapsed_s` after it started, is a fork
+    its daemon left: one thread, for LEFTOVER_AFTER_S or more (None: not read, so a daemon as before). cuzk is a
+    tokio program: its runtime's threads exist before its first line (`#[tokio::main]`,
+    cuzk-daemon/src/main.rs:33 at curio e0294b0f), and it forks only to run nvidia-smi
+    (cuzk-core/src/engine.rs:1168), so a cuzk on one thread past its first seconds is a fork of one, which
+    carries its command line and binary and may outlive it (a memory holder, left when the daemon was killed).
+    A dying daemon is none: the kernel drops its command line and binary before it frees its memory
+    (kernel/exit.c exit_mm), so no reading takes it for the daemon."""
+    return threads == 1 and elapsed_s >= LEFTOVER_AFTER_S
