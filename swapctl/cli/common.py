@@ -1,4 +1,4 @@
-"""What every verb shares: the playbook option, host selection, output, errors and exit codes."""
+"""What every verb shares: the playbook option, host selection, output, errors, exit codes and Ctrl-C."""
 
 from __future__ import annotations
 
@@ -6,7 +6,9 @@ import fnmatch
 import json
 import signal
 import sys
-from collections.abc import Callable, Iterable
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, is_dataclass
 from typing import Annotated, Any, NoReturn
 
@@ -16,6 +18,7 @@ from rich.text import Text
 
 from .. import playbook as pb
 from ..errors import BadInput, ExitCode, PlaybookError, SwapctlError
+from ..swap.interrupts import Act, Interrupts
 from .terminal import log_lines, visible
 
 PlaybookOpt = Annotated[
@@ -55,20 +58,80 @@ def fail(exc: SwapctlError) -> NoReturn:
     raise typer.Exit(int(exc.exit_code))
 
 
-def guarded(fn: Callable[[], int | None]) -> NoReturn:
-    """Runs a verb: errors become one line on stderr and their exit code. A rollout that changed a host
-    leaves its own Ctrl-C handler for the report (cli.fleet.roll_out); the one found here is put back."""
-    previous = signal.getsignal(signal.SIGINT)
+class CtrlC:
+    """A verb's one SIGINT handler: each press goes to the swaps in progress (their Interrupts say what it
+    means, by the phase each is in), else to the verb's own; the handler does what the answers say."""
+
+    def __init__(self) -> None:
+        self.verb = Interrupts()  # between swaps: before any change a press aborts; once FINISHED it is said
+        self.swaps: list[Interrupts] = []
+        self.listeners: list[Callable[[], None]] = []  # told of every press first (a rollout's halt)
+        self.quiet = False  # swaps on worker threads: presses are counted, and read there between steps
+
+    def forward(self, *_: object) -> None:
+        for listener in list(self.listeners):
+            listener()
+        answers = [i.press() for i in list(self.swaps) or [self.verb]]
+        if self.quiet:  # this thread must not unwind: it waits for the workers
+            return
+        for answer in answers:
+            if answer.words:
+                err.print(text(answer.words), style="bold yellow")
+        if any(answer.act is Act.ABORT for answer in answers):
+            raise KeyboardInterrupt
+
+    @contextmanager
+    def attached(self, interrupts: Interrupts) -> Iterator[Interrupts]:
+        """`interrupts` gets the presses while its swap runs."""
+        self.swaps.append(interrupts)
+        try:
+            yield interrupts
+        finally:
+            self.swaps.remove(interrupts)
+
+    @contextmanager
+    def listening(self, listener: Callable[[], None], quiet: bool = False) -> Iterator[None]:
+        self.listeners.append(listener)
+        was, self.quiet = self.quiet, quiet
+        try:
+            yield
+        finally:
+            self.listeners.remove(listener)
+            self.quiet = was
+
+
+_ctrl_c: list[CtrlC] = []  # the running verb's (guarded's), innermost last
+
+
+def ctrl_c() -> CtrlC:
+    """The running verb's Ctrl-C adapter; outside a verb, one no handler forwards to."""
+    return _ctrl_c[-1] if _ctrl_c else CtrlC()
+
+
+@contextmanager
+def _forwarding(keys: CtrlC) -> Iterator[None]:
+    """Installs `keys.forward` as the SIGINT handler for the verb, and puts back the one found."""
+    here = threading.current_thread() is threading.main_thread()  # only there can a handler be set
+    previous = signal.signal(signal.SIGINT, keys.forward) if here else None
+    _ctrl_c.append(keys)
     try:
-        code = fn() or 0
-    except SwapctlError as exc:
-        fail(exc)
-    except KeyboardInterrupt:
-        err.print(Text("swapctl: interrupted before any change", style="bold red"))
-        raise typer.Exit(int(ExitCode.REFUSED)) from None
+        yield
     finally:
-        if signal.getsignal(signal.SIGINT) is not previous:
+        _ctrl_c.remove(keys)
+        if here:
             signal.signal(signal.SIGINT, previous)
+
+
+def guarded(fn: Callable[[], int | None]) -> NoReturn:
+    """Runs a verb under its one Ctrl-C handler: errors become one line on stderr and their exit code."""
+    with _forwarding(CtrlC()):
+        try:
+            code = fn() or 0
+        except SwapctlError as exc:
+            fail(exc)
+        except KeyboardInterrupt:
+            err.print(Text("swapctl: interrupted before any change", style="bold red"))
+            raise typer.Exit(int(ExitCode.REFUSED)) from None
     raise typer.Exit(int(code))
 
 

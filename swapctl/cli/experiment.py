@@ -21,7 +21,8 @@ from ..errors import BadInput, ExitCode
 from ..experiment import MIN_PROOFS, Verdict
 from ..experiment.run import DEFAULT_PROOFS, Hooks, Settings, run
 from ..remote import connect
-from .common import JsonOpt, PlaybookOpt, err, guarded, out, print_json, select_hosts, text
+from ..swap.interrupts import Interrupts
+from .common import JsonOpt, PlaybookOpt, ctrl_c, err, guarded, out, print_json, select_hosts, text
 from .deploy import _confirm, show_plan
 
 
@@ -102,8 +103,8 @@ def _experiment(target: str, s: Settings, then: str, playbook_path: str | None, 
         verdict=lambda v: _show(v, as_json),
         decide=lambda v: _decide(then, v),
     )
-    with connect(specs[0]) as host:
-        result = run(host, book, s, hooks)
+    with connect(specs[0]) as host, ctrl_c().attached(Interrupts(trial=True)) as interrupts:
+        result = run(host, book, s, hooks, interrupts)
     if result.verdict is None:  # interrupted in the window: rolled back
         return 3
     return ExitCode.NO_VERDICT if result.verdict.withheld else 0

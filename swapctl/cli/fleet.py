@@ -6,7 +6,6 @@ lines, Ctrl-C, the fleet and canary confirmations, and the summary table.
 
 from __future__ import annotations
 
-import signal
 import sys
 import threading
 from collections.abc import Callable
@@ -23,7 +22,8 @@ from ..fleet import SKIPPED, Canary, CanaryGate, Fleet, Result, Rollout, fail_bu
 from ..fleet import roll_out as core_roll_out
 from ..playbook import HostSpec
 from ..swap.deploy import EventSink, Interrupts, Outcome, Plan
-from .common import err, out, select_hosts, text
+from ..swap.interrupts import Phase
+from .common import CtrlC, ctrl_c, err, out, select_hosts, text
 from .progress import FleetView, Reporter
 
 __all__ = ["INTERRUPTED", "SKIPPED", "Fleet", "One", "Preview", "confirm_after_plans", "fail_budget", "roll_out",
@@ -47,19 +47,6 @@ MaxFailOpt = Annotated[str | None, typer.Option(
 
 
 INTERRUPTED = "interrupted (Ctrl-C)"
-ENDED = "Ctrl-C: the swap has ended; swapctl finishes its report"
-
-
-def press(interrupts: Interrupts) -> None:
-    """One Ctrl-C for one host's swap: before its stop it aborts; after it, the swap finishes or rolls back;
-    once the host's swap script has ended, the deploy finishes its report."""
-    if interrupts.swapped:
-        err.print(ENDED, style="bold yellow")
-    elif interrupts.critical:
-        err.print("Ctrl-C: the old daemon is stopped, so the swap finishes; Ctrl-C again rolls back to it",
-                  style="bold yellow") if interrupts.count == 0 else err.print(
-            "Ctrl-C again: rolling back to the old daemon", style="bold yellow")
-    interrupts.press()
 
 
 def confirm_fleet(question: str) -> None:
@@ -112,11 +99,12 @@ def dry_run_outcome(plan: Plan, action: str) -> Outcome:
 
 
 class _AtTerminal:
-    """One rollout at this terminal: each host's view (a live table, or its own bars), and Ctrl-C."""
+    """One rollout at this terminal: each host's view (a live table, or its own bars), and what a Ctrl-C
+    does to the rollout (no host starts after it); what it does to a host's swap is that swap's phase's."""
 
-    def __init__(self, one: One, fleet: Fleet, live: bool) -> None:
+    def __init__(self, one: One, fleet: Fleet, live: bool, keys: CtrlC | None = None) -> None:
         self.one, self.fleet, self.live = one, fleet, live
-        self.active: list[Interrupts] = []
+        self.keys = keys or ctrl_c()
         self.halt = ""  # why no further host starts: Ctrl-C
         self.done: dict[str, Result] = {}  # each host's result, kept before its Ctrl-C counts as "before any change"
         self.changed = False  # a host's old daemon was stopped: no later Ctrl-C may say "nothing changed"
@@ -125,25 +113,23 @@ class _AtTerminal:
         self.view: FleetView | None = None
 
     def each(self, spec: HostSpec) -> Result:
-        interrupts = Interrupts()
-        self.active.append(interrupts)
-        sink = self.view.sink(spec.name) if self.view else Reporter(spec.name, bars=self.fleet.parallel == 1)
-        result: Result = Refused("interrupted before any change", host=spec.name)
-        try:
-            result = self.one(spec, interrupts, sink)
-        except SwapctlError as exc:
-            result = exc
-        except Exception as exc:  # a host's answer no parser foresaw: this host's result, not the rollout's end
-            result = UnknownState(f"swapctl stopped on {type(exc).__name__}: {exc} (see `swapctl status {spec.name}`, "
-                                  "and report it)", host=spec.name)
-        except KeyboardInterrupt:  # raised only before the stop (Interrupts.press); on_sigint set the halt
-            pass
-        finally:  # while still active: a Ctrl-C now is counted, not raised, once the host changed
-            self.changed = self.changed or interrupts.critical
-            self.done[spec.name] = result
-            if isinstance(sink, Reporter):
-                sink.close()
-            self.active.remove(interrupts)
+        with self.keys.attached(Interrupts()) as interrupts:
+            sink = self.view.sink(spec.name) if self.view else Reporter(spec.name, bars=self.fleet.parallel == 1)
+            result: Result = Refused("interrupted before any change", host=spec.name)
+            try:
+                result = self.one(spec, interrupts, sink)
+            except SwapctlError as exc:
+                result = exc
+            except Exception as exc:  # a host's answer no parser foresaw: this host's result, not the rollout's end
+                result = UnknownState(f"swapctl stopped on {type(exc).__name__}: {exc} (see `swapctl status "
+                                      f"{spec.name}`, and report it)", host=spec.name)
+            except KeyboardInterrupt:  # raised only before the stop (Phase.PLANNING); on_press set the halt
+                pass
+            finally:  # while still attached: a Ctrl-C now is counted, not raised, once the host changed
+                self.changed = self.changed or interrupts.stopped
+                self.done[spec.name] = result
+                if isinstance(sink, Reporter):
+                    sink.close()
         if self.view:
             self.view.finish(spec.name, _outcome_word(result))
         return result
@@ -161,28 +147,17 @@ class _AtTerminal:
             finally:
                 self.view = None
 
-    def on_sigint(self, *_: object) -> None:
-        self.halt = self.halt or INTERRUPTED  # no host starts after it: in a batch, or the batch after the canaries
+    def on_press(self) -> None:
+        """No host starts after a Ctrl-C: in a batch, or the batch after the canaries."""
+        self.halt = self.halt or INTERRUPTED
         self.pressed.set()
         for r in self.rollouts:
             r.stopped = r.stopped or INTERRUPTED
-        if self.fleet.parallel > 1:  # workers see the count between steps; this thread must not unwind
-            for i in list(self.active):
-                i.tally()
-            return
-        if not self.active:
-            raise KeyboardInterrupt
-        for i in list(self.active):
-            press(i)
 
     def wait_for_canaries(self, seconds: float) -> None:
         """The canaries' run before the rest; a Ctrl-C ends it (with --parallel it raises nothing)."""
         err.print(text(f"canaries run for {seconds:g} s before the rollout goes on"))
         self.pressed.wait(seconds)
-
-    def late(self, *_: object) -> None:
-        """Ctrl-C once the rollout has ended, a host changed: the report of what changed is still to come."""
-        err.print(ENDED, style="bold yellow")
 
 
 def roll_out(book: pb.Playbook, specs: list[HostSpec], one: One, fleet: Fleet, yes: bool,
@@ -194,16 +169,17 @@ def roll_out(book: pb.Playbook, specs: list[HostSpec], one: One, fleet: Fleet, y
     run = _AtTerminal(one, fleet, live=len(specs) > 1 and err.is_interactive)
     gate = CanaryGate(book, check_canary, fleet.canary_wait,
                       lambda canaries: _confirm_canaries(canaries, fleet, yes), run.wait_for_canaries)
-    previous = signal.signal(signal.SIGINT, run.on_sigint)
-    try:
-        results, why = core_roll_out(specs, run.each, fleet, gate, dry_run=dry_run, batch=run.batch,
-                                     halted=lambda: run.halt)
-    except KeyboardInterrupt:  # between hosts, or in the canary's wait: the hosts done are reported as they are
-        if not run.changed:
-            raise
-        results, why = {s.name: run.done.get(s.name, SKIPPED) for s in specs}, INTERRUPTED
-    finally:  # the verb's report is still to print; `guarded` puts the previous handler back
-        signal.signal(signal.SIGINT, run.late if run.changed else previous)
+    with run.keys.listening(run.on_press, quiet=fleet.parallel > 1):  # with --parallel the swaps run on workers
+        try:
+            results, why = core_roll_out(specs, run.each, fleet, gate, dry_run=dry_run, batch=run.batch,
+                                         halted=lambda: run.halt)
+        except KeyboardInterrupt:  # between hosts, or in the canary's wait: the hosts done are reported as they are
+            if not run.changed:
+                raise
+            results, why = {s.name: run.done.get(s.name, SKIPPED) for s in specs}, INTERRUPTED
+        finally:  # the verb's report is still to print: a Ctrl-C from now on says so
+            if run.changed:
+                run.keys.verb.enter(Phase.FINISHED)
     if why == "the canary failed":
         err.print("the canary failed: no other host was touched", style="bold red")
     elif why.startswith("canary "):

@@ -5,10 +5,8 @@ decides (as swapctl.fleet's rollout takes them); nothing here prints or asks."""
 from __future__ import annotations
 
 import re
-import signal
 import time
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,6 +21,7 @@ from ..swap import journal
 from ..swap.deploy import Daemon, DeployPlan, Outcome, Swap, samplable
 from ..swap.deploy import deploy as run_deploy
 from ..swap.deploy import rollback as run_rollback
+from ..swap.interrupts import Interrupts, Phase
 from ..swap.journal_entry import JournalEntry
 from .judge import LOOKS, MIN_PROOFS, Verdict, moved, need, verdict, withhold, without_warmup
 from .window import Window, side_runs
@@ -85,10 +84,13 @@ class _Baseline:
     looks: list[int]  # the proof counts at which a --resolve window may end early
 
 
-def run(host: Host, book: pb.Playbook, s: Settings, hooks: Hooks) -> Result:
-    """Swap B in on `host`, let it work, judge it against the build before it, keep it or roll back."""
-    with Swap(host, book) as sw:  # its upload session ends with it, sent or not
-        return _run(sw, Window(host, book, s.dest), s, hooks)
+def run(host: Host, book: pb.Playbook, s: Settings, hooks: Hooks, interrupts: Interrupts | None = None) -> Result:
+    """Swap B in on `host`, let it work, judge it against the build before it, keep it or roll back.
+    `interrupts` gets the caller's Ctrl-C presses (a trial's: a press during B's swap rolls B back after)."""
+    with Swap(host, book, interrupts=interrupts or Interrupts(trial=True)) as sw:  # the upload session ends with it
+        result = _run(sw, Window(host, book, s.dest), s, hooks)
+        sw.interrupts.enter(Phase.FINISHED)
+        return result
 
 
 def _run(sw: Swap, win: Window, s: Settings, hooks: Hooks) -> Result:
@@ -106,15 +108,15 @@ def _run(sw: Swap, win: Window, s: Settings, hooks: Hooks) -> Result:
         raise BadInput("B is the build that runs already: nothing to compare", host=host.name)
     hooks.confirm(plan)
     try:
-        outcome = _swap_in_b(sw, plan, hooks)
+        outcome = run_deploy(sw, plan)  # a press before the stop aborts it; after it, B's swap finishes
     except SwapctlError as exc:
-        hooks.say(f"verdict: B did not come up ({exc}); the deploy's own rollback decided" if sw.interrupts.critical
+        hooks.say(f"verdict: B did not come up ({exc}); the deploy's own rollback decided" if sw.interrupts.stopped
                   else f"B was not swapped in ({exc}): nothing to judge", "bold red")
         raise
     new_start = int(outcome.log_offset or 0)
     span = Span()
     v, decision = _judge(sw, win, s, hooks, base, new_start, running, outcome, span)
-    with _finishing(hooks, "the experiment has ended; its journal line and report are being written"):
+    with sw.interrupts.finishing("the experiment has ended; its journal line and report are being written"):
         journal.write(sw.ctx, JournalEntry(action="experiment", release=outcome.new_sha, decision=decision,
                                            verdict=v.summary if v else "interrupted in the window"))
         if s.report and v:
@@ -124,35 +126,6 @@ def _run(sw: Swap, win: Window, s: Settings, hooks: Hooks) -> Result:
             write_html(s.report, v, host.name, s.binary, win, (base.start, new_start), facts)
             hooks.say(f"report: {s.report}", None)
     return Result(v, decision)
-
-
-def _swap_in_b(sw: Swap, plan: DeployPlan, hooks: Hooks) -> Outcome:
-    """B's swap with Ctrl-C as `swapctl deploy` takes it: before the stop it aborts with nothing changed;
-    after it the swap finishes and B is then rolled back (_judge), and a second press rolls back at once.
-    Under the default handler a press mid-swap said "nothing changed" while the host finished alone."""
-    def press(*_: object) -> None:
-        if sw.interrupts.critical and not sw.interrupts.swapped and not sw.interrupts.count:
-            hooks.say("Ctrl-C: the old daemon is stopped, so the swap finishes and B is then rolled back; "
-                      "Ctrl-C again rolls back at once", "bold yellow")
-        sw.interrupts.press()
-
-    with _on_sigint(press):
-        return run_deploy(sw, plan)
-
-
-@contextmanager
-def _on_sigint(handler: Callable[..., None]) -> Iterator[None]:
-    previous = signal.signal(signal.SIGINT, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-
-
-def _finishing(hooks: Hooks, what: str) -> AbstractContextManager[None]:
-    """A stretch Ctrl-C does not cut short, once B has run: the rollback to the build before it (a press
-    there used to abort it and leave B), the journal line and the report. A press says so, nothing more."""
-    return _on_sigint(lambda *_: hooks.say(f"Ctrl-C: {what}; it finishes", "bold yellow"))
 
 
 def _baseline(sw: Swap, win: Window, s: Settings, hooks: Hooks) -> _Baseline:
@@ -221,9 +194,11 @@ def _judge(sw: Swap, win: Window, s: Settings, hooks: Hooks, base: _Baseline, ne
     v: Verdict | None = None
     decision = "rollback"
     span = span if span is not None else Span()
-    when = "during the swap" if sw.interrupts.count else "in the window"  # pressed after the stop: B goes
+    when = "in the window"
     try:
-        if sw.interrupts.count:
+        sw.interrupts.enter(Phase.WATCHING)  # from now on a press ends the window
+        if sw.interrupts.pressed:  # pressed after the stop, counted while B's swap finished: B goes
+            when = "during the swap"
             raise KeyboardInterrupt
         win.fetch()  # A's log is whole once B has started: the looks judge against the A the verdict reads
         base.runs = side_runs(win.runs(base.start, new_start))[-1:] or base.runs
@@ -247,7 +222,7 @@ def _judge(sw: Swap, win: Window, s: Settings, hooks: Hooks, base: _Baseline, ne
         decision, v = "rollback", None
     finally:
         if decision == "rollback":
-            with _finishing(hooks, "rolling back to the build before B"):
+            with sw.interrupts.finishing("rolling back to the build before B"):
                 hooks.say(f"{sw.host.name}: rolled back; {_restore(sw, running)}", "bold")
         else:
             hooks.say(f"{sw.host.name}: keeping B ({(outcome.new_sha or '')[:12]})", "bold")

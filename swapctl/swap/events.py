@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from .interrupts import Interrupts
+
+__all__ = ["Event", "EventSink", "Interrupts", "Outcome"]  # Interrupts: where the swap's callers found it
 
 
 @dataclass(frozen=True)
@@ -19,33 +22,6 @@ class Event:
 
 
 EventSink = Callable[[Event], None]
-
-
-class Interrupts:
-    """Ctrl-C presses, counted by the CLI's signal handler and read by the swap between steps."""
-
-    def __init__(self) -> None:
-        self.count = 0
-        self.critical = False  # set once the old daemon is being stopped: from then on, finish the swap
-        self.swapped = False  # set once the host's swap script has ended: nothing is left to roll back
-        self.second = threading.Event()  # a second press: the swap rolls back at once (swaprun tells the host)
-
-    def reset(self) -> None:
-        """Before another swap through the same Swap (an experiment's rollback after its deploy)."""
-        self.count, self.critical, self.swapped = 0, False, False
-        self.second.clear()
-
-    def tally(self) -> None:
-        """Counts one press; safe from a signal handler (it sets an event, nothing more)."""
-        self.count += 1
-        if self.count >= 2:
-            self.second.set()
-
-    def press(self) -> None:
-        """Before the stop, Ctrl-C aborts at once (nothing changed); after it, it is counted."""
-        self.tally()
-        if not self.critical:
-            raise KeyboardInterrupt
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from ..errors import RemoteTimeout, RolledBack, SwapctlError, UnknownState, Unre
 from . import cordon, swaprun
 from .context import Context
 from .events import Outcome
+from .interrupts import Phase
 from .journal_entry import JournalEntry, Upload, parse
 from .plan import Plan
 from .releases import Release, record_local
@@ -24,9 +25,7 @@ def swap_in(ctx: Context, plan: Plan, target: Release, action: str, fallback: Re
     Raises RolledBack (4) or UnknownState (5) on failure, and UnknownState when the connection is lost in
     any part of it: the host finishes alone, its rollback included."""
     old_sha = plan.daemon.sha256 if plan.daemon else (fallback.sha256 if fallback else None)
-    if ctx.interrupts.count:
-        raise KeyboardInterrupt
-    ctx.interrupts.critical = True
+    ctx.interrupts.stop_begins()  # a press counted before it aborts: nothing changed
     pids = [plan.daemon.pid] if plan.daemon else []
     record = swaprun.Record(action, old_sha, steps, upload)
     try:
@@ -38,15 +37,15 @@ def swap_in(ctx: Context, plan: Plan, target: Release, action: str, fallback: Re
                            f"with `swapctl status {ctx.name}` and `swapctl history {ctx.name}` before deploying "
                            f"again", host=ctx.name) from None
     if run.release_changed:  # checked before the stop: nothing changed
-        ctx.interrupts.critical = False
+        ctx.interrupts.enter(Phase.PLANNING)
         raise swaprun.changed(ctx, run)
     if run.cordon_refused:  # the cordon refused before the stop, and lifted itself: nothing was stopped
-        ctx.interrupts.critical = False
+        ctx.interrupts.enter(Phase.PLANNING)
         raise cordon.refused(ctx, run)
     if run.drain_refused:  # proofs still in flight at the drain's limit: nothing was stopped
-        ctx.interrupts.critical = False
+        ctx.interrupts.enter(Phase.PLANNING)
         raise swaprun.drain_refused(ctx, run)
-    ctx.interrupts.swapped = True
+    ctx.interrupts.enter(Phase.SWAPPED)
     line = _recorded(run)
     if not run.outcome:
         raise UnknownState(f"the swap script on the host ended without saying how the swap ended "

@@ -81,8 +81,7 @@ class Session:
 
         def progress(done: int, wire: int) -> None:
             ctx.emit("upload", done=done, total=new.size, wire=wire)
-            if ctx.interrupts.count:
-                raise KeyboardInterrupt
+            ctx.interrupts.checkpoint()
 
         return upload.Uploader(ctx.host, plan.binary.path, new.size, upload_path(ctx, new.id),
                                {"dir": new.dir(ctx.state), "name": new.name, "sha": new.sha256,
