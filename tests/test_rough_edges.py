@@ -11,6 +11,8 @@ from pathlib import Path
 from swapctl import sandbox_hosts
 from swapctl.playbook.load import parse
 
+from lab import swapctl
+
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 
@@ -242,3 +244,99 @@ def test_where_the_time_goes_names_no_part_it_does_not_draw(tmp_path):
     saved_report.render(out)
     listed = re.findall(r"<li><b>([^<]*)</b>", out.read_text())
     assert sorted(listed) == ["copy", "kernels", "synthesis"]
+
+
+# ---- what a stop did, in the deploy's lines and in history ------------------------------------------------
+
+
+def _stop_lines(stderr: str) -> list[str]:
+    """The deploy's lines of its stop step (each one line: progress is never wrapped)."""
+    return [line.removeprefix("lab stop: ") for line in stderr.splitlines() if line.startswith("lab stop: ")]
+
+
+def test_a_proof_a_term_stop_lost_is_said_at_the_stop_and_in_historys_journal(box, prover, prover_b, swapctl_env):
+    """A `--now`/term stop mid-proof: the journal had `lost: 1`, while the deploy's lines and `history` said
+    nothing of it. The stop's line names it as the journal counts it, and history's journal has a lost column."""
+    from test_drain import Daemon, started_one
+
+    from test_deploy import journal
+
+    d = Daemon(box, synth_ms=20000, stop="term")
+    d.start(prover)
+    gen = d.load(pending=1)
+    try:
+        started_one(gen)
+        r = d.deploy(prover_b)
+        assert r.returncode == 0, r.stderr
+    finally:
+        gen.stop()
+    entry = journal(box)[-1]
+    assert entry["lost"] == 1
+    [job] = [p["job_id"] for p in entry["in_flight_at_stop"]]
+    stopped = [line for line in _stop_lines(r.stderr) if line.startswith("stopped in")]
+    assert len(stopped) == 1 and re.fullmatch(rf"stopped in [\d.]+ s; lost 1 proof in flight \(job {job}: .*\)",
+                                              stopped[0]), stopped
+    h = swapctl("history", "lab", "-p", str(box.playbook_path), env={"COLUMNS": "80"})
+    assert h.returncode == 0, h.stderr
+    journal_table = h.stdout.split("journal", 1)[1]
+    assert re.search(r"┃\s*lost\s*┃", journal_table), journal_table
+    row = next(line for line in journal_table.splitlines() if entry["from"][:12] in line)  # the row's first line
+    assert [c.strip() for c in row.split("│")][4] == "1", row
+
+
+def test_a_drained_deploy_says_the_sigint_after_the_drain_and_before_the_stop(box, prover, prover_b, swapctl_env):
+    """The drain's lines read as if SIGTERM came first and never named the SIGINT that drain.sh sends once
+    nothing is in flight (the daemon's scheduler then takes no new proof). In order: draining, drained and
+    SIGINT sent, stopped; the daemon's log has its SIGINT line."""
+    from test_drain import Daemon, started_one
+
+    d = Daemon(box, synth_ms=300, stop="drain", drain_timeout_s=30)
+    d.start(prover)
+    gen = d.load(pending=1, gap_s=3)
+    try:
+        started_one(gen)
+        r = d.deploy(prover_b)
+        assert r.returncode == 0, r.stderr
+    finally:
+        gen.stop()
+    said = _stop_lines(r.stderr)
+    first = [next(i for i, s in enumerate(said) if s.startswith(w)) for w in ("draining", "drained in", "stopped in")]
+    assert first == sorted(first), said
+    assert "then SIGINT (it takes no new proof) and SIGTERM to" in said[first[0]], said
+    assert said[first[1]].endswith("SIGINT sent (it takes no new proof), the stop next"), said
+    assert "received SIGINT, shutting down" in box.log.read_text()
+
+
+# ---- status's releases and history's: one table ------------------------------------------------------------
+
+
+def _release_rows(stdout: str, after: str) -> tuple[list[str], list[tuple[str, str, str]]]:
+    """The releases table printed after the line `after`: its header lines and its (#, mark, id) rows."""
+    lines = stdout.split(after, 1)[1].splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("┏"))
+    end = next(i for i, line in enumerate(lines) if line.startswith("└"))
+    header = [line for line in lines[start:end] if line.startswith("┃")]
+    rows = [tuple(c.strip() for c in line.split("│")[1:4]) for line in lines[start:end]
+            if line.startswith("│") and line.split("│")[1].strip()]
+    return header, rows  # type: ignore[return-value]
+
+
+def test_status_and_history_number_and_head_the_releases_alike(box, prover, prover_b, swapctl_env):
+    """status listed releases oldest first with no numbers under `sha256/status`, history newest first
+    numbered (the index `rollback --to` takes) under `release/source, status`: a number read off one named
+    another release in the other. Both now print the one table: same headers, same number for each."""
+    box.start_by_hand(prover)
+    for binary in (prover_b, prover):
+        r = swapctl("deploy", "lab", "--binary", str(binary), "--yes", "-p", str(box.playbook_path))
+        assert r.returncode == 0, r.stderr
+    env = {"COLUMNS": "80"}
+    st = swapctl("status", "lab", "-p", str(box.playbook_path), env=env)
+    h = swapctl("history", "lab", "-p", str(box.playbook_path), env=env)
+    assert st.returncode == 0 and h.returncode == 0, st.stderr + h.stderr
+    st_header, st_rows = _release_rows(st.stdout, "\nreleases")
+    h_header, h_rows = _release_rows(h.stdout, "lab: releases")
+    assert st_header == h_header and "release" in st_header[0] and "#" in st_header[1], st_header
+    assert [(n, i) for n, _, i in st_rows] == [(n, i) for n, _, i in h_rows] and len(h_rows) == 2, (st_rows, h_rows)
+    assert [m for _, m, _ in st_rows if m] == ["*"] and ("*" in [m for _, m, _ in h_rows])
+    current = next(i for _, m, i in h_rows if m == "*")
+    assert next(i for _, m, i in st_rows if m == "*") == current

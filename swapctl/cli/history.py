@@ -14,6 +14,7 @@ from ..swap.deploy import Swap
 from ..swap.journal_entry import JournalEntry
 from ..swap.releases import releases_newest_first, who_am_i
 from .common import JsonOpt, PlaybookOpt, guarded, out, print_json, select_hosts, stacked, text, warn, when
+from .history_table import releases_table
 
 
 def uploaded_from_here(entries: Iterable[JournalEntry]) -> dict[str, str]:
@@ -54,25 +55,7 @@ def _history(target: str, playbook_path: str | None, as_json: bool) -> int:
                                  for i, r in enumerate(ordered, 1)],
                     "journal": [e.to_dict() for e in entries]})
         return 0
-    # 80 columns in a pipe: short fields stack two to a cell, so the long ones (the build, the command
-    # line, the steps) keep a real width and fold; --json has every field whole.
-    t = Table(title=f"{spec.name}: releases", title_justify="left")
-    t.add_column("#", no_wrap=True)
-    t.add_column("", no_wrap=True)
-    t.add_column("release\nsource, status", no_wrap=True)  # the id is copied into `rollback --to`: never broken
-    t.add_column("created\nby", no_wrap=True, overflow="ellipsis", max_width=19)
-    t.add_column("build\ncommand line", overflow="fold", ratio=1)
-    sources = uploaded_from_here(entries)
-    for i, r in enumerate(ordered, 1):
-        args = (r.build or {}).get("args", {})
-        built = " ".join(f"{k}={v}" for k, v in args.items()) or ("docker" if r.build else "")
-        if r.sha256 in sources:
-            built = f"{built} from {sources[r.sha256]}".strip()
-        built = built or "-"
-        mark = "*" if r.id == current else "<" if r.id == back_to else ""
-        t.add_row(str(i), mark, stacked(r.id, f"{r.source}, {r.status}"),
-                  stacked(when(r.created), r.by or "-"), stacked(built, " ".join(r.argv or ()) or "-"),
-                  style="red" if r.status == "bad" else None)
+    t = releases_table(f"{spec.name}: releases", releases, current, back_to, uploaded_from_here(entries))
     out.print(t)
     out.print(text("* runs now   < `swapctl rollback` goes back to it (what ran before *)" if back_to else
                    "* runs now   (no release for `swapctl rollback` to go back to)"))
@@ -80,10 +63,13 @@ def _history(target: str, playbook_path: str | None, as_json: bool) -> int:
     j.add_column("when\nwho", no_wrap=True, overflow="ellipsis", max_width=19)
     j.add_column("action\noutcome", no_wrap=True)
     j.add_column("from\nto", no_wrap=True)
+    j.add_column("lost", no_wrap=True)  # proofs the stop lost, by the daemon's own status; - : not read
     j.add_column("steps (s)", overflow="fold", ratio=1)
     for e in entries:
         steps = " ".join(f"{k}={v:.2f}" for k, v in e.steps)
+        lost = e.stop.lost if e.stop and e.stop.lost is not None else None
         j.add_row(stacked(when(e.time), e.by or "-"), stacked(e.action, e.outcome or ""),
-                  stacked((e.from_sha or "-")[:12], (e.to_sha or "-")[:12]), text(steps))
+                  stacked((e.from_sha or "-")[:12], (e.to_sha or "-")[:12]), "-" if lost is None else str(lost),
+                  text(steps), style="yellow" if lost else None)
     out.print(j)
     return 0

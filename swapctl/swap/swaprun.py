@@ -278,16 +278,19 @@ def progress(ctx: Context, word: Word, rest: str, so_far: SwapReport, target: Re
     elif word is Word.NOSTATUS:
         ctx.emit("stop", f"the daemon's status did not answer ({rest.strip()}): in-flight work unknown")
     elif word is Word.DRAINED:
-        ctx.emit("stop", f"drained in {int(rest) / 1000:.2f} s: nothing in flight at its last reading")
+        ctx.emit("stop", f"drained in {int(rest) / 1000:.2f} s: nothing in flight at its last reading; SIGINT sent "
+                         f"(it takes no new proof), the stop next")
     elif word is Word.UNDRAINED:
         n = rest.split()[1]
-        then = "refusing to stop it" if ctx.spec.drain_timeout == "refuse" else "stopping anyway"
+        then = "refusing to stop it" if ctx.spec.drain_timeout == "refuse" else "stopping anyway, no SIGINT"
         ctx.emit("stop", f"{n} still in flight after {ctx.spec.drain_timeout_s:g} s (daemon.drain_timeout): {then}")
     elif word is Word.SIGKILL:
         ctx.emit("stop", f"still running after {ctx.spec.stop_grace_s:g} s: SIGKILL")
     elif word is Word.STOPPED:
         kids = f"; waiting for its descendants too ({len(so_far.kids)})" if so_far.kids else ""
-        ctx.emit("stop", f"stopped in {int(rest) / 1000:.2f} s{kids}")
+        lost = so_far.in_flight.proofs if so_far.in_flight else ()  # the journal's `lost`: its last reading's
+        said = f"; lost {so_far.in_flight.summary()}" if so_far.in_flight and lost else ""
+        ctx.emit("stop", f"stopped in {int(rest) / 1000:.2f} s{said}{kids}")
     elif word is Word.R and so_far.reading:
         r = so_far.reading
         holding = ",".join(map(str, r.alive)) or "-"
