@@ -56,6 +56,8 @@ class Postgres:
 
     user: str = "postgres"  # the OS user the server runs as, where this process is root
     port: int = 0
+    listen: str = "127.0.0.1"  # listen_addresses: "*" for hosts in network namespaces of their own
+    hba: tuple[str, ...] = ()  # pg_hba.conf lines added to initdb's (which lets in 127.0.0.1 and ::1 only)
     dir: Path = field(default_factory=Path)
     proc: subprocess.Popen[bytes] | None = None
 
@@ -85,8 +87,10 @@ class Postgres:
         subprocess.run([pg_bin("initdb"), "-D", str(data), "-U", USER, f"--pwfile={self.dir / 'pw'}",
                         "--auth-host=scram-sha-256", "--auth-local=trust", "-E", "UTF8", "--no-sync"],
                        check=True, capture_output=True, **as_user)
+        with open(data / "pg_hba.conf", "a") as hba:
+            hba.writelines(line + "\n" for line in self.hba)
         self.proc = subprocess.Popen(
-            [pg_bin("postgres"), "-D", str(data), "-p", str(self.port), "-c", "listen_addresses=127.0.0.1",
+            [pg_bin("postgres"), "-D", str(data), "-p", str(self.port), "-c", f"listen_addresses={self.listen}",
              "-c", f"unix_socket_directories={self.dir / 'sock'}", "-c", "fsync=off", "-c", "TimeZone=UTC",
              "-c", "synchronous_commit=off", "-c", "full_page_writes=off"],
             stdout=open(log, "ab"), stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
@@ -256,13 +260,13 @@ class Farm:
         return proc
 
     def start_node(self, poll_s: float = 1.0, prep_s: float = 0.0, retry_scale: float = 0.1,
-                   max_pending: int = 10, tasks: str = ",".join(CUZK_TASKS)) -> NodeProc:
+                   max_pending: int = 10, tasks: str = ",".join(CUZK_TASKS), layers: str = "base,cuzk") -> NodeProc:
         """`curio run` (the node stand-in) on a free --listen port, once it has registered and polled."""
         listen = f"127.0.0.1:{free_port()}"
         n = len(self.nodes)
         log, record = self.dir / f"node-{n}.log", self.dir / f"node-{n}.json"
         proc = subprocess.Popen(
-            ["curio", "run", "--listen", listen, "--layers", "base,cuzk", "--poll-s", str(poll_s),
+            ["curio", "run", "--listen", listen, "--layers", layers, "--poll-s", str(poll_s),
              "--prep-s", str(prep_s), "--retry-scale", str(retry_scale), "--max-pending", str(max_pending),
              "--tasks", tasks, "--record", str(record)],
             stdout=open(log, "ab"), stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env())
