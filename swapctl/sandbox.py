@@ -189,7 +189,9 @@ def prover_config(memory_mib: int = 32, jobs: int = 1, start_delay_ms: int = 0, 
         child_linger_ms=child_linger_ms, partitions=partitions, partition_mib=partition_mib,
         synth_ms=synth_ms, gpu_ms=gpu_ms)
     text += f"job_interval_ms = {job_interval_ms}\n" if job_interval_ms else ""
-    return text + (f'status_listen = "{status_listen}"\n' if status_listen else "")
+    # under [daemon], where cuzk reads it (cuzk-core/src/config.rs:29-40), so what reads a cuzk config for it
+    # (init --from, status's exposure) finds it; the stand-in reads its keys from any table
+    return text + (f'\n[daemon]\nstatus_listen = "{status_listen}"\n' if status_listen else "")
 
 
 # The sandbox's daemon proves steadily, fed by itself as a Curio with a pause between its tasks would feed it:

@@ -340,3 +340,47 @@ def test_status_and_history_number_and_head_the_releases_alike(box, prover, prov
     assert [m for _, m, _ in st_rows if m] == ["*"] and ("*" in [m for _, m, _ in h_rows])
     current = next(i for _, m, i in h_rows if m == "*")
     assert next(i for _, m, i in st_rows if m == "*") == current
+
+
+# ---- init --from on the sandbox's own daemon -----------------------------------------------------------------
+
+
+def test_init_from_a_small_stand_in_keeps_the_memory_wait_proposes_its_ready_line_and_finds_its_status(
+        box, prover, swapctl_env, tmp_path):
+    """`init --from sandbox` wrote `min_available_gib = 0` for its 364 MiB daemon (int() of 0.36: the memory
+    wait off), proposed `status HTTP server listening` (cuzk's status server, up before the engine: main.rs:133)
+    as its ready line, quoting it cut mid-word ('... status HTTP s'), and found no status_listen: the sandbox's
+    config had it in [prover], where cuzk never reads it. The daemon here is configured as the sandbox's is."""
+    import tomllib
+
+    from lab import free_port, prover_config
+
+    status_port = free_port()
+    config = prover_config(memory_mib=200, jobs=1, status_listen=f"127.0.0.1:{status_port}")
+    assert "\n[daemon]\nstatus_listen = " in config  # as cuzk reads it (cuzk-core/src/config.rs:29-40)
+    box.start_by_hand(prover, config)
+    s = box.server
+    ssh = swapctl_env / "home" / ".ssh"
+    ssh.mkdir()
+    (ssh / "config").write_text(f"Host gpu1\n    HostName {s.address}\n    Port {s.port}\n    User root\n"
+                                f"    IdentityFile {s.client_key}\n    UserKnownHostsFile {s.known_hosts}\n")
+    out = tmp_path / "from-gpu1.toml"
+    r = swapctl("init", str(out), "--from", "gpu1", "--match", re.escape(str(box.data)) + "/cuzk")
+    assert r.returncode == 0, r.stderr
+    written = out.read_text()
+    book = tomllib.loads(written)
+    assert 0.2 <= book["memory"]["min_available_gib"] <= 1.0, written  # 200 MiB and more held: 0.2 GiB up
+    assert book["daemon"]["ready_log"] == "cuzk-daemon ready", written
+    assert book["daemon"]["status_url"] == f"http://127.0.0.1:{status_port}/status", written
+    [quoted] = [line.split("# proposed from its log line: ", 1)[1] for line in written.splitlines()
+                if line.startswith("ready_log = ")]
+    assert quoted.endswith("cuzk-daemon ready, serving on unix:///run/cuzk.sock"), quoted
+
+
+def test_the_words_init_quotes_are_cut_between_words():
+    from swapctl.cli.init import held_gib, words
+
+    line = "2026-12-06T07:28:50.759532Z  INFO cuzk_daemon: status HTTP server listening addr=127.0.0.1:43179"
+    assert words(line, 60) == "2026-12-06T07:28:50.759532Z  INFO cuzk_daemon: status HTTP …"
+    assert words(line, 200) == line
+    assert [held_gib(k) for k in (0, 1, 373_000, 1 << 20, 419_430_400)] == [0.1, 0.1, 0.4, 1.0, 400.0]

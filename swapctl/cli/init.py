@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from dataclasses import dataclass
@@ -14,7 +15,7 @@ import typer
 from .. import playbook as pb
 from ..errors import BadInput
 from ..facts import daemon_view as view
-from ..facts.launch import Launch, launch_cmd, parse_launch, propose_ready
+from ..facts.launch import Launch, launch_cmd, parse_launch, ready_proposal
 from ..facts.status import gather
 from ..facts.system import Process
 from ..playbook import examples
@@ -175,8 +176,8 @@ def _playbook_text(target: str, spec: pb.HostSpec, found: _Found, user: str | No
     """The playbook init writes: every value from what runs there, each with what to check."""
     daemon, launch, binary, argv = found.daemon, found.launch, found.binary, found.argv
     exact, config, status_url = found.exact, found.config, found.status_url
-    ready = propose_ready(launch.ready_lines)
-    held = int(daemon.rss_kib / (1 << 20))  # GiB the daemon holds now: the new one needs as much back
+    ready = ready_proposal(launch.ready_lines)
+    held = held_gib(daemon.rss_kib)
     q, c = _value, _comment
     lines = [
         f"# written by `swapctl init --from {c(target)}` from the daemon running there (pid {daemon.pid}):",
@@ -203,7 +204,7 @@ def _playbook_text(target: str, spec: pb.HostSpec, found: _Found, user: str | No
     else:
         lines.append('log = "/data/cuzk.log"                # its stdout is no file now: say where the new one writes')
     if ready:
-        lines.append(f"ready_log = {q(ready)}     # proposed from its log: {c(repr(launch.ready_lines[0][:60]))}")
+        lines.append(f"ready_log = {q(ready[0])}     # proposed from its log line: {c(words(ready[1], 160))}")
     else:
         lines.append('# ready_log = "..."                  # nothing in its log looked like a ready line: set it')
     if status_url:
@@ -216,13 +217,27 @@ def _playbook_text(target: str, spec: pb.HostSpec, found: _Found, user: str | No
         "stop_grace_s = 30",
         "",
         "[memory]",
-        f"min_available_gib = {held}                # it holds {held} GiB now: start the new one once that is back",
+        f"min_available_gib = {held:g}                # it holds {held:g} GiB now: start the new one once that is back",
         "release_timeout_s = 900",
     ]
     if launch.stdout:
         lines += ["", "[logs]", f"paths = [{q(launch.stdout)}]"]
     lines += _curio_lines(found.curio_nodes)
     return "\n".join(lines) + "\n"
+
+
+def held_gib(rss_kib: int) -> float:
+    """min_available_gib for a daemon holding `rss_kib`: its GiB rounded up to a tenth, never 0 (0 turns the
+    memory wait off: a 364 MiB daemon was written as 0)."""
+    return max(1, math.ceil(rss_kib * 10 / (1 << 20))) / 10
+
+
+def words(line: str, most: int) -> str:
+    """`line` whole, or cut at the last blank within `most` characters with `…` (never mid-word)."""
+    if len(line) <= most:
+        return line
+    cut = line[:most].rsplit(" ", 1)[0] if " " in line[:most] else line[:most]
+    return cut.rstrip() + " …"
 
 
 def _value(value: str) -> str:

@@ -48,13 +48,28 @@ def _item(line: str) -> str:
 def propose_ready(lines: tuple[str, ...]) -> str | None:
     """An extended regex for the ready line: its message up to the ready word, without the timestamp,
     level and target before it or the address after it ("cuzk-daemon ready")."""
-    for line in lines:
-        m = _WORD_READY.search(line)
-        if not m:
-            continue
-        head = line[:m.start()]
-        start = max(head.rfind(": ") + 2 if ": " in head else 0, 0)
-        phrase = (head[start:] + m.group()).strip()
-        if phrase:
-            return re.sub(r"([.^$*+?()\[\]{}|\\])", r"\\\1", phrase)
+    found = ready_proposal(lines)
+    return found[0] if found else None
+
+
+# cuzk logs its status server's "status HTTP server listening" (main.rs:133) before the engine is up and
+# "cuzk-daemon ready, serving on" once it is: a line saying ready wins over one only serving or listening
+_RANK = ("ready", "serving", "listening")
+
+
+def ready_proposal(lines: tuple[str, ...]) -> tuple[str, str] | None:
+    """(the regex propose_ready gives, the log line it is read from): the first line with `ready`, else
+    with `serving`, else with `listening`."""
+    for word in _RANK:
+        for line in lines:
+            m = _WORD_READY.search(line)
+            while m and m.group().lower() != word:
+                m = _WORD_READY.search(line, m.end())
+            if not m:
+                continue
+            head = line[:m.start()]
+            start = max(head.rfind(": ") + 2 if ": " in head else 0, 0)
+            phrase = (head[start:] + m.group()).strip()
+            if phrase:
+                return re.sub(r"([.^$*+?()\[\]{}|\\])", r"\\\1", phrase), line
     return None
