@@ -3,7 +3,10 @@ the Ansible modules, which apply the same rule to the processes they read."""
 
 from __future__ import annotations
 
-LEFTOVER_AFTER_S = 2  # a daemon this young on one thread may still be starting
+# a daemon this young on one thread may still be starting: cuzk's runtime threads come up in its first
+# milliseconds, and a status reads a process's age to the clock tick (1/100 s; whole seconds where the host
+# did not say, so 1 s then)
+LEFTOVER_AFTER_S = 0.5
 
 
 def is_leftover(threads: int | None, elapsed_s: float) -> bool:
@@ -11,7 +14,7 @@ def is_leftover(threads: int | None, elapsed_s: float) -> bool:
     its daemon left: one thread, for LEFTOVER_AFTER_S or more (None: not read, so a daemon as before). cuzk is a
     tokio program: its runtime's threads exist before its first line (`#[tokio::main]`,
     cuzk-daemon/src/main.rs:33 at curio e0294b0f), and it forks only to run nvidia-smi
-    (cuzk-core/src/engine.rs:1168), so a cuzk on one thread past its first seconds is a fork of one, which
+    (cuzk-core/src/engine.rs:1168), so a cuzk on one thread past its first half second is a fork of one, which
     carries its command line and binary and may outlive it (a memory holder, left when the daemon was killed).
     A dying daemon is none: the kernel drops its command line and binary before it frees its memory
     (kernel/exit.c exit_mm), so no reading takes it for the daemon."""

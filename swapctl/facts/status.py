@@ -18,9 +18,9 @@ from .sections import split_sections as split_sections  # re-exported: the calle
 from .system import Process
 
 # The sections status.sh prints, in its order: parse_status reads these and no other.
-SECTIONS = ("host", "self", "ps", "links", "ids", "daemon-user", "binary-owner", "binary-dir", "meminfo", "loadavg",
-            "who", "df", "gpu", "gpu-apps", "current", "swapping", "last-swap", "gpu-sampler", "unit", "releases",
-            "cgroup", "listen", "config", "daemon-view")
+SECTIONS = ("host", "self", "ps", "links", "ids", "starts", "daemon-user", "binary-owner", "binary-dir", "meminfo",
+            "loadavg", "who", "df", "gpu", "gpu-apps", "current", "swapping", "last-swap", "gpu-sampler", "unit",
+            "releases", "cgroup", "listen", "config", "daemon-view")
 
 
 @dataclass(frozen=True)
@@ -145,12 +145,13 @@ def parse_status(host: str, text: str, daemon: DaemonSpec, df_paths: list[str]) 
     s = split_sections(text)
     host_lines = s.get("host", "").splitlines() + ["", ""]
     procs = system.with_links(system.parse_ps(s.get("ps", "")), system.parse_links(s.get("links", "")),
-                              system.parse_ids(s.get("ids", "")), system.parse_threads(s.get("ids", "")))
+                              system.parse_ids(s.get("ids", "")), system.parse_threads(s.get("ids", "")),
+                              system.parse_starts(s.get("starts", "")))
     own = int(s.get("self", "0").strip() or 0)
     mine = {own, *system.descendants(procs, own)} if own > 1 else set()  # the status script itself
     user = _ids(s.get("daemon-user", ""))
     daemons, not_daemons = _daemons(procs, mine, daemon.match_regex, _the_daemon(daemon, s, user))
-    leftovers = tuple(p for p in daemons if forks.is_leftover(p.threads, p.elapsed_s))
+    leftovers = tuple(p for p in daemons if forks.is_leftover(p.threads, p.elapsed_s if p.age_s is None else p.age_s))
     daemons = tuple(p for p in daemons if p not in leftovers)
     others = sorted((p for p in procs if p not in daemons and p.pid not in mine), key=lambda p: -p.rss_kib)[:5]
     gpus, apps, gpu_error, hung = _gpu_facts(s)

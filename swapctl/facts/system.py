@@ -23,6 +23,7 @@ class Process:
     uid: int | None = None  # effective uid and gid, from /proc/PID/status (not the owner of /proc/PID, which
     gid: int | None = None  # a process that makes itself undumpable turns to root)
     threads: int | None = None  # from /proc/PID/status; None where unread
+    age_s: float | None = None  # since it started, to the clock tick: read for one-thread processes only
 
 
 @dataclass(frozen=True)
@@ -100,8 +101,27 @@ def parse_threads(text: str) -> dict[int, int]:
     return {int(m[1]): int(m[2]) for m in re.finditer(r"^/proc/(\d+)/status:Threads:\s+(\d+)$", text, re.M)}
 
 
+def parse_starts(text: str) -> dict[int, float]:
+    """Parses status.sh's `starts`: /proc/uptime's line, CLK_TCK, then `PID STARTTIME` (in ticks after boot)
+    lines: pid -> seconds since it started. Anything else, or a start after the uptime, is no age."""
+    lines = text.strip().split("\n")
+    try:
+        uptime, hz = float(lines[0].split()[0]), int(lines[1])
+    except (IndexError, ValueError):
+        return {}
+    if hz <= 0:
+        return {}
+    ages = {}
+    for line in lines[2:]:
+        m = re.fullmatch(r"(\d{1,9}) (\d{1,20})", line)
+        if m and int(m[2]) / hz <= uptime:
+            ages[int(m[1])] = uptime - int(m[2]) / hz
+    return ages
+
+
 def with_links(procs: list[Process], links: dict[int, dict[str, str]],
-               ids: dict[int, tuple[int, int]] | None = None, threads: dict[int, int] | None = None) -> list[Process]:
+               ids: dict[int, tuple[int, int]] | None = None, threads: dict[int, int] | None = None,
+               ages: dict[int, float] | None = None) -> list[Process]:
     out = []
     for p in procs:
         link = links.get(p.pid, {})
@@ -111,7 +131,8 @@ def with_links(procs: list[Process], links: dict[int, dict[str, str]],
             exe = exe[: -len(" (deleted)")]  # type: ignore[index]
         uid, gid = (ids or {}).get(p.pid, (None, None))
         out.append(Process(**{**p.__dict__, "exe": exe, "exe_deleted": deleted, "cwd": link.get("cwd"),
-                              "uid": uid, "gid": gid, "threads": (threads or {}).get(p.pid)}))
+                              "uid": uid, "gid": gid, "threads": (threads or {}).get(p.pid),
+                              "age_s": (ages or {}).get(p.pid)}))
     return out
 
 

@@ -100,11 +100,19 @@ $2" "$3" "$4"; fi
   if ! append_once "$1" "$2" "$before" "$want"; then
     [ -f "$1.reserve" ] && rm -f -- "$1.reserve" && append_once "$1" "$2" "$before" "$want" || return 1
   fi
-  [ -f "$1.reserve" ] || { (umask 077; head -c 65536 /dev/zero > "$1.reserve") 2>/dev/null || rm -f -- "$1.reserve"; }
+  keep_reserve "$1"
   if [ "$want" -gt "$4" ]; then
     { tail -n "$3" -- "$1" > "$1.tmp.$$" && mv -f -- "$1.tmp.$$" "$1"; } 2>/dev/null || rm -f -- "$1.tmp.$$"
   fi
   return 0
+}
+
+# keep_reserve PATH: PATH.reserve, the 64 KiB append_line gives back on a full disk, made where it is not;
+# none where the disk has not the room (a short one is removed). Returns 1 when there is none.
+keep_reserve() {
+  [ -f "$1.reserve" ] && return 0
+  { (umask 077; head -c 65536 /dev/zero > "$1.reserve") 2>/dev/null && return 0; } || rm -f -- "$1.reserve"
+  return 1
 }
 
 # append_once PATH TEXT BEFORE WANT: one try of append_line's write; a short one is cut back to BEFORE bytes

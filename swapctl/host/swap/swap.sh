@@ -459,6 +459,11 @@ got=$(sha256 < "$target_here")
 if [ "$got" != "$sha" ]; then
   echo "FAILED release changed: $target has sha256 ${got:-unreadable}, not $sha"; exit 0
 fi
+# the room its journal line needs, kept before anything stops (a host's first swap has none yet, and one on a
+# disk full to its last byte used it): a deploy that cannot keep it changes nothing; a rollback goes on
+if ! keep_reserve journal.jsonl && [ "$action" = deploy ]; then
+  echo "FAILED the disk of $state is full: no room for this swap's journal line; nothing was stopped: free space there and deploy again"; exit 0
+fi
 # what root runs to start a daemon, found before anything stops: a host without one says so
 for t in setsid env setpriv perl; do
   case "$t $* $fb_cmd" in setsid* | env* | *" $t "* | *"'$t'"*) ;; *) continue ;; esac
