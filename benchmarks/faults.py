@@ -61,7 +61,9 @@ CAMPAIGN: dict[str, tuple[str, tuple[str, ...], tuple[float, float], list[str]]]
 }
 
 
-def one(host: Host, rng: random.Random, name: str) -> tuple[str, bool, list[Violation]]:
+def one(host: Host, rng: random.Random, name: str) -> tuple[str, bool, list[Violation], str]:
+    """Run i: a fresh host, up to two steps of history, then the faulted step; its op, whether the fault
+    landed, what broke, and where anything did, the faulted step's stderr (a hung controller's stacks too)."""
     fault, moments, holds, ops = CAMPAIGN[name]
     host.reset(slow_release=fault == "slow-release")
     model = Model()
@@ -75,7 +77,8 @@ def one(host: Host, rng: random.Random, name: str) -> tuple[str, bool, list[Viol
     pid = _pid(host)
     ran = run(host, op, fault, moment, hold=rng.uniform(*holds))
     found += check(host, model, ran, pid)
-    return op, ran.landed, [Violation(v.kind, f"[{moment}] {v.detail}") for v in found]
+    said = ran.stderr[-8000:] if found else ""
+    return op, ran.landed, [Violation(v.kind, f"[{moment}] {v.detail}") for v in found], said
 
 
 def _pid(host: Host) -> int | None:
@@ -118,9 +121,10 @@ def worker(args: argparse.Namespace, names: list[str]) -> None:
                 if i in done:
                     continue
                 name = fault_of(names, args.runs, args.seed, i)
-                op, landed, found = one(host, random.Random(f"{args.seed}/{i}"), name)
+                op, landed, found, said = one(host, random.Random(f"{args.seed}/{i}"), name)
                 print(json.dumps({"i": i, "fault": name, "op": op, "landed": landed,
-                                  "violations": [[v.kind, v.detail] for v in found]}), flush=True)
+                                  "violations": [[v.kind, v.detail] for v in found],
+                                  **({"stderr": said} if said else {})}), flush=True)
         finally:
             host.close()
 

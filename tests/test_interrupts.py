@@ -4,12 +4,14 @@ words are the ones tests/test_deploy.py, test_experiment.py and test_fleet.py re
 
 import ast
 import signal
+import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
 
-from swapctl.cli.common import CtrlC, ctrl_c, guarded
+from swapctl.cli.common import HOLD_MAX_S, HOLD_S, CtrlC, _forwarding, ctrl_c, guarded, inside_paramiko
 from swapctl.swap.interrupts import AGAIN, ENDED, Act, Answer, Interrupts, Phase
 
 FINISHES = "Ctrl-C: the old daemon is stopped, so the swap finishes; Ctrl-C again rolls back to it"
@@ -159,3 +161,44 @@ def test_swapctl_sets_the_sigint_handler_in_one_place():
                     "SIGINT" in ast.unparse(node.args[0]):
                 setters.append(str(path.relative_to(root)))
     assert set(setters) == {"cli/common.py"}, setters
+
+
+def test_a_press_inside_paramiko_is_held_and_raised_once_paramiko_has_returned():
+    """A KeyboardInterrupt raised inside paramiko can leave a lock of its held (run 219 of the third campaign:
+    the controller never ended; tests/test_upload.py drives it on a real sshd). Here the frame the handler
+    gets is one of a paramiko module's; the press comes again HOLD_S later, through the real SIGINT handler,
+    and is raised in this test's own code, once. A held press whose checkpoint raised it first is spent."""
+    keys = CtrlC()
+    press_in_paramiko = "keys.forward(signal.SIGINT, sys._getframe())"
+    where = {"__name__": "paramiko.transport", "keys": keys, "signal": signal, "sys": sys}
+    with _forwarding(keys), keys.attached(Interrupts()):
+        exec(press_in_paramiko, where)  # noqa: S102 (a frame whose module is paramiko's)
+        assert keys.held
+        with pytest.raises(KeyboardInterrupt):
+            time.sleep(2)  # the press again: here, outside paramiko
+        assert not keys.held
+    with _forwarding(keys), keys.attached(Interrupts()) as i:
+        exec(press_in_paramiko, where)  # noqa: S102
+        with pytest.raises(KeyboardInterrupt):
+            i.checkpoint()  # the swap reached its stop first: the press is raised there
+        time.sleep(5 * HOLD_S)  # the press again: spent, nothing raised
+        assert not keys.held
+    assert not inside_paramiko(sys._getframe())
+
+
+def test_a_press_held_in_a_paramiko_call_that_waits_is_raised_there_after_hold_max_s():
+    """A call that stays in paramiko (a handshake with a silent host, a send window that never opens) is
+    waiting, not between a lock's acquire and its `try`: the press is raised there HOLD_MAX_S after it came.
+    One in a wait of the threading module is raised at once (the wait gives its lock back as it unwinds)."""
+    keys = CtrlC()
+    stays = "keys.forward(signal.SIGINT, sys._getframe())\nwhile True: time.sleep(0.01)"
+    where = {"__name__": "paramiko.transport", "keys": keys, "signal": signal, "sys": sys, "time": time}
+    began = time.monotonic()
+    with _forwarding(keys), keys.attached(Interrupts()), pytest.raises(KeyboardInterrupt):
+        exec(stays, where)  # noqa: S102
+    assert HOLD_MAX_S <= time.monotonic() - began < HOLD_MAX_S + 1.5
+    waiting = {"__name__": "threading", "sys": sys}
+    exec("import sys\ndef inner(): return sys._getframe()", waiting)  # noqa: S102
+    where["inner"] = waiting["inner"]
+    exec("frame = inner()", where)  # noqa: S102 (threading's frame, called from paramiko's)
+    assert not inside_paramiko(where["frame"]) and inside_paramiko(where["frame"].f_back)

@@ -5,6 +5,7 @@ import random
 import shutil
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -340,3 +341,58 @@ def test_a_ctrl_c_as_the_cache_thread_starts_is_an_interrupt_and_the_daemon_runs
         monkeypatch.setattr(threading.Thread, "start", real)
     assert hit and box.daemons() == [pid] and exe_sha(pid) == sha(prover)
     assert not box.binary.is_symlink() and sha(box.binary) == sha(prover)
+
+
+# swapctl, with one real SIGINT sent to itself at a chosen instant: in paramiko's Transport._send_user_message
+# (paramiko 5.1 transport.py:1826-1834), after it takes clear_to_send_lock and before the `try` that gives it
+# back, on the first data the upload sends. The signal cannot be aimed at that one line from outside, so the
+# Event the line reads is wrapped, for that call only, by one that sends it; the handler and the signal are real.
+SIGINT_IN_SEND = """
+import os, signal, sys, threading
+import paramiko.transport as t
+import swapctl.swap.upload as up
+state = {"armed": False, "fired": False}
+class Trip:
+    def __init__(self, event): self.event = event
+    def __getattr__(self, name): return getattr(self.event, name)
+    def is_set(self):
+        if not state["fired"]:
+            state["fired"] = True
+            print("SIGINT sent inside _send_user_message", file=sys.stderr, flush=True)
+            os.kill(os.getpid(), signal.SIGINT)
+        return self.event.is_set()
+real_send, real_counted = t.Transport._send_user_message, up.Uploader._counted
+def send(self, data):
+    if not state["armed"] or state["fired"] or threading.current_thread() is not threading.main_thread():
+        return real_send(self, data)
+    event, self.clear_to_send = self.clear_to_send, Trip(self.clear_to_send)
+    try:
+        return real_send(self, data)
+    finally:
+        self.clear_to_send = event
+def counted(self, chunks):
+    for chunk in real_counted(self, chunks):
+        state["armed"] = state["armed"] or chunk != b"GO\\n"
+        yield chunk
+t.Transport._send_user_message, up.Uploader._counted = send, counted
+sys.argv = ["swapctl", *sys.argv[1:]]
+from swapctl.cli import main
+main()
+"""
+
+
+def test_a_ctrl_c_inside_paramikos_send_during_the_upload_ends_the_deploy_and_the_daemon_runs_on(box, prover, big_b):
+    """The third campaign's run 219 (tests/data/faults-h100-2026-12-06b): a Ctrl-C during the upload, and the
+    controller still ran 90 s later. A KeyboardInterrupt raised inside paramiko between a lock's acquire and
+    its `try` leaves the lock held, and every later send on the connection (the unlock, the receive's end)
+    waits for it forever. A press while swapctl is inside paramiko is now held until the call returns."""
+    from lab import _ended
+
+    pid = box.start_by_hand(prover)
+    r = _ended([sys.executable, "-c", SIGINT_IN_SEND, "deploy", "lab", "--binary", str(big_b), "--yes", "-p",
+                str(box.playbook_path)], ("deploy",), None, 60)
+    assert "SIGINT sent inside _send_user_message" in r.stderr, r.stderr
+    assert r.returncode == 3 and "interrupted before the old daemon was stopped" in r.stderr, r.stderr
+    assert box.daemons() == [pid] and exe_sha(pid) == sha(prover)
+    assert not box.binary.is_symlink() and sha(box.binary) == sha(prover)
+    assert deploy(box, big_b).returncode == 0  # the host's lock was given back

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, is_dataclass
+from types import FrameType
 from typing import Annotated, Any, NoReturn
 
 import typer
@@ -58,27 +61,77 @@ def fail(exc: SwapctlError) -> NoReturn:
     raise typer.Exit(int(exc.exit_code))
 
 
+HOLD_S = 0.05  # how often a press held back while paramiko runs is delivered again
+HOLD_MAX_S = 2.0  # and for how long at most: paramiko this long in one call waits (a handshake, a window)
+
+
+def inside_paramiko(frame: FrameType | None) -> bool:
+    """Whether the main thread, at `frame`, is inside paramiko and not waiting in the threading module. A
+    KeyboardInterrupt raised there can land between a lock's acquire and the `try` that gives it back
+    (Transport._send_user_message's clear_to_send_lock, paramiko 5.1 transport.py:1826-1834), and every
+    later send on that connection waits for the lock forever. One raised in a wait (an Event's, a
+    Condition's) unwinds through the `finally` that gives its lock back."""
+    if frame is not None and frame.f_globals.get("__name__") == "threading":
+        return False
+    while frame is not None:
+        if str(frame.f_globals.get("__name__", "")).startswith("paramiko."):
+            return True
+        frame = frame.f_back
+    return False
+
+
 class CtrlC:
     """A verb's one SIGINT handler: each press goes to the swaps in progress (their Interrupts say what it
-    means, by the phase each is in), else to the verb's own; the handler does what the answers say."""
+    means, by the phase each is in), else to the verb's own; the handler does what the answers say. A press
+    that unwinds is held back while paramiko runs, and raised once it has returned (or HOLD_MAX_S later)."""
 
     def __init__(self) -> None:
         self.verb = Interrupts()  # between swaps: before any change a press aborts; once FINISHED it is said
         self.swaps: list[Interrupts] = []
         self.listeners: list[Callable[[], None]] = []  # told of every press first (a rollout's halt)
         self.quiet = False  # swaps on worker threads: presses are counted, and read there between steps
+        self.held = 0.0  # since when a press that unwinds waits for paramiko to return (0: none waits)
+        self.again = False  # the SIGINT that comes now is the held press's, sent again (hold), not a press
 
-    def forward(self, *_: object) -> None:
+    def forward(self, _signum: object = None, frame: FrameType | None = None) -> None:
+        if self.again:
+            self.again = False
+            if self.held:
+                self._unwind(frame, spent=not any(i.aborting for i in self._targets()))
+            return
         for listener in list(self.listeners):
             listener()
-        answers = [i.press() for i in list(self.swaps) or [self.verb]]
+        answers = [i.press() for i in self._targets()]
         if self.quiet:  # this thread must not unwind: it waits for the workers
             return
         for answer in answers:
             if answer.words:
                 err.print(text(answer.words), style="bold yellow")
         if any(answer.act is Act.ABORT for answer in answers):
+            self._unwind(frame)
+
+    def _targets(self) -> list[Interrupts]:
+        return list(self.swaps) or [self.verb]
+
+    def _unwind(self, frame: FrameType | None, spent: bool = False) -> None:
+        """Raises KeyboardInterrupt here, or later where paramiko runs now; nothing where the held press is
+        `spent` (its phase has moved on, or a checkpoint raised it)."""
+        if spent:
+            self.held = 0.0
+        elif inside_paramiko(frame) and time.monotonic() - (self.held or time.monotonic()) < HOLD_MAX_S:
+            self.held = self.held or time.monotonic()
+            again = threading.Timer(HOLD_S, self._send_again)
+            again.daemon = True
+            again.start()
+        else:
+            self.held = 0.0
+            for i in self._targets():
+                i.raised()
             raise KeyboardInterrupt
+
+    def _send_again(self) -> None:
+        self.again = True
+        os.kill(os.getpid(), signal.SIGINT)
 
     @contextmanager
     def attached(self, interrupts: Interrupts) -> Iterator[Interrupts]:

@@ -47,6 +47,7 @@ class Interrupts:
         self._phase = Phase.PLANNING
         self._finishing = ""  # what a FINISHING stretch is doing, in words ("" none)
         self.count = 0  # presses since the swap began (reset); read by the experiment after its swap
+        self._raised = False  # this phase's press has been raised (checkpoint, or the handler): it is spent
         self.second = threading.Event()  # a second press while stopping: the host's swap rolls back at once
 
     @property
@@ -62,8 +63,18 @@ class Interrupts:
         """Whether the old daemon's stop has begun (and was not refused before it): the host may have changed."""
         return self._phase in (Phase.STOPPING, Phase.SWAPPED, Phase.WATCHING, Phase.FINISHED)
 
+    @property
+    def aborting(self) -> bool:
+        """Whether a press made now would still unwind what runs (a press held back meanwhile may have been
+        raised already, or the phase moved on)."""
+        return not self._finishing and not self._raised and self._phase in (Phase.PLANNING, Phase.WATCHING)
+
+    def raised(self) -> None:
+        """A press has been raised (KeyboardInterrupt) in this phase."""
+        self._raised = True
+
     def enter(self, phase: Phase) -> None:
-        self._phase = phase
+        self._phase, self._raised = phase, False
 
     def stop_begins(self) -> None:
         """The swap is about to stop the old daemon: a press counted before it aborts it, nothing changed."""
@@ -74,6 +85,7 @@ class Interrupts:
         """Between steps before the stop: a press that was counted, not raised (a swap on a worker thread,
         where the handler cannot unwind it), aborts here."""
         if self.count and self._phase is Phase.PLANNING:
+            self._raised = True
             raise KeyboardInterrupt
 
     @contextmanager
@@ -88,7 +100,7 @@ class Interrupts:
 
     def reset(self) -> None:
         """Before another swap through the same Swap (an experiment's rollback after its deploy)."""
-        self._phase, self.count = Phase.PLANNING, 0
+        self._phase, self.count, self._raised = Phase.PLANNING, 0, False
         self.second.clear()
 
     def press(self) -> Answer:
