@@ -1,5 +1,7 @@
 """Fact parsers on real recorded output: nvidia-smi from an H200, ps/meminfo/df/who from a Linux host."""
 
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -167,35 +169,39 @@ def test_status_reads_a_one_thread_process_age_to_the_tick_whatever_its_name():
     script = (ROOT / "swapctl" / "host" / "facts" / "status.sh").read_text().splitlines()
     at = next(i for i, line in enumerate(script) if line.startswith("sec starts; "))
     name = "a) S 1\n2 (b) R"
-    child = subprocess.Popen([sys.executable, "-c", f"open('/proc/self/comm', 'w').write({name!r}); import time; "
-                              "print(flush=True); time.sleep(60)"], stdout=subprocess.PIPE)
+    child = subprocess.Popen([sys.executable, "-c", f"open('/proc/self/comm', 'w').write({name!r}); import os, time; "
+                              "print(os.fork() or '', flush=True); time.sleep(60)"], stdout=subprocess.PIPE)
     try:
-        child.stdout.readline()  # type: ignore[union-attr]
+        forked = int(child.stdout.readline())  # type: ignore[union-attr]  # the child's fork, which sleeps on
         assert open(f"/proc/{child.pid}/comm").read().startswith("a) S 1\n")
         time.sleep(0.6)
         out = subprocess.run(["sh", "-c", "sec() { :; }\n" + "\n".join(script[at:at + 2])], capture_output=True,
                              text=True, check=True).stdout
         ages = system.parse_starts(out)
-        assert 0.55 <= ages[child.pid] <= 5, out
+        assert 0.55 <= ages[child.pid][0] <= 5 and ages[child.pid][1] is False, out  # it ran exec: no fork left
+        assert ages[forked][1] is True, out  # a fork that never ran exec (PF_FORKNOEXEC)
     finally:
+        os.kill(forked, signal.SIGKILL)
         child.kill()
         child.wait()
-    assert system.parse_starts("12.50 5.0\n100\n7 250\n8 9999\nx 1\n") == {7: 10.0}  # 8 started after the uptime
-    assert system.parse_starts("garbage") == {} and system.parse_starts("1.0 1.0\n0\n7 1\n") == {}
+    assert system.parse_starts("12.50 5.0\n100\n7 64 250\n8 0 9999\nx 1 1\n9 250\n") == {7: (10.0, True)}
+    assert system.parse_starts("garbage") == {} and system.parse_starts("1.0 1.0\n0\n7 0 1\n") == {}
 
 
-def test_a_fork_under_two_seconds_old_is_told_from_a_daemon_starting_by_its_age_to_the_tick():
-    """The second campaign's 8 runs: a daemon killed in its first seconds left its memory holder (one thread, its
-    command line), ps's etimes said 1, and status took the holder for the daemon. 1.3 s on one thread is a fork;
-    0.1 s may be a daemon whose runtime has not started its threads yet; no age read (an older host script):
-    ps's whole seconds decide, as before."""
+def test_a_fork_left_is_told_from_a_daemon_starting_by_whether_it_ran_exec_however_young():
+    """The second campaign's 8 runs and the fourth's 3: a daemon killed in its first seconds left its memory
+    holder (one thread, its command line), and status took the holder for the daemon (ps's etimes said 1; then
+    its age, 0.1 s, was under LEFTOVER_AFTER_S). A fork that never ran exec (PF_FORKNOEXEC, 0x40 in its
+    flags) is one however young; a process 0.1 s old that ran exec may be a daemon whose runtime has not
+    started its threads yet; where the flags were not read, ps's whole seconds decide as before."""
     ps = ("  200     1   200 S     0.0 16384       1 root     /data/cuzk --config /data/cuzk.toml\n"
           "  300     1   300 S     0.0 16384       0 root     /data/cuzk --config /data/cuzk.toml\n"
           "  400     1   400 S     0.0 16384       3 root     /data/cuzk --config /data/cuzk.toml\n")
     text = "\n".join(["==> host", "x86_64", "gpu-box", "==> self", "1", "==> ps", ps, "==> ids",
                       *(f"/proc/{pid}/status:Threads:\t1" for pid in (200, 300, 400)),
-                      "==> starts", "1000.00 3.00", "100", "200 99870", "300 99990", "==> meminfo",
+                      "==> starts", "1000.00 3.00", "100", "200 4194368 99990", "300 4194304 99990", "==> meminfo",
                       (SYS / "meminfo.txt").read_text(), "==> gpu", "missing"])
     st = parse_status("box", text, DaemonSpec(match=r"^/data/cuzk\b"), [])
     assert [p.pid for p in st.leftovers] == [200, 400] and [p.pid for p in st.daemons] == [300]
-    assert [round(p.age_s, 2) if p.age_s is not None else None for p in st.leftovers] == [1.3, None]
+    assert [round(p.age_s, 2) if p.age_s is not None else None for p in st.leftovers] == [0.1, None]
+    assert [p.forked for p in (*st.leftovers, *st.daemons)] == [True, None, False]

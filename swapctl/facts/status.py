@@ -151,7 +151,8 @@ def parse_status(host: str, text: str, daemon: DaemonSpec, df_paths: list[str]) 
     mine = {own, *system.descendants(procs, own)} if own > 1 else set()  # the status script itself
     user = _ids(s.get("daemon-user", ""))
     daemons, not_daemons = _daemons(procs, mine, daemon.match_regex, _the_daemon(daemon, s, user))
-    leftovers = tuple(p for p in daemons if forks.is_leftover(p.threads, p.elapsed_s if p.age_s is None else p.age_s))
+    leftovers = tuple(p for p in daemons
+                      if forks.is_leftover(p.threads, p.elapsed_s if p.age_s is None else p.age_s, p.forked))
     daemons = tuple(p for p in daemons if p not in leftovers)
     others = sorted((p for p in procs if p not in daemons and p.pid not in mine), key=lambda p: -p.rss_kib)[:5]
     gpus, apps, gpu_error, hung = _gpu_facts(s)

@@ -24,6 +24,7 @@ class Process:
     gid: int | None = None  # a process that makes itself undumpable turns to root)
     threads: int | None = None  # from /proc/PID/status; None where unread
     age_s: float | None = None  # since it started, to the clock tick: read for one-thread processes only
+    forked: bool | None = None  # a fork that never ran exec (PF_FORKNOEXEC): read for one-thread processes only
 
 
 @dataclass(frozen=True)
@@ -101,9 +102,13 @@ def parse_threads(text: str) -> dict[int, int]:
     return {int(m[1]): int(m[2]) for m in re.finditer(r"^/proc/(\d+)/status:Threads:\s+(\d+)$", text, re.M)}
 
 
-def parse_starts(text: str) -> dict[int, float]:
-    """Parses status.sh's `starts`: /proc/uptime's line, CLK_TCK, then `PID STARTTIME` (in ticks after boot)
-    lines: pid -> seconds since it started. Anything else, or a start after the uptime, is no age."""
+PF_FORKNOEXEC = 0x40  # in /proc/PID/stat's flags: forked and not yet exec'd (include/linux/sched.h)
+
+
+def parse_starts(text: str) -> dict[int, tuple[float, bool]]:
+    """Parses status.sh's `starts`: /proc/uptime's line, CLK_TCK, then `PID FLAGS STARTTIME` lines (flags as
+    the kernel's PF_ word, the start in ticks after boot): pid -> (seconds since it started, whether it is a
+    fork that never ran exec). Anything else, or a start after the uptime, is nothing."""
     lines = text.strip().split("\n")
     try:
         uptime, hz = float(lines[0].split()[0]), int(lines[1])
@@ -111,17 +116,17 @@ def parse_starts(text: str) -> dict[int, float]:
         return {}
     if hz <= 0:
         return {}
-    ages = {}
+    found = {}
     for line in lines[2:]:
-        m = re.fullmatch(r"(\d{1,9}) (\d{1,20})", line)
-        if m and int(m[2]) / hz <= uptime:
-            ages[int(m[1])] = uptime - int(m[2]) / hz
-    return ages
+        m = re.fullmatch(r"(\d{1,9}) (\d{1,20}) (\d{1,20})", line)
+        if m and int(m[3]) / hz <= uptime:
+            found[int(m[1])] = (uptime - int(m[3]) / hz, bool(int(m[2]) & PF_FORKNOEXEC))
+    return found
 
 
 def with_links(procs: list[Process], links: dict[int, dict[str, str]],
                ids: dict[int, tuple[int, int]] | None = None, threads: dict[int, int] | None = None,
-               ages: dict[int, float] | None = None) -> list[Process]:
+               starts: dict[int, tuple[float, bool]] | None = None) -> list[Process]:
     out = []
     for p in procs:
         link = links.get(p.pid, {})
@@ -132,7 +137,8 @@ def with_links(procs: list[Process], links: dict[int, dict[str, str]],
         uid, gid = (ids or {}).get(p.pid, (None, None))
         out.append(Process(**{**p.__dict__, "exe": exe, "exe_deleted": deleted, "cwd": link.get("cwd"),
                               "uid": uid, "gid": gid, "threads": (threads or {}).get(p.pid),
-                              "age_s": (ages or {}).get(p.pid)}))
+                              "age_s": (starts or {}).get(p.pid, (None, None))[0],
+                              "forked": (starts or {}).get(p.pid, (None, None))[1]}))
     return out
 
 

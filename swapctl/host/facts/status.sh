@@ -22,11 +22,12 @@ sec ps; ps -ww -eo "$ps_format" | cut -c 1-65536  # any user's argv: a line of i
 # so an entry is one line and a newline in it a NUL (no path holds one), swapped back by the parser
 sec links; find /proc/[0-9]*/exe /proc/[0-9]*/cwd -maxdepth 0 -printf '%p\t%l\0' 2>/dev/null | tr '\n\0' '\0\n'
 sec ids; grep -s -E '^(Uid|Gid|Threads):' /proc/[0-9]*/status
-# when each process on one thread started, to the clock tick (ps's etimes is whole seconds): the uptime, the
-# ticks a second, then `PID STARTTIME` from /proc/PID/stat (fields 20 and 22, after the last `) ` the kernel
-# writes: a name may hold `) ` or a newline, and grep names the file each line came from)
+# each process on one thread: whether it is a fork that never ran exec (PF_FORKNOEXEC, 0x40 in its flags) and
+# when it started, to the clock tick (ps's etimes is whole seconds): the uptime, the ticks a second, then
+# `PID FLAGS STARTTIME` from /proc/PID/stat (fields 9, 20 and 22, after the last `) ` the kernel writes: a
+# name may hold `) ` or a newline, and grep names the file each line came from)
 sec starts; head -n 1 /proc/uptime; getconf CLK_TCK 2>/dev/null
-grep -s -H '' /proc/[0-9]*/stat | sed -n 's,^/proc/\([0-9][0-9]*\)/stat:.*) [A-Za-z] \([-0-9][0-9]* \)\{16\}1 [-0-9][0-9]* \([0-9][0-9]*\) .*,\1 \3,p'
+grep -s -H '' /proc/[0-9]*/stat | sed -n 's,^/proc/\([0-9][0-9]*\)/stat:.*) [A-Za-z] \([-0-9][0-9]* \)\{5\}\([0-9][0-9]*\) \([-0-9][0-9]* \)\{10\}1 [-0-9][0-9]* \([0-9][0-9]*\) .*,\1 \3 \5,p'
 # who the daemon may run as: daemon.user, else root or the owner of the binary; and the binary's directory
 # as /proc/PID/exe names it (symlinks resolved)
 sec daemon-user; [ -n "$user" ] && printf '%s %s\n' "$(id -u -- "$user" 2>/dev/null)" "$(id -g -- "$user" 2>/dev/null)"

@@ -306,8 +306,9 @@ def _procs() -> dict[int, tuple[int, str, str, bool]]:
                 fields = f.read().rsplit(")", 1)[1].split()
             with open(f"/proc/{name}/cmdline", "rb") as f:
                 cmdline = f.read().rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", "replace")
-            # stat's fields 20 (num_threads) and 22 (starttime, in ticks since boot): proc(5)
-            leftover = forks.is_leftover(int(fields[17]), uptime - int(fields[19]) / hz)
+            # stat's fields 9 (flags: PF_FORKNOEXEC 0x40), 20 (num_threads) and 22 (starttime, in ticks since
+            # boot): proc(5)
+            leftover = forks.is_leftover(int(fields[17]), uptime - int(fields[19]) / hz, bool(int(fields[6]) & 0x40))
         except (OSError, IndexError, ValueError):
             continue
         out[int(name)] = (int(fields[1]), fields[0], cmdline, leftover)
