@@ -17,6 +17,7 @@ from rich.text import Text
 from .. import playbook as pb
 from ..errors import BadInput, ExitCode, Refused, SwapctlError
 from ..facts import cordon
+from ..playbook.curio import shared_nodes
 from ..remote import Host, connect
 from ..swap import elf, environ
 from ..swap.deploy import DeployPlan, Event, EventSink, Interrupts, Outcome, Plan, Swap
@@ -135,12 +136,13 @@ def show_plan(plan: Plan, dry_run: bool, secret_env: tuple[str, ...] = (), stop:
 
 
 def cordon_first(host: Host, book: pb.Playbook, events: EventSink, lift: bool) -> tuple[str, ...]:
-    """With [curio] nodes: a cordon swapctl left lifted before a swap plans (`lift`; said in one line), and the
-    lines its plan shows with stop = "cordon" (one host call). A cordon of swapctl's that cannot be lifted
-    refuses the swap: the swap would take the node for someone else's and leave it cordoned."""
-    if not book.curio.nodes:
+    """With Curio nodes (the host's, book.curio_of): a cordon swapctl left lifted before a swap plans (`lift`;
+    said in one line), and the lines its plan shows with stop = "cordon" (one host call). A cordon of swapctl's
+    that cannot be lifted refuses the swap: the swap would take the node for someone else's and leave it
+    cordoned."""
+    cur, d = book.curio_of(host.name), book.daemon
+    if not cur.nodes:
         return ()
-    cur, d = book.curio, book.daemon
     view = cordon.read(host, book, lift=lift)
     said = cordon.lifted_said(view, host.name)
     if said is not None and view.lifted != "ok":
@@ -152,7 +154,18 @@ def cordon_first(host: Host, book: pb.Playbook, events: EventSink, lift: bool) -
     if d.stop != "cordon":
         return lines
     return lines + tuple(cordon.plan_lines(view, cur.nodes, cur.poll_s, cur.post_wait_s, d.drain_timeout_s,
-                                           cur.max_cordon_s))
+                                           cur.max_cordon_s)) + shared_lines(book, host.name)
+
+
+def shared_lines(book: pb.Playbook, host: str) -> tuple[str, ...]:
+    """A plan's warning where another host of the playbook is fed by a node this swap cordons: one host at a
+    time is safe (the loader and the rollout refuse two at once), but that host gets no work from the node
+    meanwhile."""
+    others = [h for h in book.hosts if h != host]
+    shared = {n: hs for n, hs in shared_nodes(book, [host, *others]).items() if host in hs}
+    return tuple(f"warning: node {node} also feeds {', '.join(h for h in hosts if h != host)}: this swap cordons "
+                 f"it for them too (name each host's own nodes: curio_nodes under [hosts.NAME], docs/curio.md)"
+                 for node, hosts in shared.items())
 
 
 def plan_lines(plan: Plan, dry_run: bool, secret_env: tuple[str, ...], stop: str) -> list[Text]:

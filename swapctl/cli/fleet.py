@@ -21,6 +21,7 @@ from ..errors import BadInput, Refused, SwapctlError, UnknownState
 from ..fleet import SKIPPED, Canary, CanaryGate, Fleet, Result, Rollout, fail_budget
 from ..fleet import roll_out as core_roll_out
 from ..playbook import HostSpec
+from ..playbook.curio import shared_nodes, shared_said
 from ..swap.deploy import EventSink, Interrupts, Outcome, Plan
 from ..swap.interrupts import Phase
 from .common import CtrlC, ctrl_c, err, out, select_hosts, text
@@ -63,9 +64,20 @@ def select_fleet(book: pb.Playbook, targets: list[str], fleet: Fleet, yes: bool,
     on, stops it before any host."""
     specs = select_hosts(book, targets, fleet.limit)
     fail_budget(fleet.max_fail, len(specs))
+    check_cordons(book, specs, fleet.parallel)
     if len(specs) > 1 and not (yes or dry_run) and not sys.stdin.isatty():
         raise BadInput(f"no terminal to confirm on: pass --yes to {verb} without asking")
     return specs
+
+
+def check_cordons(book: pb.Playbook, specs: list[HostSpec], parallel: int) -> None:
+    """With stop = "cordon", hosts swapped at once must cordon nodes of their own: two swaps that cordon one
+    node would each think it theirs, and the first to end uncordons it under the other (issue 43)."""
+    if book.daemon.stop != "cordon" or parallel < 2 or len(specs) < 2:
+        return
+    if shared := shared_nodes(book, [s.name for s in specs]):
+        said = shared_said(book, shared).replace("(parallel = 1)", "(--parallel 1, or [rollout] parallel = 1)")
+        raise BadInput(f"{book.path}: {parallel} hosts at once (--parallel or [rollout] parallel): {said}")
 
 
 Preview = Callable[[Plan], None]

@@ -51,8 +51,9 @@ def status(
 def _status(targets: list[str], playbook_path: str | None, as_json: bool, limit: str | None = None) -> int:
     book = pb.load(playbook_path, required=False)
     specs = select_hosts(book, targets, limit)
-    def read(host: Host) -> tuple[HostStatus, cordon.CordonView | None]:  # the cordon: with [curio] nodes
-        return gather(host, book.daemon, book.gpu), cordon.read(host, book) if book.curio.nodes else None
+    def read(host: Host) -> tuple[HostStatus, cordon.CordonView | None]:  # the cordon: with the host's nodes
+        fed = bool(book.curio_of(host.name).nodes)
+        return gather(host, book.daemon, book.gpu), cordon.read(host, book) if fed else None
 
     def run() -> dict[str, Any]:
         return on_hosts(specs, read)
@@ -80,14 +81,14 @@ def _status(targets: list[str], playbook_path: str | None, as_json: bool, limit:
                 doc[name] = _json_doc(name, st, view, book)
         print_json({"hosts": doc})
     else:
-        for result in results.values():
+        for name, result in results.items():
             if isinstance(result, BaseException):
                 err.print(text(f"swapctl: {result}"), style="bold red")
             else:
                 st, view = result
                 render(st, book.daemon.secret_env)
                 if view is not None:
-                    for line in cordon.status_lines(view, book.curio.nodes, st.host):
+                    for line in cordon.status_lines(view, book.curio_of(name).nodes, st.host):
                         out.print(text(line), style="bold yellow" if "cordoned" in line else None)
     return worst(codes)
 
@@ -100,7 +101,7 @@ def _json_doc(name: str, st: HostStatus, view: cordon.CordonView | None, book: p
     doc["releases"] = [_shown(r, book.daemon.secret_env) for r in st.releases]
     doc["unit"] = _unit_shown(st.unit, book.daemon.secret_env)
     doc["daemon_view"] = _view_shown(st.daemon_view)
-    doc["cordon"] = _cordon_shown(view, book.curio.nodes, name)
+    doc["cordon"] = _cordon_shown(view, book.curio_of(name).nodes, name)
     return doc
 
 

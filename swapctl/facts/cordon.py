@@ -65,9 +65,10 @@ class CordonView:
         return dict(self.flags).get(node)
 
 
-def command(book: Playbook, lift: bool) -> Cmd:
-    """uncordon.sh for the playbook's daemon and [curio]: with `lift`, a cordon swapctl left is lifted."""
-    cur = book.curio
+def command(book: Playbook, host: str, lift: bool) -> Cmd:
+    """uncordon.sh for the playbook's daemon and the host's Curio nodes (book.curio_of): with `lift`, a cordon
+    swapctl left is lifted."""
+    cur = book.curio_of(host)
     return scripts.command("uncordon.sh", dir=book.require_daemon().state_dir, lift="1" if lift else "",
                            cordon_nodes=" ".join(cur.nodes), curio_cli=cur.cli, curio_sql=cur.sql,
                            curio_env=Secret("".join(f"{k}={shlex.quote(v)}\n" for k, v in cur.env)),
@@ -76,7 +77,7 @@ def command(book: Playbook, lift: bool) -> Cmd:
 
 def read(host: Host, book: Playbook, lift: bool = False) -> CordonView:
     """The cordon on `host` now (one call); with `lift`, a cordon swapctl left lifted first."""
-    return parse(host.run(command(book, lift), timeout=90).stdout)
+    return parse(host.run(command(book, host.name, lift), timeout=90).stdout)
 
 
 def _shown(value: object) -> str:

@@ -15,7 +15,7 @@ from tomlkit.exceptions import ParseError
 
 from ..errors import PlaybookError
 from . import spec as sp
-from .curio import curio
+from .curio import check_nodes, curio, shared_nodes, shared_said
 from .inventory import load_inventory
 from .schema import TOP, Loader
 
@@ -68,6 +68,11 @@ def _hosts_and_groups(ld: Loader, doc: dict[str, Any], inventory: str | None
         if become == "sudo" and transport == "local":
             raise ld.fail("sudo needs transport = \"ssh\"; on this machine, run swapctl itself under sudo",
                           table, "become")
+        if "curio_nodes" in values:
+            if not values["curio_nodes"]:
+                raise ld.fail("names no node: name the nodes that feed this host's cuzk, or leave it out for "
+                              "[curio] nodes", table, "curio_nodes")
+            values["curio_nodes"] = check_nodes(ld, values["curio_nodes"], table, "curio_nodes")
         hosts[name] = sp.HostSpec(name=name, **values)
     for name, members in ld.table(doc, "groups").items():
         members = ld.check_type(members, "strlist", "groups", name)
@@ -177,7 +182,7 @@ def parse(text: str, path: str = sp.DEFAULT_PLAYBOOK, inventory: str | None = No
     keep = releases.get("keep", 5)
     if keep < 2:
         raise ld.fail("must be at least 2 (the current release and one to roll back to)", "releases", "keep")
-    return sp.Playbook(
+    book = sp.Playbook(
         path=path,
         hosts={name: sp.with_become(spec, become) for name, spec in hosts.items()},
         groups=groups,
@@ -188,6 +193,9 @@ def parse(text: str, path: str = sp.DEFAULT_PLAYBOOK, inventory: str | None = No
         build=build,
         rollout=sp.RolloutSpec(**rollout),
         gpu=sp.GpuSpec(**gpu),
-        curio=curio(ld, doc, daemon),
+        curio=curio(ld, doc, daemon, hosts),
         become=become,
     )
+    if daemon.stop == "cordon" and book.rollout.parallel > 1 and (shared := shared_nodes(book, book.hosts)):
+        raise ld.fail(shared_said(book, shared), "rollout", "parallel")
+    return book

@@ -42,6 +42,8 @@ DOCS: dict[str, dict[str, tuple[str, str]]] = {
                                         f"recorded the first time; a changed key is always refused"),
         "transport": ('"ssh"', f"{' | '.join(spec.TRANSPORTS)}: local runs on this machine, no SSH"),
         "become": ('"sudo"', "sudo: every command through `sudo -n` (NOPASSWD); none; else the top-level one"),
+        "curio_nodes": ('["10.0.0.5:12300"]', "the Curio nodes that feed this host's cuzk (host:port, as [curio] "
+                                              "nodes): its swap cordons these; else [curio] nodes (docs/curio.md)"),
     },
     "groups": {},
     "daemon": {

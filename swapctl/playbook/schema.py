@@ -20,6 +20,7 @@ SCHEMA: dict[str, dict[str, tuple[str, bool]]] = {
         "host_key_policy": ("str", False),
         "transport": ("str", False),
         "become": ("str", False),
+        "curio_nodes": ("strlist", False),
     },
     "daemon": {
         "binary": ("str", False),

@@ -36,6 +36,7 @@ class HostSpec:
     host_key_policy: str = "strict"
     transport: str = "ssh"
     become: str | None = None  # sudo | none; None: the playbook's top-level `become` (else none)
+    curio_nodes: tuple[str, ...] = ()  # the Curio nodes that feed this host's cuzk; (): [curio] nodes
 
 
 @dataclass(frozen=True)
@@ -160,6 +161,14 @@ class Playbook:
                 raise PlaybookError(self.path, f"missing; add `{key} = \"/data/...\"` under [daemon]",
                                     key=f"daemon.{key}")
         return self.daemon
+
+    def curio_of(self, host: str) -> CurioSpec:
+        """The [curio] a host's swap, plan, status and uncordon use: the nodes its [hosts.NAME] curio_nodes
+        names, else [curio] nodes (a host not under [hosts] included)."""
+        spec = self.hosts.get(host)
+        if spec is None or not spec.curio_nodes:
+            return self.curio
+        return replace(self.curio, nodes=spec.curio_nodes)
 
 
 def host_name_problem(name: str) -> str | None:

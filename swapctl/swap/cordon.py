@@ -19,7 +19,7 @@ def tasks_said(words: list[str]) -> str:
 
 def event(ctx: Context, word: Word, rest: str) -> str | None:
     """The line a cordon word is worth (None: not a cordon word)."""
-    cur, spec = ctx.book.curio, ctx.spec
+    cur, spec = ctx.book.curio_of(ctx.name), ctx.spec
     words = rest.split()
     if word is Word.CORDON:
         if words[2:3] == ["again"]:

@@ -130,7 +130,7 @@ def deadline_s(ctx: Context) -> float:
 
 
 def cordoning(ctx: Context) -> bool:
-    return ctx.spec.stop == "cordon" and bool(ctx.book.curio.nodes)
+    return ctx.spec.stop == "cordon" and bool(ctx.book.curio_of(ctx.name).nodes)
 
 
 def cordon_inputs(ctx: Context, old: Daemon | None) -> dict[str, Piece | int]:
@@ -138,7 +138,7 @@ def cordon_inputs(ctx: Context, old: Daemon | None) -> dict[str, Piece | int]:
     daemon of a known build runs), how to reach them and their database (its environment on stdin only), the
     poll, the PoSt wait and the cordon's longest; with a proof as readiness, the line after which the nodes
     feed the new build."""
-    cur, spec = ctx.book.curio, ctx.spec
+    cur, spec = ctx.book.curio_of(ctx.name), ctx.spec
     on = cordoning(ctx) and old is not None and bool(old.sha256)
     return {"cordon_nodes": " ".join(cur.nodes) if on else "", "curio_cli": cur.cli, "curio_sql": cur.sql,
             "curio_env": Secret("".join(f"{k}={shlex.quote(v)}\n" for k, v in cur.env)),
@@ -209,8 +209,8 @@ def swap(ctx: Context, old: Daemon | None, target: Release, gpu_max: str, fallba
     unit = unit_of(old, unit)
     stop = f"systemctl stop {unit}" if unit else f"SIGTERM to {old.pid}" if old else ""
     if old and old.sha256 and cordoning(ctx):
-        ctx.emit("stop", f"cordoning {', '.join(ctx.book.curio.nodes)} (Curio) until they own no cuzk task; then "
-                         f"{stop}")
+        nodes = ", ".join(ctx.book.curio_of(ctx.name).nodes)
+        ctx.emit("stop", f"cordoning {nodes} (Curio) until they own no cuzk task; then {stop}")
     elif old and old.sha256 and spec.status_url and spec.stop == "drain":
         ctx.emit("stop", f"draining {old.pid}: until no proof is in flight (at most {spec.drain_timeout_s:g} s); "
                          f"then SIGINT (it takes no new proof) and {stop}")
