@@ -107,3 +107,7 @@ def test_by_release_has_a_column_per_release_that_reads_at_80_columns(box, prove
     assert len(re.findall(r"\d+", proofs)) == 2, proofs  # a cell a release
     every = json.loads(swapctl(*args, "--json").stdout)["releases"]
     assert [p["release"] for p in every] == [a, b, a]  # --json keeps each start
+    # a release's column counts its starts' proofs: each byte range read its own bytes (the ranges of one open
+    # file read from where the last one made had left it: A's 2 starts counted as 1 proof or so)
+    assert [int(n) for n in re.findall(r"\d+", proofs)] == [every[1]["report"]["jobs"],
+                                                            every[0]["report"]["jobs"] + every[2]["report"]["jobs"]]
