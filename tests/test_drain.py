@@ -245,3 +245,16 @@ def test_readiness_comes_only_from_the_new_daemons_own_port(box, prover, prover_
     assert r.returncode != 0, r.stderr
     assert "failed (not ready after 3 s)" in " ".join(r.stderr.split())
     assert old not in box.daemons()
+
+
+def test_the_dry_run_says_the_drain_and_its_sigint_before_the_kill(box, prover, prover_b):
+    """With stop = "drain" the dry run said only `kill -TERM ...; after 10 s: kill -KILL`, as if the stop came
+    at once (issue 47); it says the drain, its limit and what then, and the SIGINT first, now."""
+    d = Daemon(box, synth_ms=200, stop="drain", drain_timeout_s=45, drain_timeout="refuse")
+    pid = d.start(prover)
+    r = d.deploy(prover_b, "--dry-run")
+    said = " ".join(r.stderr.split())
+    assert r.returncode == 0, r.stderr
+    drain = f"read {d.url} until no proof is in flight (at most 45 s, then refuse); SIGINT (cuzk takes no new work); "
+    assert f"{drain}kill -TERM -{pid}" in said, said
+    assert box.daemons() == [pid]

@@ -54,6 +54,7 @@ def _swap_said(ctx: Context, plan: Plan, step: steps.SwapIn) -> str:
     stop = (f"systemctl stop {plan.unit}" if plan.unit else
             f"kill -TERM {'-' if d.group_leader else ''}{d.pid}; after {spec.stop_grace_s:g} s: kill -KILL" if d
             else "nothing runs: no stop")
+    stop = _before_stop(ctx, plan) + stop
     env = f"(its {len(new.env or ())} recorded variables, through a pipe: on no command line)"
     start = (f"systemctl start {plan.unit} (its ExecStart runs {spec.binary})" if plan.unit else
              f"cd {new.cwd} && env -i -- sh {env} && setsid {' '.join(new.argv or ())} >> {spec.log}")
@@ -63,3 +64,18 @@ def _swap_said(ctx: Context, plan: Plan, step: steps.SwapIn) -> str:
             f"wait for /{spec.ready_log}/ in {spec.log if not spec.journal else 'its journal'} (at most "
             f"{spec.ready_timeout_s:g} s); if it fails, back to {back}; however it ends, one line appended to "
             f"{st}/journal.jsonl")
+
+
+def _before_stop(ctx: Context, plan: Plan) -> str:
+    """What the swap does before it stops a running daemon, by daemon.stop (swap.sh: cordon_drain with the
+    host's Curio nodes, before_stop with a status_url), where the dry run said only the kill."""
+    spec, cur = ctx.spec, ctx.book.curio_of(ctx.host.name)
+    if not plan.daemon or spec.stop == "term":
+        return ""
+    limit = f"at most {spec.drain_timeout_s:g} s, then {'stop anyway' if spec.drain_timeout == 'stop' else 'refuse'}"
+    drain = (f"read {spec.status_url} until no proof is in flight ({limit}); SIGINT (cuzk takes no new work); "
+             if spec.status_url else "")
+    if spec.stop == "cordon" and cur.nodes:
+        return (f"cordon {', '.join(cur.nodes)} (Curio; uncordoned once the new daemon is up, however the swap "
+                f"ends); wait at least {cur.poll_s:g} s and until they own no cuzk task; " + drain)
+    return drain
