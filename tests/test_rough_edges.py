@@ -282,6 +282,8 @@ def test_a_proof_a_term_stop_lost_is_said_at_the_stop_and_in_historys_journal(bo
     assert re.search(r"┃\s*lost\s*┃", journal_table), journal_table
     row = next(line for line in journal_table.splitlines() if entry["from"][:12] in line)  # the row's first line
     assert [c.strip() for c in row.split("│")][4] == "1", row
+    # and the deploy's last line, the one read at 3 a.m., says it too (it said "deployed ... as pid N" alone)
+    assert r.stdout.strip().endswith("; the stop lost 1 proof in flight"), r.stdout
 
 
 def test_a_drained_deploy_says_the_sigint_after_the_drain_and_before_the_stop(box, prover, prover_b, swapctl_env):

@@ -307,5 +307,6 @@ def _summary(o: Outcome) -> None:
     up = o.upload or {}
     rate = (f", upload by {up['method']}: {up['wire_bytes'] / 1e6:.2f} MB sent, {o.upload_mb_s:.1f} MB/s effective"
             if o.upload_mb_s else f", upload: {up['method']}" if up else "")
-    out.print(text(f"{o.host}: {o.outcome} {(o.new_sha or '')[:12]} as pid {o.pid} ({steps}{rate})"),
-              style="bold green")
+    lost = f"; the stop lost {o.lost} proof{'s' * (o.lost != 1)} in flight" if o.lost else ""
+    out.print(text(f"{o.host}: {o.outcome} {(o.new_sha or '')[:12]} as pid {o.pid} ({steps}{rate}){lost}"),
+              style="bold yellow" if lost else "bold green")

@@ -37,3 +37,4 @@ class Outcome:
     log_offset: int | None = None  # where the started daemon's output begins in its log
     pid: int | None = None
     message: str = ""
+    lost: int | None = None  # proofs in flight the stop lost, as the daemon's status said (None: not known)

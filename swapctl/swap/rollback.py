@@ -56,7 +56,8 @@ def swap_in(ctx: Context, plan: Plan, target: Release, action: str, fallback: Re
         raise swaprun.memory_error(ctx, run)
     outcome = Outcome(host=ctx.name, action=action, outcome=run.outcome, old_sha=old_sha, new_sha=target.sha256,
                       steps={**steps, **run.steps}, upload=upload.to_dict() if upload else None,
-                      log_offset=run.offset, pid=run.outcome_pid, message=_unjournaled(ctx, run))
+                      log_offset=run.offset, pid=run.outcome_pid, message=_unjournaled(ctx, run),
+                      lost=line.stop.lost if line and line.stop else None)
     return outcome
 
 
