@@ -386,3 +386,31 @@ def test_the_words_init_quotes_are_cut_between_words():
     assert words(line, 60) == "2026-12-06T07:28:50.759532Z  INFO cuzk_daemon: status HTTP …"
     assert words(line, 200) == line
     assert [held_gib(k) for k in (0, 1, 373_000, 1 << 20, 419_430_400)] == [0.1, 0.1, 0.4, 1.0, 400.0]
+
+
+def test_init_from_an_address_logs_in_with_its_own_options_and_records_a_new_key_only_when_asked(
+        box, prover, swapctl_env, tmp_path):
+    """`init --from root@ADDRESS:PORT` on a host whose key is not known advised setting host_key_policy in a
+    playbook, when there is none yet, and init had no option for a key or a known_hosts file (issue 47)."""
+    import tomllib
+
+    box.start_by_hand(prover)
+    s = box.server
+    known = tmp_path / "known_hosts"
+    target = f"root@{s.address}:{s.port}"
+    out = tmp_path / "from.toml"
+    args = ("init", str(out), "--from", target, "--match", re.escape(str(box.data)) + "/cuzk",
+            "--identity-file", str(s.client_key), "--known-hosts", str(known))
+    r = swapctl(*args)
+    assert r.returncode == 3 and not out.exists(), r.stderr
+    said = " ".join(r.stderr.split())
+    assert "unknown host key" in said and "run init again with --accept-new to record it" in said, said
+    assert "host_key_policy" not in said
+    r = swapctl(*args, "--accept-new")
+    assert r.returncode == 0, r.stderr
+    assert f"[{s.address}]:{s.port} " in known.read_text()  # recorded, as ssh records a key on a port
+    [host] = tomllib.loads(out.read_text())["hosts"].values()
+    assert (host["identity_file"], host["known_hosts"]) == (str(s.client_key), str(known))
+    assert host.get("host_key_policy", "strict") == "strict"  # the playbook checks the key from now on
+    name = next(iter(tomllib.loads(out.read_text())["hosts"]))
+    assert swapctl("status", name, "-p", str(out)).returncode == 0  # it logs in as written, the key now known

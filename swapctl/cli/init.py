@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated
 
@@ -13,7 +13,7 @@ import tomlkit
 import typer
 
 from .. import playbook as pb
-from ..errors import BadInput
+from ..errors import BadInput, HostKeyError
 from ..facts import daemon_view as view
 from ..facts.launch import Launch, launch_cmd, parse_launch, ready_proposal
 from ..facts.status import gather
@@ -72,6 +72,15 @@ def init(
     user: Annotated[str | None, typer.Option(
         "--user", help="With --from: the user the daemon runs as, where that is neither root nor its binary's "
                        "owner (written as daemon.user).", show_default=False)] = None,
+    identity_file: Annotated[str | None, typer.Option(
+        "--identity-file", metavar="FILE", show_default=False,
+        help="With --from: the private key to log in with (written as identity_file).")] = None,
+    known_hosts: Annotated[str | None, typer.Option(
+        "--known-hosts", metavar="FILE", show_default=False,
+        help="With --from: the known_hosts file to check the host's key against (written as known_hosts).")] = None,
+    accept_new: Annotated[bool, typer.Option(
+        "--accept-new", help="With --from: record the host's key if it is seen for the first time (as ssh's "
+                             "StrictHostKeyChecking=accept-new); a changed key is still refused.")] = False,
     force: Annotated[bool, typer.Option(help="Overwrite an existing file.")] = False,
 ) -> None:
     """Write a commented playbook to start from."""
@@ -79,7 +88,7 @@ def init(
     def run() -> int:
         target = Path(path)
         if from_host is not None:
-            body = from_running(from_host, match, user)
+            body = from_running(from_host, match, user, Login(identity_file, known_hosts, accept_new))
         elif example is not None:
             # the sandbox's example names `swapctl sandbox up`'s default directory and port
             body = examples.render(example, SANDBOX=str(Path(".sandbox").resolve()), PORT="40612",
@@ -98,7 +107,15 @@ def init(
     guarded(run)
 
 
-def from_running(target: str, match: str, user: str | None = None) -> str:
+@dataclass(frozen=True)
+class Login:
+    """init --from's --identity-file, --known-hosts and --accept-new: how the first connection logs in."""
+    identity_file: str | None = None
+    known_hosts: str | None = None
+    accept_new: bool = False
+
+
+def from_running(target: str, match: str, user: str | None = None, login: Login = Login()) -> str:
     """A playbook for the daemon that runs on `target` now (found by `match`), as it was started. Only what
     deploy would adopt with that playbook counts: another user's look-alike is named, never written."""
     try:
@@ -107,8 +124,20 @@ def from_running(target: str, match: str, user: str | None = None) -> str:
         raise BadInput(f"--match {match!r} is not a valid regular expression ({exc})") from None
     book = pb.load(None, required=False)  # the HOST may be a playbook name, an ssh_config alias, user@host:port
     [spec] = select_hosts(book, [target])
-    with connect(spec) as host:
-        found = _found(host, spec.name, match, user)
+    spec = replace(spec, identity_file=login.identity_file or spec.identity_file,
+                   known_hosts=login.known_hosts or spec.known_hosts,
+                   host_key_policy="accept-new" if login.accept_new else spec.host_key_policy)
+    try:
+        with connect(spec) as host:
+            found = _found(host, spec.name, match, user)
+    except HostKeyError as exc:
+        if "unknown host key" not in str(exc):
+            raise
+        # its advice names a playbook setting, and there is no playbook yet: init's own option instead
+        said = str(exc).split("; if that is the host's key", 1)[0]
+        raise HostKeyError(f"{said}; if that is the host's key, run init again with --accept-new to record it",
+                           host=spec.name) from None
+    spec = replace(spec, host_key_policy="strict" if login.accept_new else spec.host_key_policy)
     text_ = _playbook_text(target, spec, found, user)
     pb.parse(text_, "the playbook from " + target)  # what it writes must load
     return text_
