@@ -56,6 +56,15 @@ class HostKeyError(Refused):
     pass
 
 
+class UnknownHostKey(HostKeyError):
+    """A host key seen for the first time under host_key_policy = "strict": `seen` says which key, for which
+    host; the message adds what to do (a caller with other advice, init before any playbook, uses `seen`)."""
+
+    def __init__(self, seen: str, advice: str, *, host: str | None = None):
+        super().__init__(f"{seen}; {advice}", host=host)
+        self.seen = seen
+
+
 class LockHeld(Refused):
     pass
 

@@ -13,7 +13,7 @@ import tomlkit
 import typer
 
 from .. import playbook as pb
-from ..errors import BadInput, HostKeyError
+from ..errors import BadInput, UnknownHostKey
 from ..facts import daemon_view as view
 from ..facts.launch import Launch, launch_cmd, parse_launch, ready_proposal
 from ..facts.status import gather
@@ -130,14 +130,9 @@ def from_running(target: str, match: str, user: str | None = None, login: Login 
     try:
         with connect(spec) as host:
             found = _found(host, spec.name, match, user)
-    except HostKeyError as exc:
-        if "unknown host key" not in str(exc):
-            raise
-        # its advice names a playbook setting, and there is no playbook yet: init's own option instead
-        said = str(exc).split("; if that is the host's key", 1)[0]
-        raise HostKeyError(f"{said}; if that is the host's key, run init again with --accept-new to record it",
-                           host=spec.name) from None
-    spec = replace(spec, host_key_policy="strict" if login.accept_new else spec.host_key_policy)
+    except UnknownHostKey as exc:  # its advice names a playbook setting, and there is no playbook yet
+        raise UnknownHostKey(exc.seen, "if that is the host's key, run init again with --accept-new to record it",
+                             host=spec.name) from None
     text_ = _playbook_text(target, spec, found, user)
     pb.parse(text_, "the playbook from " + target)  # what it writes must load
     return text_

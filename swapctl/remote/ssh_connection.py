@@ -52,7 +52,7 @@ _paramiko_without_invoke()
 
 import paramiko  # noqa: E402 (after its invoke is held back)
 
-from ..errors import BadInput, HostKeyError, Refused, RemoteTimeout, Unreachable  # noqa: E402
+from ..errors import BadInput, HostKeyError, Refused, RemoteTimeout, UnknownHostKey, Unreachable  # noqa: E402
 from ..playbook import SSH_CONFIGS, HostSpec  # noqa: E402
 from . import become  # noqa: E402
 from .host import keep_tail  # noqa: E402
@@ -120,9 +120,9 @@ class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
             client.get_host_keys().add(hostname, key.get_name(), key)
             return
         port = self.spec.port or 22
-        raise HostKeyError(
-            f"unknown host key {key.get_name()} {fingerprint(key)} for {hostname}; if that is the host's key, "
-            f"set host_key_policy = \"accept-new\" for it once, or run "
+        raise UnknownHostKey(
+            f"unknown host key {key.get_name()} {fingerprint(key)} for {hostname}",
+            f"if that is the host's key, set host_key_policy = \"accept-new\" for it once, or run "
             f"`ssh-keyscan -p {port} {self.spec.address} >> {self.known_hosts}`",
             host=self.spec.name,
         )
