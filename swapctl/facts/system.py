@@ -135,10 +135,10 @@ def with_links(procs: list[Process], links: dict[int, dict[str, str]],
         if deleted:
             exe = exe[: -len(" (deleted)")]  # type: ignore[index]
         uid, gid = (ids or {}).get(p.pid, (None, None))
+        age, forked = (starts or {}).get(p.pid, (None, None))
         out.append(Process(**{**p.__dict__, "exe": exe, "exe_deleted": deleted, "cwd": link.get("cwd"),
-                              "uid": uid, "gid": gid, "threads": (threads or {}).get(p.pid),
-                              "age_s": (starts or {}).get(p.pid, (None, None))[0],
-                              "forked": (starts or {}).get(p.pid, (None, None))[1]}))
+                              "uid": uid, "gid": gid, "threads": (threads or {}).get(p.pid), "age_s": age,
+                              "forked": forked}))
     return out
 
 

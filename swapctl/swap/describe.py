@@ -69,7 +69,7 @@ def _swap_said(ctx: Context, plan: Plan, step: steps.SwapIn) -> str:
 def _before_stop(ctx: Context, plan: Plan) -> str:
     """What the swap does before it stops a running daemon, by daemon.stop (swap.sh: cordon_drain with the
     host's Curio nodes, before_stop with a status_url), where the dry run said only the kill."""
-    spec, cur = ctx.spec, ctx.book.curio_of(ctx.host.name)
+    spec, cur = ctx.spec, ctx.book.curio_of(ctx.name)
     if not plan.daemon or spec.stop == "term":
         return ""
     limit = f"at most {spec.drain_timeout_s:g} s, then {'stop anyway' if spec.drain_timeout == 'stop' else 'refuse'}"
