@@ -283,7 +283,7 @@ def _tree(path: Path) -> dict:
 def test_dry_run_changes_nothing(box, prover, prover_b):
     pid = box.start_by_hand(prover)
     before = _tree(box.data)
-    r = deploy(box, prover_b, "--dry-run")
+    r = deploy(box, prover_b, "--dry-run", "--verbose")
     assert r.returncode == 0, r.stderr
     assert "remote commands it would run" in r.stderr
     assert f"kill -TERM -{pid}" in r.stderr and "sha256sum" in r.stderr
@@ -293,6 +293,24 @@ def test_dry_run_changes_nothing(box, prover, prover_b):
     assert {k: v for k, v in after.items() if not k.endswith("cuzk.log")} == \
            {k: v for k, v in before.items() if not k.endswith("cuzk.log")}
     assert box.daemons() == [pid]
+
+
+def test_a_dry_run_says_what_each_step_does_and_shows_the_swap_scripts_inputs_only_when_asked(box, prover, prover_b):
+    """issue 47: the dry run printed the swap script's inputs raw (`<swap script> pid=... grace_ms=... bin=...`,
+    fifty key=value words on one line) under the plan. It now says what each step does, numbered; --verbose adds
+    each step's remote command as it would run, inputs and all."""
+    box.start_by_hand(prover)
+    plain = deploy(box, prover_b, "--dry-run")
+    assert plain.returncode == 0, plain.stderr
+    steps = plain.stderr.split("what it would do (--verbose: each remote command as it would run):\n", 1)[1]
+    numbered = [line for line in steps.splitlines() if line.startswith("  ")]
+    assert [line.split(" ", 4)[2:4] for line in numbered] == [["1.", "the"], ["2.", "receive"], ["3.", "backup"],
+                                                              ["4.", "kill"], ["5.", "then,"]], numbered
+    assert "<swap script>" not in plain.stderr and "grace_ms=" not in plain.stderr
+    loud = deploy(box, prover_b, "--dry-run", "-v")
+    assert loud.returncode == 0, loud.stderr
+    assert "<swap script>" in loud.stderr and "grace_ms=" in loud.stderr, loud.stderr
+    assert loud.stderr.count("\n  # ") == len(numbered)  # the same steps, each above its command
 
 
 def test_the_dry_run_prints_the_plans_steps_in_the_order_the_deploy_runs_them(box, prover, prover_b):
@@ -305,14 +323,14 @@ def test_the_dry_run_prints_the_plans_steps_in_the_order_the_deploy_runs_them(bo
     with connect(book.hosts["lab"]) as host, Swap(host, book) as sw:
         plan = sw.plan(str(prover_b))
         kinds = [type(s) for s in steps.of(plan)]
-        said = [c for c in plan.commands if c.startswith("# ")]
+        said = [what for what, _ in plan.commands]
     assert kinds == [steps.Lock, steps.Send, steps.Save, steps.SwapIn, steps.Prune]
-    assert [c.split(" ", 2)[1] for c in said] == ["the", "receive", "backup", "kill", "then,"], said
-    assert said[2] == (f"# backup (adopted): cp /proc/{pid}/exe {box.data}/.swapctl/cuzk/releases/{sha(prover)[:12]}"
+    assert [c.split(" ", 1)[0] for c in said] == ["the", "receive", "backup", "kill", "then,"], said
+    assert said[2] == (f"backup (adopted): cp /proc/{pid}/exe {box.data}/.swapctl/cuzk/releases/{sha(prover)[:12]}"
                        f"/cuzk")
     assert said[3].endswith(f"if it fails, back to release {sha(prover)[:12]}; however it ends, one line appended "
                             f"to {box.data}/.swapctl/cuzk/journal.jsonl")
-    assert said[4].startswith("# then, once the swap went well, no release to remove")
+    assert said[4].startswith("then, once the swap went well, no release to remove")
     assert box.daemons() == [pid]
     r = deploy(box, prover_b)
     assert r.returncode == 0, r.stderr
@@ -320,7 +338,7 @@ def test_the_dry_run_prints_the_plans_steps_in_the_order_the_deploy_runs_them(bo
     with connect(book.hosts["lab"]) as host, Swap(host, book) as sw:
         back = sw.plan_rollback()
         assert [type(s) for s in steps.of(back)] == [steps.Lock, steps.Save, steps.SwapIn]
-        assert [c.split(" ", 2)[1] for c in back.commands if c.startswith("# ")] == ["the", "kill"]
+        assert [what.split(" ", 1)[0] for what, _ in back.commands] == ["the", "kill"]
 
 
 def test_without_a_terminal_deploy_needs_yes(box, prover, prover_b):

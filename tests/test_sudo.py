@@ -151,7 +151,7 @@ def test_deploy_through_sudo_leaves_releases_state_and_lock_to_root(sbox, prover
 
 def test_a_dry_run_through_sudo_shows_each_command_as_it_would_run_through_sudo(sbox, prover, prover_b):
     pid = sbox.start_by_hand(prover)
-    r = deploy(sbox, prover_b, "--dry-run")
+    r = deploy(sbox, prover_b, "--dry-run", "-v")
     assert r.returncode == 0, r.stderr
     shown = r.stderr.split("remote commands it would run:", 1)[1].splitlines()
     commands = [line.strip() for line in shown if line.strip() and not line.strip().startswith("#")]

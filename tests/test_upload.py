@@ -108,8 +108,8 @@ def test_the_plan_chooses_the_upload_method_once_and_the_deploy_and_dry_run_foll
         with connect(book.hosts["lab"]) as host, Swap(host, book) as sw:
             plan = sw.plan(str(binary), restart=kind == "present")
             assert plan.upload.kind == kind
-            said = [c for c in plan.commands if c.startswith("# receive") or "sftp put" in c]
-            assert said == ([f"# receive {plan.upload.said()} into {box.data}/.swapctl/cuzk/releases/.upload-"
+            said = [what for what, _ in plan.commands if what.startswith("receive") or "sftp put" in what]
+            assert said == ([f"receive {plan.upload.said()} into {box.data}/.swapctl/cuzk/releases/.upload-"
                              f"{sha(binary)[:12]}; takes its sha256 (openssl dgst -sha256, else sha256sum): it must "
                              f"be {sha(binary)}; then ldd"] if kind != "present" else [])
             if kind == "patch":
@@ -138,13 +138,13 @@ def test_a_host_without_zstd_is_planned_for_sftp_and_dry_run_says_so(tmp_path, p
         r = deploy(box, prover_b, "--dry-run")
         assert r.returncode == 0, r.stderr
         tmp = f"{box.data}/.swapctl/cuzk/releases/.upload-{sha(prover_b)[:12]}"
-        assert f"# sftp put {prover_b} {tmp}, then:" in r.stderr
+        assert f"  2. sftp put {prover_b} {tmp}, then:" in r.stderr
         assert "receive a zstd" not in r.stderr and not partials(box)
         Path(tmp).parent.mkdir(mode=0o700, parents=True)  # as a deploy makes it (the dry run made nothing)
         Path(tmp).write_bytes(prover_b.read_bytes()[:4096])  # an upload cut after 4 KiB: sftp goes on from there
         r = deploy(box, prover_b, "--dry-run")
         assert r.returncode == 0, r.stderr
-        assert f"# sftp put {prover_b} {tmp} (resumed after 4096 bytes), then:" in r.stderr
+        assert f"  2. sftp put {prover_b} {tmp} (resumed after 4096 bytes), then:" in r.stderr
 
 
 def test_upload_killed_halfway_resumes_from_the_bytes_on_the_host(box, prover, big_b):

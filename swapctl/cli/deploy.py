@@ -23,7 +23,7 @@ from ..swap import elf, environ
 from ..swap.deploy import DeployPlan, Event, EventSink, Interrupts, Outcome, Plan, Swap
 from ..swap.deploy import deploy as run_deploy
 from . import build as build_cli
-from .build import BuildArgOpt, VerboseOpt
+from .build import BuildArgOpt
 from .common import (
     JsonOpt,
     LimitOpt,
@@ -64,7 +64,9 @@ def deploy(
     binary: Annotated[str | None, typer.Option("--binary", "-b", help="The new daemon binary (a local file).")] = None,
     build: Annotated[bool, typer.Option("--build", help="Build it first from the playbook's [build] table.")] = False,
     build_arg: BuildArgOpt = None,
-    verbose: VerboseOpt = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help=(
+        "With --build, the whole build log as it comes; with --dry-run, each remote command as it would run."))
+    ] = False,
     playbook: PlaybookOpt = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Check and show the plan; change nothing.")] = False,
@@ -126,10 +128,10 @@ def at_stake(plan: Plan, stop: str) -> str:
 
 
 def show_plan(plan: Plan, dry_run: bool, secret_env: tuple[str, ...] = (), stop: str = "term",
-              more: tuple[str, ...] = ()) -> None:
+              more: tuple[str, ...] = (), commands: bool = False) -> None:
     """The plan, in one print: above a fleet's live view, each print draws the view again (issue 34); `more`:
-    lines after the old daemon's (the cordon's)."""
-    lines = plan_lines(plan, dry_run, secret_env, stop)
+    lines after the old daemon's (the cordon's); a dry run's steps, with `commands` each one's remote command."""
+    lines = plan_lines(plan, dry_run, secret_env, stop, commands)
     at = next((i for i, line in enumerate(lines) if not line.plain.startswith(("old daemon", "  "))), len(lines))
     lines[at:at] = [text(line) for line in more]
     err.print(Group(Rule(text(f"{plan.host}: deploy plan")), *lines))
@@ -168,7 +170,7 @@ def shared_lines(book: pb.Playbook, host: str) -> tuple[str, ...]:
                  for node, hosts in shared.items())
 
 
-def plan_lines(plan: Plan, dry_run: bool, secret_env: tuple[str, ...], stop: str) -> list[Text]:
+def plan_lines(plan: Plan, dry_run: bool, secret_env: tuple[str, ...], stop: str, commands: bool = False) -> list[Text]:
     d, b = plan.daemon, plan.binary if isinstance(plan, DeployPlan) else None
     lines: list[Text] = []
     if d:
@@ -192,16 +194,20 @@ def plan_lines(plan: Plan, dry_run: bool, secret_env: tuple[str, ...], stop: str
     lines += [styled(text(f"warning: {line}"), "bold yellow") for line in plan.warnings]
     if plan.unchanged:
         lines.append(text("the daemon already runs this binary: nothing to do (--restart to restart it)"))
-    if dry_run:
-        lines += [text("remote commands it would run:"), *(text(f"  {c}") for c in plan.commands)]
+    if dry_run and commands:
+        lines += [text("remote commands it would run:"),
+                  *(text(f"  {line}") for what, cmd in plan.commands for line in (f"# {what}", cmd) if line)]
+    elif dry_run:
+        lines += [text("what it would do (--verbose: each remote command as it would run):"),
+                  *(text(f"  {n}. {what}") for n, (what, _) in enumerate(plan.commands, 1))]
     return lines
 
 
 def shown_only(plan: Plan, book: pb.Playbook, dry_run: bool, preview: Preview | None, action: str,
-               more: tuple[str, ...] = ()) -> Outcome | None:
+               more: tuple[str, ...] = (), commands: bool = False) -> Outcome | None:
     """The plan on the screen; a dry run's outcome (also a fleet's preview's, handed its plan), or None
     to go on with the swap."""
-    show_plan(plan, dry_run, book.daemon.secret_env, book.daemon.stop, more)
+    show_plan(plan, dry_run, book.daemon.secret_env, book.daemon.stop, more, commands)
     if preview is not None:
         preview(plan)
     return dry_run_outcome(plan, action) if dry_run or preview is not None else None
@@ -256,7 +262,7 @@ def _deploy(targets: list[str], binary: str | None, playbook_path: str | None, y
                 more = cordon_first(host, book, events, lift=not dry_run and preview is None)
                 with Swap(host, book, events, interrupts, ignore_gpu_hang=ignore_gpu_hang, beside=beside) as sw:
                     plan = sw.plan(local, restart=restart, build=build)
-                    if (shown := shown_only(plan, book, dry_run, preview, "deploy", more)) is not None:
+                    if (shown := shown_only(plan, book, dry_run, preview, "deploy", more, verbose)) is not None:
                         return shown
                     _confirm(plan, yes or many)
                     return run_deploy(sw, plan)

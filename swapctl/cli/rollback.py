@@ -36,6 +36,8 @@ def rollback(
     playbook: PlaybookOpt = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show the plan; change nothing.")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help=(
+        "With --dry-run, each remote command as it would run."))] = False,
     ignore_gpu_hang: IgnoreGpuHangOpt = False,
     parallel: ParallelOpt = None,
     canary: CanaryOpt = None,
@@ -47,11 +49,12 @@ def rollback(
     """Go back to the previous known-good release (or --to one), started exactly as it ran."""
     fleet = partial(Fleet.of, parallel=parallel, canary=canary, canary_wait=canary_wait, max_fail=max_fail,
                     limit=limit)  # what the command line leaves out comes from the playbook
-    guarded(lambda: _rollback(hosts, to, playbook, yes, dry_run, fleet, json, ignore_gpu_hang))
+    guarded(lambda: _rollback(hosts, to, playbook, yes, dry_run, fleet, json, ignore_gpu_hang, verbose))
 
 
 def _rollback(targets: list[str], to: str | None, playbook_path: str | None, yes: bool, dry_run: bool,
-              fleet_of: Callable[[pb.RolloutSpec], Fleet], as_json: bool, ignore_gpu_hang: bool = False) -> int:
+              fleet_of: Callable[[pb.RolloutSpec], Fleet], as_json: bool, ignore_gpu_hang: bool = False,
+              verbose: bool = False) -> int:
     book = pb.load(playbook_path)
     book.require_daemon()
     fleet = fleet_of(book.rollout)
@@ -65,7 +68,7 @@ def _rollback(targets: list[str], to: str | None, playbook_path: str | None, yes
                 more = cordon_first(host, book, events, lift=not dry_run and preview is None)
                 sw = Swap(host, book, events, interrupts, ignore_gpu_hang=ignore_gpu_hang)
                 plan = sw.plan_rollback(to)
-                if (shown := shown_only(plan, book, dry_run, preview, "rollback", more)) is not None:
+                if (shown := shown_only(plan, book, dry_run, preview, "rollback", more, verbose)) is not None:
                     return shown
                 _confirm(plan, yes or many)
                 return run_rollback(sw, plan)

@@ -1,5 +1,5 @@
-"""--dry-run: the plan's steps (swap/steps.py) as the remote commands they run, rendered from the same
-`Cmd`s (secrets masked), each after a line saying what it does."""
+"""--dry-run: what each of the plan's steps (swap/steps.py) does, and the remote command it runs, rendered
+from the same `Cmd`s (secrets masked); the CLI shows the commands with --verbose."""
 
 from __future__ import annotations
 
@@ -10,14 +10,11 @@ from .plan import DeployPlan, Plan
 from .session import Session
 
 
-def describe(ctx: Context, plan: Plan, session: Session) -> list[str]:
-    """The commands, in order, as `Host.shown` shows them, each after a `# what it does` line."""
+def describe(ctx: Context, plan: Plan, session: Session) -> list[tuple[str, str]]:
+    """What each step does, in order, and its command as `Host.shown` shows it ("": none of its own)."""
     show = ctx.host.shown  # as the host runs it: through `sudo -n --` where swapctl becomes root
-    out = []
-    for step in steps.of(plan):
-        for what, cmd in said(ctx, plan, session, step):
-            out += [f"# {what}", *([show(cmd)] if cmd else [])]
-    return out
+    return [(what, show(cmd) if cmd else "") for step in steps.of(plan)
+            for what, cmd in said(ctx, plan, session, step)]
 
 
 def said(ctx: Context, plan: Plan, session: Session, step: steps.Step) -> list[tuple[str, Cmd | None]]:

@@ -141,7 +141,7 @@ class Plan(Situation):
 
     new: Release
     unchanged: bool = False
-    commands: tuple[str, ...] = ()  # the remote commands it runs, for --dry-run
+    commands: tuple[tuple[str, str], ...] = ()  # for --dry-run: what each step does, and its remote command
     # releases whose manifests hold no command line, as they start: the playbook's (preflight.with_commands)
     filled: tuple[Release, ...] = ()
 
