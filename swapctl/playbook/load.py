@@ -15,7 +15,7 @@ from tomlkit.exceptions import ParseError
 
 from ..errors import PlaybookError
 from . import spec as sp
-from .curio import check_nodes, curio, shared_nodes, shared_said
+from .curio import check_nodes, curio
 from .inventory import load_inventory
 from .schema import TOP, Loader
 
@@ -196,6 +196,4 @@ def parse(text: str, path: str = sp.DEFAULT_PLAYBOOK, inventory: str | None = No
         curio=curio(ld, doc, daemon, hosts),
         become=become,
     )
-    if daemon.stop == "cordon" and book.rollout.parallel > 1 and (shared := shared_nodes(book, book.hosts)):
-        raise ld.fail(shared_said(book, shared), "rollout", "parallel")
     return book
