@@ -103,6 +103,35 @@ def test_the_playbooks_own_hosts_and_groups_win_over_the_inventorys(tmp_path):
         pb.parse('[groups]\nx = ["gpu-a01"]\n', str(tmp_path / "swapctl.toml"))
 
 
+@pytest.mark.parametrize("name,text", [
+    ("hosts.ini", "[rack_a]\ngpu-a1 swapctl_curio_nodes=10.20.1.11:12300\n"
+                  "gpu-a2 swapctl_curio_nodes=10.20.1.12:12300,[fd00::1]:12301\ngpu-a3\n"),
+    ("hosts.yml", "rack_a:\n  hosts:\n    gpu-a1: {swapctl_curio_nodes: [\"10.20.1.11:12300\"]}\n"
+                  "    gpu-a2: {swapctl_curio_nodes: [\"10.20.1.12:12300\", \"[fd00::1]:12301\"]}\n    gpu-a3:\n"),
+])
+def test_an_inventory_host_names_its_own_curio_nodes_and_a_cordon_fleet_of_them_loads(tmp_path, name, text):
+    """issue 43: `curio_nodes` could be set under [hosts.NAME] only, so a farm whose hosts live in its Ansible
+    inventory had to restate each host in the playbook to swap them at once with stop = "cordon"."""
+    (tmp_path / name).write_text(text)
+    book = pb.parse(f'inventory = "{name}"\n[daemon]\nbinary = "/data/cuzk"\nlog = "/data/cuzk.log"\n'
+                    f'stop = "cordon"\n[curio]\nnodes = ["10.0.0.5:12300"]\n', str(tmp_path / "swapctl.toml"))
+    assert book.curio_of("gpu-a1").nodes == ("10.20.1.11:12300",)
+    assert book.curio_of("gpu-a2").nodes == ("10.20.1.12:12300", "[fd00::1]:12301")
+    assert book.curio_of("gpu-a3").nodes == ("10.0.0.5:12300",)  # none of its own: [curio] nodes
+    from swapctl.cli.fleet import check_cordons
+    check_cordons(book, [book.hosts["gpu-a1"], book.hosts["gpu-a2"]], 2)  # nodes of their own: at once
+
+
+@pytest.mark.parametrize("value", ["10.20.1.11", "-o:12300", "10.20.1.11:70000", "' '"])
+def test_a_bad_swapctl_curio_nodes_names_the_inventory_line_and_host(tmp_path, value):
+    (tmp_path / "hosts.ini").write_text(f"[rack_a]\ngpu-a1\ngpu-a2 swapctl_curio_nodes={value}\n")
+    with pytest.raises(pb.PlaybookError) as info:
+        load_inventory(str(tmp_path / "hosts.ini"))
+    said = str(info.value)
+    assert said.startswith(f"{tmp_path}/hosts.ini:3: host 'gpu-a2': swapctl_curio_nodes: ") and "\n" not in said
+    assert ("names no node" if value == "' '" else f"{value!r} is not a node's host:port") in said, said
+
+
 def box_inventory(box, swapctl_env, name: str) -> str:
     """An inventory naming the box's sshd as gpu-01 in group gpus; its key known as ssh would know it."""
     s = box.server

@@ -1,7 +1,8 @@
 """Ansible inventories (INI or YAML) as a source of hosts and groups: GPU farms keep their hosts there.
 
 What swapctl takes from one: each host with `ansible_host`, `ansible_port`, `ansible_user`,
-`ansible_ssh_private_key_file` and `ansible_become` (with `ansible_become_method`: sudo only) (from the
+`ansible_ssh_private_key_file` and `ansible_become` (with `ansible_become_method`: sudo only), and swapctl's
+own `swapctl_curio_nodes` (the host's `curio_nodes`: a YAML list, or host:port words split by commas) (from the
 host's line, its groups' vars, children's vars over their parents'), and every group, children resolved
 (`all` included). Other variables are ignored.
 """
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import PlaybookError
+from .curio import NODE
 from .spec import HostSpec, host_name_problem
 
 VARS = {"ansible_host": "address", "ansible_ssh_host": "address", "ansible_port": "port",
@@ -89,13 +91,15 @@ class _Inventory:
                                     line=self.lines.get(name))
             if "ansible_become" in merged:
                 values["become"] = become_of(self.path, name, merged)
+            if "swapctl_curio_nodes" in merged:
+                values["curio_nodes"] = nodes_of(self.path, name, merged["swapctl_curio_nodes"], self.lines.get(name))
             if "port" in values:
                 try:
                     values["port"] = int(values["port"])
                 except (TypeError, ValueError):
                     raise PlaybookError(self.path, f"host {name!r}: ansible_port must be a port number, "
                                                    f"not {values['port']!r}") from None
-            hosts[name] = HostSpec(name=name, **{k: v if k == "port" else str(v)  # type: ignore[arg-type]
+            hosts[name] = HostSpec(name=name, **{k: v if k in ("port", "curio_nodes") else str(v)  # type: ignore[arg-type]
                                                  for k, v in values.items()})
         return hosts, {g: members for g, members in groups.items() if members and g != "ungrouped"}
 
@@ -118,6 +122,18 @@ def become_of(path: str, name: str, merged: dict[str, Any]) -> str:
         raise PlaybookError(path, f"host {name!r}: ansible_become_method {method!r} is not one swapctl "
                                   f"knows (only sudo); give the login a NOPASSWD sudo rule, or log in as root")
     return "sudo" if flag in _TRUE else "none"
+
+
+def nodes_of(path: str, name: str, value: Any, line: int | None) -> tuple[str, ...]:
+    """`swapctl_curio_nodes`: the Curio nodes that feed the host's cuzk, each a `curio run --listen` host:port."""
+    words = value if isinstance(value, list) else str(value).split(",")
+    nodes = tuple(str(w).strip() for w in words if str(w).strip())
+    bad = next((n for n in nodes if not NODE.fullmatch(n) or not 0 < int(n.rsplit(":", 1)[1]) < 65536), None)
+    if bad is not None or not nodes:
+        said = f"{bad!r} is not a node's host:port" if bad is not None else "names no node"
+        raise PlaybookError(path, f"host {name!r}: swapctl_curio_nodes: {said} (each node's `curio run --listen`, "
+                                  f"e.g. 10.0.0.5:12300, commas between two)", line=line)
+    return nodes
 
 
 def expand(pattern: str) -> list[str]:
