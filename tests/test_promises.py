@@ -152,6 +152,7 @@ def test_the_as_it_ran_campaign_the_docs_cite_is_what_its_record_holds():
     ("faults-h100-2026-12-06b", 204, {218: ("sigint", "controller hung")}),
     ("faults-h100-2026-12-06c", 203, {i: ("slow memory release", "status disagrees") for i in (23, 143, 251)}),
     ("faults-local-2026-12-06d", 41, {}),
+    ("faults-local-2026-12-06e", 210, {}),
 ])
 def test_the_campaigns_after_issue_44s_fixes_are_what_the_docs_say(record, landed, broke):
     """docs/promises.md's list of the campaigns after issue 44's fixes: each record holds runs 1-300 once,
