@@ -61,13 +61,21 @@ def test_the_collection_builds_and_ansible_doc_shows_its_three_modules(collectio
     assert "swap.sh" in shipped.read_text()  # the host scripts travel inside the module's Python
 
 
-def test_the_modules_swap_script_inputs_are_swapctl_deploys(collection):
-    """The one place the module restates swaprun.swap_cmd's inputs gives swap.sh the same inputs, valued alike."""
+CORDON = ('stop = "cordon"\nstatus_url = "http://127.0.0.1:9821/status"\nready = "proof"\n'
+          '[curio]\nnodes = ["10.0.0.5:12300"]\npoll_s = 5\nenv = {CURIO_DB_PASSWORD = "pw"}\n')
+
+
+@pytest.mark.parametrize("more", ["", CORDON])
+def test_the_modules_swap_script_inputs_are_swapctl_deploys(collection, more):
+    """Both sides call one swap core (swap/inputs.py), so the module gives swap.sh the inputs `swapctl deploy`
+    gives it, valued alike, Curio's cordon included (issue 46: the module had restated them, and drifted)."""
     sys.path.insert(0, str(collection))
     try:
         from ansible_collections.swapctl.cuzk.plugins.module_utils import engine
     finally:
         sys.path.remove(str(collection))
+    from dataclasses import replace
+
     from swapctl import playbook as pb
     from swapctl.remote.cmd import Secret
     from swapctl.swap import swaprun
@@ -76,32 +84,34 @@ def test_the_modules_swap_script_inputs_are_swapctl_deploys(collection):
     from swapctl.swap.releases import Release
 
     book = pb.parse('[daemon]\nbinary = "/data/cuzk"\nlog = "/data/cuzk.log"\nready_port = 9820\nstop_grace_s = 7\n'
-                    'ready_stable_s = 2.5\n[memory]\nmin_available_gib = 1.5\nrelease_timeout_s = 40\n'
-                    '[gpu]\nnvidia_smi_timeout_s = 3\n')
+                    'ready_stable_s = 2.5\n' + more.split("[curio]")[0] + '[memory]\nmin_available_gib = 1.5\n'
+                    'release_timeout_s = 40\n[gpu]\nnvidia_smi_timeout_s = 3\n' + ("[curio]" + more.split("[curio]")[1]
+                                                                              if more else ""))
     host = type("H", (), {"name": "gpu-0"})()
     ctx = Context(host, book, book.require_daemon())  # type: ignore[arg-type]
     new = Release(sha256="b" * 64, size=1, name="cuzk", created="2026", by="me", argv=("/data/cuzk", "-c", "x"),
                   cwd="/data", env=(("A", "1"),), uid=1000, gid=1000)
     old = Release(sha256="a" * 64, size=1, name="cuzk", created="2025", by="me", argv=("./cuzk", "-c", "x"),
                   cwd="/data", env=(("B", "2"),))
-    theirs = dict(swaprun.swap_cmd(ctx, Daemon.started(4242), new, "0:100", old).inputs)
+    running = replace(Daemon.started(4242), sha256="c" * 64)  # a daemon of a known build: a cordon is made
+    theirs = dict(swaprun.swap_cmd(ctx, running, new, "0:100", old).inputs)
+    cordon = {"stop": "cordon", "status_url": "http://127.0.0.1:9821/status", "ready": "proof"} if more else {}
     s = engine.Settings.of({"daemon": {"binary": "/data/cuzk", "log": "/data/cuzk.log", "ready_port": 9820,
-                                       "stop_grace_s": 7, "ready_stable_s": 2.5},
+                                       "stop_grace_s": 7, "ready_stable_s": 2.5, **cordon},
                             "memory": {"min_available_gib": 1.5, "release_timeout_s": 40},
-                            "gpu": {"nvidia_smi_timeout_s": 3}, "host": "gpu-0"})
-    ours = engine.swap_inputs(s, engine.Daemon(pid=4242), engine.Release(**new.__dict__), "0:100",
+                            "gpu": {"nvidia_smi_timeout_s": 3}, "host": "gpu-0",
+                            "curio": {"nodes": ["10.0.0.5:12300"], "poll_s": 5, "env": {"CURIO_DB_PASSWORD": "pw"}}
+                            if more else {}})
+    ours = engine.swap_inputs(s, engine.Daemon(pid=4242, sha256="c" * 64), engine.Release(**new.__dict__), "0:100",
                               engine.Release(**old.__dict__))
 
     def plain(d: dict) -> dict:
         return {k: v.value if isinstance(v, (Secret, engine.Secret)) else str(v) for k, v in d.items()}
 
     # the one difference: the journal line's `by` says the module wrote it (swapctl's own: user@host)
-    assert set(ours) == set(theirs)
-    # with no Curio nodes neither side cordons (empty cordon_nodes), and swap.sh reads the cordon's other
-    # inputs only with a cordon (swap.sh's `[ -n "$cordon_nodes" ]`): the module never cordons
-    unread = set(engine.CORDON) - {"cordon_nodes"}
-    assert {k: v for k, v in plain(ours).items() if k not in unread} == \
-        {k: v for k, v in {**plain(theirs), "j_by": f"ansible {theirs['j_by']}"}.items() if k not in unread}
+    assert plain(ours) == {**plain(theirs), "j_by": f"ansible {theirs['j_by']}"}
+    assert (plain(ours)["cordon_nodes"] == "10.0.0.5:12300") == bool(more)
+    assert plain(ours)["curio_env"] == ("CURIO_DB_PASSWORD=pw\n" if more else "")
 
 
 def test_the_module_calls_the_daemon_what_swapctl_status_does(collection):

@@ -15,13 +15,10 @@ from test_ansible import collection  # noqa: F401
 from swapctl.playbook import schema, spec
 
 # the playbook's tables the modules take, each as its spec and the option that holds it
-TABLES = {"daemon": spec.DaemonSpec, "memory": spec.MemorySpec, "gpu": spec.GpuSpec}
+TABLES = {"daemon": spec.DaemonSpec, "memory": spec.MemorySpec, "gpu": spec.GpuSpec, "curio": spec.CurioSpec}
 # the tables they do not, and why: the inventory holds the hosts, Ansible's serial the rollout
 NOT_TAKEN = {"hosts": "the inventory", "groups": "the inventory", "rollout": "serial, max_fail_percentage",
-             "logs": "fetch-logs only", "build": "swapctl build only",
-             "curio": "a cordon needs the controller's Curio database and CLI"}
-# a playbook word the modules refuse, and why (the task fails with Ansible's own line naming the key)
-NOT_SUPPORTED = {("daemon", "stop", "cordon"): NOT_TAKEN["curio"]}
+             "logs": "fetch-logs only", "build": "swapctl build only"}
 CHOICES = {"stop": spec.STOP_MODES, "drain_timeout": spec.DRAIN_TIMEOUT, "ready": spec.READY_MODES,
            "gone_before_stop": spec.GONE_BEFORE_STOP}
 KIND = {"str": "str", "int": "int", "num": "float", "strlist": "list", "strtable": "dict"}
@@ -44,7 +41,7 @@ def expected(table: str) -> dict[str, dict]:
     defaults = {f.name: f.default for f in dataclasses.fields(TABLES[table])}
     out = {}
     for key, (kind, _) in schema.SCHEMA[table].items():
-        if table == "daemon" and key == "secret_env":
+        if (table, key) in (("daemon", "secret_env"), ("curio", "env")):  # values the modules never log
             out[key] = SECRET_ENV
             continue
         option: dict = {"type": KIND[kind]}
@@ -56,7 +53,7 @@ def expected(table: str) -> dict[str, dict]:
         elif default is not None:
             option["default"] = {"strlist": list, "strtable": dict}.get(kind, type(default))(default)
         if table == "daemon" and key in CHOICES:
-            option["choices"] = [w for w in CHOICES[key] if (table, key, w) not in NOT_SUPPORTED]
+            option["choices"] = list(CHOICES[key])
         out[key] = option
     return out
 
@@ -93,7 +90,8 @@ def test_engine_settings_defaults_are_the_playbooks(collection):  # noqa: F811
     engine = imported(collection, "module_utils.engine")
     ours = {f.name: f.default for f in dataclasses.fields(engine.Settings)}
     renamed = {"keep_releases": "keep_releases"}
-    for table, cls in (*TABLES.items(), ("releases", None)):
+    assert dataclasses.asdict(ours.pop("curio")) == dataclasses.asdict(spec.CurioSpec())  # [curio], whole
+    for table, cls in (*((t, c) for t, c in TABLES.items() if t != "curio"), ("releases", None)):
         fields = dataclasses.fields(cls) if cls else [spec.Playbook.__dataclass_fields__["keep_releases"]]
         for f in fields:
             if f.name in REQUIRED or f.name == "secret_env":
@@ -113,3 +111,24 @@ def test_a_drain_or_status_probe_without_status_url_is_one_clear_line(collection
         with pytest.raises(engine.HostError, match=said):
             engine.Settings.of({"daemon": {**base, **extra}})
     assert engine.Settings.of({"daemon": {**base, "stop": "drain", "status_url": "http://127.0.0.1:9821/status"}})
+
+
+@pytest.mark.parametrize("curio,said", [
+    ({}, 'daemon.stop "cordon" cordons the Curio nodes that feed the daemon: name them in curio.nodes'),
+    ({"nodes": ["10.0.0.5"]}, "curio.nodes: '10.0.0.5' is not a node's host:port"),
+    ({"nodes": ["-oProxyCommand=x:1"]}, "is not a node's host:port"),
+    ({"nodes": ["10.0.0.5:12300"], "cli": "curio; rm -rf /"}, "curio.cli: 'curio; rm -rf /' is not a program's"),
+    ({"nodes": ["10.0.0.5:12300"], "env": {"LD_PRELOAD": "/x.so"}}, "curio.env: 'LD_PRELOAD' is not one of"),
+    ({"nodes": ["10.0.0.5:12300"], "tasks": ["PoRep'--"]}, "curio.tasks: \"PoRep'--\" is not a Curio task name"),
+    ({"nodes": ["10.0.0.5:12300"], "max_cordon_s": 5}, "curio.max_cordon_s: must be at least poll_s (30 s)"),
+])
+def test_a_cordon_the_module_cannot_make_safely_is_one_clear_line_and_changes_nothing(collection, curio, said):  # noqa: F811
+    """issue 43: the modules refused stop = "cordon"; they take [curio] now, checked as the loader checks it
+    (each word reaches the host's shell scripts and SQL), before anything on the host is touched."""
+    engine = imported(collection, "module_utils.engine")
+    daemon = {"binary": "/data/cuzk", "log": "/data/cuzk.log", "stop": "cordon"}
+    with pytest.raises(engine.HostError) as info:
+        engine.Settings.of({"daemon": daemon, "curio": curio})
+    assert said in info.value.message and info.value.message.endswith("; nothing changed"), info.value.message
+    ok = engine.Settings.of({"daemon": daemon, "curio": {"nodes": ["10.0.0.5:12300", "[fd00::1]:12301"]}})
+    assert ok.curio.nodes == ("10.0.0.5:12300", "[fd00::1]:12301")

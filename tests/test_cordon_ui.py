@@ -14,7 +14,7 @@ from test_cordon import Cordoned
 
 from swapctl.facts import cordon
 from swapctl.playbook import parse
-from swapctl.playbook.curio import NODE
+from swapctl.playbook.spec import NODE
 
 from lab import swapctl, wait_until
 from test_deploy import journal

@@ -37,8 +37,8 @@ def _export(directory: str, playbook_path: str | None, group: str) -> int:
     files = [("", "inventory.ini", export.inventory(book, group), 0o644),
              (f"group_vars/{group}", "swapctl.yml", head + yaml.safe_dump(variables, sort_keys=False), 0o644)]
     if secrets:  # only its owner reads it; `ansible-vault encrypt` it before it goes anywhere
-        files.append((f"group_vars/{group}", "secrets.yml", "# the daemon's secret_env values: ansible-vault "
-                      "encrypt this file\n" + yaml.safe_dump({"swapctl_daemon_secret_env": secrets}), 0o600))
+        files.append((f"group_vars/{group}", "secrets.yml", "# the daemon's secret_env values and Curio's database "
+                      "variables: ansible-vault encrypt this file\n" + yaml.safe_dump(secrets), 0o600))
     # both directories checked before anything is written: one another user made is named, never written into
     with own_dir(root) as top, own_dir(root, "group_vars", group) as below:
         for where, name, body, mode in files:

@@ -19,7 +19,7 @@ from ..facts.launch import Launch, launch_cmd, parse_launch, ready_proposal
 from ..facts.status import gather
 from ..facts.system import Process
 from ..playbook import examples
-from ..playbook.curio import NODE
+from ..playbook.spec import NODE
 from ..remote import Cmd, Host, connect
 from .common import err, guarded, out, select_hosts, text
 

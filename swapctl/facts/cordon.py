@@ -13,8 +13,7 @@ from dataclasses import dataclass
 from ..host import scripts
 from ..host.scripts import ReportWord
 from ..playbook import Playbook
-from ..playbook.curio import NODE, TASK
-from ..playbook.spec import POST_TASKS
+from ..playbook.spec import NODE, POST_TASKS, TASK
 from ..remote import Cmd, Host
 from ..remote.cmd import Secret
 

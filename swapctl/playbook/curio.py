@@ -2,25 +2,18 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from typing import Any
 
 from . import spec as sp
 from .schema import Loader
-
-NODE = re.compile(r"(?:[A-Za-z0-9][A-Za-z0-9.-]*|\[[0-9A-Fa-f:.]+\]):[0-9]{1,5}")
-TASK = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,15}")  # harmony_task.name is varchar(16)
-# what Curio reads its database from (cmd/curio/main.go:122-158)
-DB_ENV = tuple(f"CURIO_{p}_{k}" for p in ("DB", "HARMONYDB") for k in ("HOST", "HOSTS", "PORT", "NAME", "USER",
-                                                                          "USERNAME", "PASSWORD"))
-PROGRAM = re.compile(r"/?[A-Za-z0-9._+-]+(?:/[A-Za-z0-9._+-]+)*")
+from .spec import DB_ENV, PROGRAM, TASK, node_ok
 
 
 def check_nodes(ld: Loader, nodes: Iterable[str], table: str, key: str) -> tuple[str, ...]:
     """[curio] nodes, or a host's curio_nodes: each a node's `curio run --listen` host:port."""
     for node in nodes:
-        if not NODE.fullmatch(node) or not 0 < int(node.rsplit(":", 1)[1]) < 65536:
+        if not node_ok(node):
             raise ld.fail(f"{node!r} is not a node's host:port (its `curio run --listen`, e.g. \"10.0.0.5:12300\")",
                           table, key)
     return tuple(nodes)

@@ -2,8 +2,10 @@
 swapctl.cuzk collection (`swapctl export-ansible`): one description of the farm for both tools.
 
 The group_vars carry the tables under the names the collection's modules take (`swapctl_daemon` is
-[daemon], by the same keys); the daemon's secret_env values go apart (`swapctl_daemon.secret_env`, a
-name -> value table the modules never log), in a file of their own for `ansible-vault encrypt`."""
+[daemon], by the same keys; `swapctl_curio` [curio], a host's own curio_nodes its `swapctl_curio_nodes`); the
+daemon's secret_env values and Curio's database variables go apart (`swapctl_daemon_secret_env`,
+`swapctl_curio_env`: name -> value tables the modules never log), in a file of their own for
+`ansible-vault encrypt`."""
 
 from __future__ import annotations
 
@@ -42,6 +44,8 @@ def host_line(spec: HostSpec) -> str:
     pairs.append(("ansible_ssh_common_args", " ".join(opts)))
     if spec.become == "sudo":
         pairs += [("ansible_become", "True"), ("ansible_become_method", "sudo")]  # INI: True is a bool
+    if spec.curio_nodes:  # its own Curio nodes, as swapctl reads them from an inventory too
+        pairs.append(("swapctl_curio_nodes", ",".join(spec.curio_nodes)))
     return " ".join([spec.name, *(f"{k}={shlex.quote(v)}" for k, v in pairs)])
 
 
@@ -70,8 +74,9 @@ def _daemon(d: DaemonSpec) -> dict[str, Any]:
     return out
 
 
-def group_vars(book: Playbook) -> tuple[dict[str, Any], dict[str, str]]:
-    """(the group's variables, the daemon's secret environment values by name)."""
+def group_vars(book: Playbook) -> tuple[dict[str, Any], dict[str, dict[str, str]]]:
+    """(the group's variables, the secret ones: the daemon's secret environment values and Curio's database
+    variables, each by name)."""
     out: dict[str, Any] = {"swapctl_daemon": _daemon(book.daemon),
                            "swapctl_memory": {f.name: getattr(book.memory, f.name) for f in fields(book.memory)},
                            "swapctl_gpu": {"nvidia_smi_timeout_s": book.gpu.nvidia_smi_timeout_s},
@@ -81,5 +86,10 @@ def group_vars(book: Playbook) -> tuple[dict[str, Any], dict[str, str]]:
         out["swapctl_serial"] = [r.canary, r.parallel] if r.canary else [r.parallel]
     if r.max_fail and r.max_fail.endswith("%"):
         out["swapctl_max_fail_percentage"] = float(r.max_fail[:-1])
-    secrets = {k: v for k, v in book.daemon.env if k in book.daemon.secret_env}
-    return out, secrets
+    c = book.curio
+    if c.nodes or book.daemon.stop == "cordon" or any(h.curio_nodes for h in book.hosts.values()):
+        out["swapctl_curio"] = {"nodes": list(c.nodes), "cli": c.cli, "sql": c.sql, "poll_s": c.poll_s,
+                                "post_wait_s": c.post_wait_s, "max_cordon_s": c.max_cordon_s, "tasks": list(c.tasks)}
+    secrets = {"swapctl_daemon_secret_env": {k: v for k, v in book.daemon.env if k in book.daemon.secret_env},
+               "swapctl_curio_env": dict(c.env)}
+    return out, {k: v for k, v in secrets.items() if v}

@@ -15,8 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import PlaybookError
-from .curio import NODE
-from .spec import HostSpec, host_name_problem
+from .spec import HostSpec, host_name_problem, node_ok
 
 VARS = {"ansible_host": "address", "ansible_ssh_host": "address", "ansible_port": "port",
         "ansible_ssh_port": "port", "ansible_user": "user", "ansible_ssh_user": "user",
@@ -128,7 +127,7 @@ def nodes_of(path: str, name: str, value: Any, line: int | None) -> tuple[str, .
     """`swapctl_curio_nodes`: the Curio nodes that feed the host's cuzk, each a `curio run --listen` host:port."""
     words = value if isinstance(value, list) else str(value).split(",")
     nodes = tuple(str(w).strip() for w in words if str(w).strip())
-    bad = next((n for n in nodes if not NODE.fullmatch(n) or not 0 < int(n.rsplit(":", 1)[1]) < 65536), None)
+    bad = next((n for n in nodes if not node_ok(n)), None)
     if bad is not None or not nodes:
         said = f"{bad!r} is not a node's host:port" if bad is not None else "names no node"
         raise PlaybookError(path, f"host {name!r}: swapctl_curio_nodes: {said} (each node's `curio run --listen`, "

@@ -121,6 +121,18 @@ class RolloutSpec:
 # Curio's task types that go through cuzk (tasks/tasknames/names.go) and the PoSt ones among them
 CUZK_TASKS = ("PoRep", "UpdateProve", "PSProve", "WdPost", "WinPost")
 POST_TASKS = ("WdPost", "WinPost")
+# [curio]'s words, as the loader and the Ansible modules check them: a node's `curio run --listen` host:port,
+# a task name (harmony_task.name is varchar(16)), what Curio reads its database from (cmd/curio/main.go:122-158),
+# a program's name or absolute path
+NODE = re.compile(r"(?:[A-Za-z0-9][A-Za-z0-9.-]*|\[[0-9A-Fa-f:.]+\]):[0-9]{1,5}")
+TASK = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,15}")
+DB_ENV = tuple(f"CURIO_{p}_{k}" for p in ("DB", "HARMONYDB") for k in ("HOST", "HOSTS", "PORT", "NAME", "USER",
+                                                                          "USERNAME", "PASSWORD"))
+PROGRAM = re.compile(r"/?[A-Za-z0-9._+-]+(?:/[A-Za-z0-9._+-]+)*")
+
+
+def node_ok(node: str) -> bool:
+    return NODE.fullmatch(node) is not None and 0 < int(node.rsplit(":", 1)[1]) < 65536
 
 
 @dataclass(frozen=True)

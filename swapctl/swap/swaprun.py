@@ -5,7 +5,6 @@ connection drops."""
 from __future__ import annotations
 
 import json
-import shlex
 import threading
 import time
 from dataclasses import dataclass
@@ -13,11 +12,10 @@ from dataclasses import dataclass
 from ..errors import LockHeld, Refused, SwapctlError, UnknownState
 from ..facts.status import HostStatus
 from ..host import scripts
-from ..playbook.spec import POST_TASKS
-from ..remote.cmd import NAME, Cmd, Piece, Secret
-from . import cordon
+from ..remote.cmd import Cmd, Piece
+from . import cordon, inputs
 from .context import Context
-from .journal_entry import CAP_BYTES, KEEP, Upload
+from .journal_entry import Upload
 from .plan import Daemon
 from .releases import Release, who_am_i
 from .report import WHOLE, Reading, SwapParser, SwapReport, Word
@@ -41,15 +39,6 @@ def command_for(ctx: Context, rel: Release) -> list[str]:
     return command
 
 
-def env_block(rel: Release) -> Secret:
-    """A release's environment as the swap script's `start` takes it: `K='v'` lines, each key a variable
-    name (environ.NAME, checked where it entered). All of it counts as secret: it goes on stdin only."""
-    for k, _ in rel.env or ():
-        if not NAME.fullmatch(k):  # never pasted into the shell: the release's manifest was checked already
-            raise ValueError(f"{k!r} is not an environment variable name")
-    return Secret("".join(f"{k}={shlex.quote(v)}\n" for k, v in rel.env or ()))
-
-
 @dataclass(frozen=True)
 class Record:
     """What the host's journal line for a swap names that the swap script cannot know: deploy or rollback,
@@ -62,21 +51,16 @@ class Record:
 
 
 def fallback_inputs(ctx: Context, fallback: Release | None) -> dict[str, Piece]:
-    """What the swap script needs to go back to `fallback` by itself when the start fails: its path, cwd,
-    environment and command line (rendered once, as the channel would)."""
-    if fallback is None:
-        return dict.fromkeys(("fb_target", "fb_sha", "fb_cwd", "fb_env", "fb_cmd"), "")
-    command = Cmd(*command_for(ctx, fallback)).render()
-    return {"fb_target": fallback.path(ctx.state), "fb_sha": fallback.sha256, "fb_cwd": fallback.cwd or "",
-            "fb_env": env_block(fallback), "fb_cmd": command}
+    """What the swap script needs to go back to `fallback` by itself (inputs.fallback_inputs), its command
+    line as it was recorded (command_for)."""
+    command = Cmd(*command_for(ctx, fallback)).render() if fallback is not None else ""
+    return inputs.fallback_inputs(knobs(ctx), fallback, command)
 
 
 def journal_inputs(ctx: Context, record: Record) -> dict[str, Piece | int]:
-    """The journal line's parts the swap script writes in (JSON members, sorted as swapctl writes its own;
-    the steps in the order they ran, as the plan has them)."""
-    return {"action": record.action, "j_by": who_am_i(), "j_host": ctx.name, "j_from": record.old_sha or "",
-            "j_extra": json.dumps({"upload": record.upload.to_dict()})[1:-1] if record.upload is not None else "",
-            "j_steps": json.dumps(record.steps)[1:-1], "keep": KEEP, "cap_bytes": CAP_BYTES}
+    """The journal line's parts the swap script writes in: swapctl's user@host as `by`, the upload's record."""
+    extra = json.dumps({"upload": record.upload.to_dict()})[1:-1] if record.upload is not None else ""
+    return inputs.journal_inputs(record.action, who_am_i(), ctx.name, record.old_sha, record.steps, extra)
 
 
 def gpu_limits(ctx: Context, status: HostStatus, pids: list[int]) -> str:
@@ -91,77 +75,13 @@ def gpu_limits(ctx: Context, status: HostStatus, pids: list[int]) -> str:
     return ",".join(f"{g.index}:{int((g.memory_used_mib or 0) - held.get(g.uuid, 0) + slack)}" for g in status.gpus)
 
 
-# cuzk logs `Phase 7: all partitions complete, proof assembled` (engine.rs:506-512) before it verifies the
-# proof; a PoRep proof that fails that self-check is never returned. Ready means a proof that passed it
-# (engine.rs:529; the other paths' lines :767, :860, :2561 end the same); a failed or erring check before
-# one passed (:577, :613; :777, :786, :906, :942, :2570, :2578) is a failed start.
-PROOF_PASSED = "PoRep proof self-check PASSED"
-PROOF_FAILED = "PoRep proof self-check (FAILED|error)"
-
-
-def ready_mode(ctx: Context, going_back: bool) -> str:
-    """daemon.ready; going back to what ran (the rollback after a failed start), "proof" is "status" (or the
-    log): no proof may come for a while, and what ran before needs no proof that it can prove."""
-    ready = ctx.spec.ready
-    if going_back and ready == "proof":
-        return "status" if ctx.spec.status_url else "log"
-    return ready
-
-
-def status_inputs(ctx: Context, old: Daemon | None, going_back: bool = False) -> dict[str, Piece | int]:
-    """The daemon's own view for the swap script (drain.sh): its GET /status, the stop mode, the drain's
-    limit and what it does then, and the readiness probe ("status" or "proof" through the status). A start
-    that failed (Daemon.started, stopped by the rollback) is never drained."""
-    spec = ctx.spec
-    url = spec.status_url or ""
-    drain = url and spec.stop == "drain" and old is not None and old.sha256
-    ready, back = ready_mode(ctx, going_back), ready_mode(ctx, True)
-    return {"status_url": url, "stop_mode": "drain" if drain else "term",
-            "drain_ms": int(spec.drain_timeout_s * 1000), "drain_fail": spec.drain_timeout,
-            "probe": ready if ready != "log" and url else "",
-            "fb_probe": back if back != "log" and url else "", "fb_re": ready_pattern(ctx, True)}
-
-
-def deadline_s(ctx: Context) -> float:
-    """The longest a swap may take: the swap, then the host's own rollback (a stop, a memory wait and up to
-    three starts of the fallback). A cordon's watchdog never lifts it sooner (curio.max_cordon_s)."""
-    spec, mem = ctx.spec, ctx.book.memory
-    return 2 * (spec.stop_grace_s + mem.release_timeout_s) + 4 * (spec.ready_timeout_s + spec.ready_stable_s) + 120
+def knobs(ctx: Context) -> inputs.Knobs:
+    """The settings the swap core reads (swap/inputs.py): the playbook's, with the host's Curio nodes."""
+    return inputs.Knobs(ctx.spec, ctx.book.memory, ctx.book.gpu, ctx.book.curio_of(ctx.name))
 
 
 def cordoning(ctx: Context) -> bool:
-    return ctx.spec.stop == "cordon" and bool(ctx.book.curio_of(ctx.name).nodes)
-
-
-def cordon_inputs(ctx: Context, old: Daemon | None) -> dict[str, Piece | int]:
-    """Curio's cordon for the swap script (curio.sh): the nodes to cordon (none unless stop is "cordon" and a
-    daemon of a known build runs), how to reach them and their database (its environment on stdin only), the
-    poll, the PoSt wait and the cordon's longest; with a proof as readiness, the line after which the nodes
-    feed the new build."""
-    cur, spec = ctx.book.curio_of(ctx.name), ctx.spec
-    on = cordoning(ctx) and old is not None and bool(old.sha256)
-    return {"cordon_nodes": " ".join(cur.nodes) if on else "", "curio_cli": cur.cli, "curio_sql": cur.sql,
-            "curio_env": Secret("".join(f"{k}={shlex.quote(v)}\n" for k, v in cur.env)),
-            "cuzk_tasks": ",".join(cur.tasks), "post_tasks": ",".join(POST_TASKS),
-            "poll_ms": int(cur.poll_s * 1000), "post_wait_ms": int(cur.post_wait_s * 1000),
-            "max_cordon_ms": int(max(cur.max_cordon_s, cur.poll_s + spec.drain_timeout_s + deadline_s(ctx)) * 1000),
-            "up_re": spec.ready_log if on and spec.ready == "proof" else ""}
-
-
-def ready_pattern(ctx: Context, going_back: bool = False) -> str:
-    """The log line that means ready: ready_log, or a proof that passed its self-check (ready "proof" with
-    no status_url)."""
-    return PROOF_PASSED if by_proof_log(ctx, going_back) else ctx.spec.ready_log
-
-
-def unfit_pattern(ctx: Context) -> str:
-    """The log line that, before the ready line, makes the start a failure: a proof's failed self-check
-    (ready "proof" with no status_url), else none."""
-    return PROOF_FAILED if by_proof_log(ctx, False) else ""
-
-
-def by_proof_log(ctx: Context, going_back: bool) -> bool:
-    return ready_mode(ctx, going_back) == "proof" and not ctx.spec.status_url
+    return inputs.cordoning(knobs(ctx))
 
 
 def unit_of(old: Daemon | None, unit: str) -> str:
@@ -171,22 +91,14 @@ def unit_of(old: Daemon | None, unit: str) -> str:
 
 def swap_cmd(ctx: Context, old: Daemon | None, target: Release, gpu_max: str, fallback: Release | None,
              unit: str = "", reset: bool = False, record: Record | None = None) -> Cmd:
-    spec, mem = ctx.spec, ctx.book.memory
-    inputs: dict[str, Piece | int] = {
-        "pid": str(old.pid) if old else "", "grace_ms": int(spec.stop_grace_s * 1000),
-        "group": "1" if old and old.group_leader else "0", "unit": unit_of(old, unit),
-        "reset": "1" if reset else "",
-        "timeout_ms": int(mem.release_timeout_s * 1000), "min_kib": int(mem.min_available_gib * (1 << 20)),
-        "smi_cs": max(1, round(ctx.book.gpu.nvidia_smi_timeout_s * 100)),
-        "gpu_max": gpu_max, "bin": spec.binary, "target": target.path(ctx.state), "sha": target.sha256,
-        "run_gid": str(target.gid) if target.uid else "", "cwd": target.cwd or "",
-        "log": spec.log, "re": ready_pattern(ctx), "bad_re": unfit_pattern(ctx), "ready_s": int(spec.ready_timeout_s),
-        "port": str(spec.ready_port or ""), "stable_ms": int(spec.ready_stable_s * 1000),
-        "envq": env_block(target), "lock_info": ctx.lock_info,
-        **fallback_inputs(ctx, fallback), **status_inputs(ctx, old), **cordon_inputs(ctx, old),
-        **journal_inputs(ctx, record or Record("deploy", old.sha256 if old else None, {}))}
-    return scripts.command_of("swap.sh", inputs, *command_for(ctx, target),
-                              bash=bool(spec.ready_port))  # /dev/tcp is bash's
+    k, sha = knobs(ctx), old.sha256 if old else None
+    named: dict[str, Piece | int] = {
+        **inputs.daemon_inputs(k, old.pid if old else None, bool(old and old.group_leader), target, gpu_max),
+        "unit": unit_of(old, unit), "reset": "1" if reset else "", "lock_info": ctx.lock_info,
+        **fallback_inputs(ctx, fallback), **inputs.status_inputs(ctx.spec, sha), **inputs.cordon_inputs(k, sha),
+        **journal_inputs(ctx, record or Record("deploy", sha, {}))}
+    return scripts.command_of("swap.sh", named, *command_for(ctx, target),
+                              bash=bool(ctx.spec.ready_port))  # /dev/tcp is bash's
 
 
 def swap(ctx: Context, old: Daemon | None, target: Release, gpu_max: str, fallback: Release | None,
@@ -218,7 +130,7 @@ def swap(ctx: Context, old: Daemon | None, target: Release, gpu_max: str, fallba
         ctx.emit("stop", stop)
     else:
         ctx.emit("memory", "checking memory")
-    deadline = deadline_s(ctx)
+    deadline = inputs.deadline_s(knobs(ctx))
     done = threading.Event()
     watcher = threading.Thread(target=_second_ctrl_c, args=(ctx, parser, done), daemon=True)
     if fallback is not None:  # with nothing to go back to, a second Ctrl-C lets the swap finish

@@ -56,9 +56,12 @@ options:
         description:
           - C(term) sends SIGTERM at once (a proof in flight is lost); C(drain) first stops the daemon taking
             new work (SIGINT) and waits until no proof is in flight, at most I(drain_timeout_s).
+          - C(cordon) first cordons the Curio nodes in I(curio.nodes) (C(curio cli --machine NODE cordon)), waits
+            one poll and until they own no cuzk task and the daemon has nothing in flight, and uncordons them on
+            every path, the host's own rollback included (swapctl's docs/curio.md).
         type: str
         default: term
-        choices: [term, drain]
+        choices: [term, drain, cordon]
       drain_timeout_s:
         description: How long a drain waits for the proofs in flight.
         type: float
@@ -146,6 +149,45 @@ options:
         description: Releases kept on the host (the current one and the rollback target always).
         type: int
         default: 5
+  curio:
+    description: The playbook's C([curio]) (a host's own C(curio_nodes) as I(nodes)); read with I(daemon.stop=cordon).
+    type: dict
+    default: {}
+    suboptions:
+      nodes:
+        description: The Curio nodes that feed this cuzk, each its C(curio run --listen) host:port.
+        type: list
+        elements: str
+        default: []
+      cli:
+        description: The curio executable on the host (an absolute path, or a name in the system's directories).
+        type: str
+        default: curio
+      sql:
+        description: A psql client on the host (psql, or YugabyteDB's ysqlsh), to read the nodes' tasks.
+        type: str
+        default: psql
+      env:
+        description: Curio's database variables (C(CURIO_DB_HOST), C(CURIO_DB_PASSWORD), ...); never logged.
+        type: dict
+        default: {}
+      poll_s:
+        description: Curio's poll (pollRarely) - a node may claim work this long after the cordon.
+        type: float
+        default: 30
+      post_wait_s:
+        description: How long a swap waits for a PoSt task the nodes own before it refuses (no cordon meanwhile).
+        type: float
+        default: 120
+      max_cordon_s:
+        description: The host uncordons after this long, whatever the swap does.
+        type: float
+        default: 1800
+      tasks:
+        description: The task types the nodes send to this cuzk.
+        type: list
+        elements: str
+        default: [PoRep, UpdateProve, PSProve, WdPost, WinPost]
   host:
     description: The host's name in the journal; the role passes C(inventory_hostname). Default, its hostname.
     type: str

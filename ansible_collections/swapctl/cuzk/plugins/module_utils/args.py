@@ -18,7 +18,7 @@ DAEMON = {
     "ready_stable_s": {"type": "float", "default": 0},
     "stop_grace_s": {"type": "float", "default": 30},
     "status_url": {"type": "str"},
-    "stop": {"type": "str", "default": "term", "choices": ["term", "drain"]},
+    "stop": {"type": "str", "default": "term", "choices": ["term", "drain", "cordon"]},
     "drain_timeout_s": {"type": "float", "default": 300},
     "drain_timeout": {"type": "str", "default": "stop", "choices": ["stop", "refuse"]},
     "ready": {"type": "str", "default": "log", "choices": ["log", "status", "proof"]},
@@ -36,11 +36,22 @@ MEMORY = {
     "release_timeout_s": {"type": "float", "default": 900},
     "gpu_slack_mib": {"type": "float", "default": 1024},
 }
+CURIO = {
+    "nodes": {"type": "list", "elements": "str", "default": []},
+    "cli": {"type": "str", "default": "curio"},
+    "sql": {"type": "str", "default": "psql"},
+    "env": {"type": "dict", "default": {}, "no_log": True},
+    "poll_s": {"type": "float", "default": 30},
+    "post_wait_s": {"type": "float", "default": 120},
+    "max_cordon_s": {"type": "float", "default": 1800},
+    "tasks": {"type": "list", "elements": "str", "default": ["PoRep", "UpdateProve", "PSProve", "WdPost", "WinPost"]},
+}
 SETTINGS = {
     "daemon": {"type": "dict", "required": True, "options": DAEMON},
     "memory": {"type": "dict", "default": {}, "options": MEMORY},
     "gpu": {"type": "dict", "default": {}, "options": {"nvidia_smi_timeout_s": {"type": "float", "default": 10}}},
     "releases": {"type": "dict", "default": {}, "options": {"keep": {"type": "int", "default": 5}}},
+    "curio": {"type": "dict", "default": {}, "options": CURIO},
     "host": {"type": "str"},
 }
 

@@ -1,10 +1,11 @@
 # The swap on the host itself, for the collection's modules: the steps `swapctl deploy` runs, in its order
 # (lock, inspect, release, adopt, swap, prune), through swapctl's own host scripts and parsers, which
 # scripts/build_collection.py ships beside this file (module_utils/swapctl/). The host's swap.sh rolls a
-# failed start back and writes the journal line itself; this side reads its OUTCOME and JOURNAL. What
-# swapctl's controller side does in Python that cannot travel (it imports the playbook loader, paramiko) is
-# still restated here (issue 46): the swap script's inputs in swap_inputs, the new release in new_release, the
-# daemon rule, the fallback; docs/ansible.md lists which a test holds to the controller's.
+# failed start back and writes the journal line itself; this side reads its OUTCOME and JOURNAL. The swap
+# script's inputs come from the swap core both sides call (swapctl/swap/inputs.py, with the playbook's own
+# types, playbook/spec.py). What swapctl's controller side does in Python that cannot travel yet (it imports
+# the playbook loader, paramiko) is still restated here (issue 46): the new release in new_release, the daemon
+# rule, the fallback; docs/ansible.md lists which a test holds to the controller's.
 from __future__ import annotations
 
 import base64
@@ -25,6 +26,17 @@ from dataclasses import dataclass, replace
 from pathlib import PurePosixPath
 from typing import Any
 
+from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.playbook.spec import (
+    DB_ENV,
+    PROGRAM,
+    TASK,
+    CurioSpec,
+    DaemonSpec,
+    GpuSpec,
+    MemorySpec,
+    node_ok,
+)
+
 from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.facts import forks
 from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.facts.sections import split_sections
 from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.host import scripts, sh_texts
@@ -35,10 +47,9 @@ from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.swap import (
     journal_entry,
     report,
 )
+from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.swap import inputs as core
 from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.swap.journal_entry import (
-    CAP_BYTES,
     JOURNAL,
-    KEEP,
     JournalEntry,
 )
 from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.swap.releases import (
@@ -56,8 +67,7 @@ from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.swap.releases
 scripts.TEXTS.update(sh_texts.TEXTS)
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"  # as swap.preflight
-PROOF_LOG = "PoRep proof self-check PASSED"  # cuzk's line for a proof it verified (engine.rs:529)
-PROOF_BAD = "PoRep proof self-check (FAILED|error)"  # a check that failed or erred before one passed (:577, :613)
+PROOF_LOG = core.PROOF_PASSED  # cuzk's line for a proof it verified (engine.rs:529): status's proof_log
 
 
 class HostError(Exception):
@@ -100,10 +110,17 @@ class Settings:
     gone_before_stop: str = "refuse"
     user: str = ""
     host: str = ""  # the name the journal gives the host (the inventory's)
+    curio: CurioSpec = CurioSpec()  # the Curio nodes that feed this cuzk, which stop "cordon" cordons
 
     @classmethod
     def of(cls, params: dict[str, Any]) -> Settings:
         d = {k: v for k, v in (params.get("daemon") or {}).items() if v is not None}
+        c = {k: v for k, v in (params.get("curio") or {}).items() if v is not None}
+        for key in ("nodes", "tasks"):
+            if key in c:
+                c[key] = tuple(str(w) for w in c[key])
+        c["env"] = tuple((str(k), str(v)) for k, v in (c.get("env") or {}).items())
+        d["curio"] = CurioSpec(**c)
         for table in ("memory", "gpu"):
             d.update({k: v for k, v in (params.get(table) or {}).items() if v is not None})
         keep = (params.get("releases") or {}).get("keep")
@@ -132,7 +149,22 @@ class Settings:
             key = "lock_silence_s" if self.drain_timeout_s > 0 else "drain_timeout_s"
             raise HostError(f"daemon.{key} {getattr(self, key):g} is out of range (lock_silence_s: 5 to 3600 s; "
                             f"drain_timeout_s: more than 0 s); nothing changed")
+        if problem := curio_problem(self.curio, self.stop):
+            raise HostError(f"{problem}; nothing changed")
         return self
+
+    def knobs(self) -> core.Knobs:
+        """These settings as the swap core reads them (swapctl/swap/inputs.py): the playbook's own types."""
+        daemon = DaemonSpec(
+            binary=self.binary, args=self.args, match=self.match, log=self.log, ready_log=self.ready_log,
+            ready_port=self.ready_port, ready_timeout_s=self.ready_timeout_s, ready_stable_s=self.ready_stable_s,
+            stop_grace_s=self.stop_grace_s, status_url=self.status_url or None, stop=self.stop,
+            drain_timeout_s=self.drain_timeout_s, drain_timeout=self.drain_timeout, ready=self.ready, cwd=self.cwd,
+            env=self.env, secret_env=tuple(k for k, _ in self.secret_env), unit=self.unit or None,
+            user=self.user or None, keep_loader_env=self.keep_loader_env, lock_silence_s=self.lock_silence_s,
+            gone_before_stop=self.gone_before_stop)
+        return core.Knobs(daemon, MemorySpec(self.min_available_gib, self.release_timeout_s, self.gpu_slack_mib),
+                          GpuSpec(self.nvidia_smi_timeout_s), self.curio)
 
     @property
     def state(self) -> str:
@@ -147,6 +179,23 @@ class Settings:
 
     def secret(self, name: str, value: str) -> bool:
         return name in dict(self.secret_env) or looks_secret(name, value)
+
+
+def curio_problem(c: CurioSpec, stop: str) -> str:
+    """What is wrong with the curio option, as the playbook loader says it of [curio] ("": nothing)."""
+    if stop == "cordon" and not c.nodes:
+        return ('daemon.stop "cordon" cordons the Curio nodes that feed the daemon: name them in curio.nodes '
+                '(each node\'s `curio run --listen` host:port)')
+    bad = [f"curio.nodes: {n!r} is not a node's host:port" for n in c.nodes if not node_ok(n)]
+    bad += [f"curio.tasks: {t!r} is not a Curio task name" for t in c.tasks if not TASK.fullmatch(t)]
+    bad += [f"curio.{k}: {getattr(c, k)!r} is not a program's name or absolute path" for k in ("cli", "sql")
+            if not PROGRAM.fullmatch(getattr(c, k))]
+    bad += [f"curio.env: {k!r} is not one of Curio's database variables" for k, _ in c.env if k not in DB_ENV]
+    bad += [f"curio.{k}: must be more than 0 s" for k in ("poll_s", "max_cordon_s") if getattr(c, k) <= 0]
+    bad += ["curio.post_wait_s: must be 0 s or more"] if c.post_wait_s < 0 else []
+    bad += [f"curio.max_cordon_s: must be at least poll_s ({c.poll_s:g} s): a cordon shorter than one poll stops "
+            f"nothing"] if c.nodes and 0 < c.max_cordon_s < c.poll_s else []
+    return bad[0] if bad else ""
 
 
 # -- running the host scripts ---------------------------------------------------------------------------
@@ -540,52 +589,17 @@ def env_block(rel: Release) -> Secret:
 
 def swap_inputs(s: Settings, old: Daemon | None, target: Release, gpu_max: str, fb: Release | None,
                 action: str = "deploy", steps: dict[str, float] | None = None) -> dict[str, Any]:
-    """swap.sh's named inputs: the one place this side restates swaprun.swap_cmd (with its fallback_inputs,
-    status_inputs and journal_inputs; tests/test_ansible.py holds the two to the same inputs). The host rolls
-    back to `fb` itself and writes the journal line; its `by` is "ansible user@host"."""
-    url, home = s.status_url, os.path.dirname(s.binary) or "/"  # home: a cwd never recorded (as_configured)
-    back = "status" if s.ready == "proof" and url else s.ready  # going back needs no proof (swaprun.ready_mode)
-    by_log = s.ready == "proof" and not url  # a proof that passed its self-check (swaprun.PROOF_PASSED, PROOF_FAILED)
-    ready_re = PROOF_LOG if by_log else s.ready_log
-    inputs: dict[str, Any] = {
-        "pid": str(old.pid) if old else "", "grace_ms": int(s.stop_grace_s * 1000),
-        "group": "1" if old and old.group_leader else "0", "unit": s.unit, "reset": "",
-        "timeout_ms": int(s.release_timeout_s * 1000), "min_kib": int(s.min_available_gib * (1 << 20)),
-        "smi_cs": max(1, round(s.nvidia_smi_timeout_s * 100)), "gpu_max": gpu_max, "bin": s.binary,
-        "target": target.path(s.state), "sha": target.sha256, "run_gid": str(target.gid) if target.uid else "",
-        "cwd": target.cwd or home, "log": s.log, "re": ready_re, "ready_s": int(s.ready_timeout_s),
-        "bad_re": PROOF_BAD if by_log else "",
-        "port": str(s.ready_port or ""), "stable_ms": int(s.ready_stable_s * 1000), "envq": env_block(target),
-        "lock_info": ""}  # no swapctl deploy lock here: Ansible's own serial/throttle orders the hosts
-    if fb is None:
-        inputs.update(dict.fromkeys(("fb_target", "fb_sha", "fb_cwd", "fb_env", "fb_cmd"), ""))
-    else:
-        inputs.update({"fb_target": fb.path(s.state), "fb_sha": fb.sha256, "fb_cwd": fb.cwd or home,
-                       "fb_env": env_block(fb), "fb_cmd": Cmd(*command_for(s, fb)).render()})
-    drain = url and s.stop == "drain" and old is not None and old.sha256
-    inputs.update({"status_url": url, "stop_mode": "drain" if drain else "term",
-                   "drain_ms": int(s.drain_timeout_s * 1000), "drain_fail": s.drain_timeout,
-                   "probe": s.ready if s.ready != "log" and url else "",
-                   "fb_probe": back if back != "log" and url else "",
-                   "fb_re": s.ready_log})
-    # no Curio cordon under Ansible yet (docs/curio.md): swap.sh's cordon inputs say none
-    inputs.update(dict.fromkeys(("cordon_nodes", "curio_cli", "curio_sql", "curio_env", "cuzk_tasks", "post_tasks",
-                                 "up_re", "poll_ms", "post_wait_ms", "max_cordon_ms"), ""))
-    inputs.update({"action": action, "j_by": f"ansible {who()}", "j_host": s.host,
-                   "j_from": old.sha256 if old and old.sha256 else "", "j_extra": "",
-                   "j_steps": json.dumps(steps or {}, sort_keys=True)[1:-1], "keep": KEEP, "cap_bytes": CAP_BYTES})
-    return {**inputs, **no_cordon()}
-
-
-# Curio's cordon (swaprun.cordon_inputs) needs the controller's [curio] table (its database, its CLI), which a
-# module run on the host does not have: the module never cordons, and says so to a swap.sh that takes them
-CORDON = ("cordon_nodes", "curio_cli", "curio_sql", "curio_env", "cuzk_tasks", "post_tasks", "poll_ms",
-          "post_wait_ms", "max_cordon_ms", "up_re")
-
-
-def no_cordon() -> dict[str, Any]:
-    """swap.sh's cordon inputs, off (an empty cordon_nodes: none), those of them the shipped swap.sh declares."""
-    return {k: "" for k in CORDON if k in scripts.load("swap.sh").inputs}
+    """swap.sh's named inputs, from swapctl's own swap core (swap/inputs.py), as `swapctl deploy` gives them
+    (swaprun.swap_cmd); what this side says in its own way: its journal line's `by` is "ansible user@host",
+    it holds no swapctl deploy lock (Ansible's serial orders the hosts), a release with no recorded cwd runs
+    in the binary's directory (as_configured). The host rolls back to `fb` itself and writes the journal."""
+    k, home, sha = s.knobs(), os.path.dirname(s.binary) or "/", old.sha256 if old and old.sha256 else None
+    fb_cmd = Cmd(*command_for(s, fb)).render() if fb is not None else ""
+    return {**core.daemon_inputs(k, old.pid if old else None, bool(old and old.group_leader), target, gpu_max, home),
+            "unit": s.unit, "reset": "", "lock_info": "",
+            **core.fallback_inputs(k, fb, fb_cmd, home), **core.status_inputs(k.daemon, sha),
+            **core.cordon_inputs(k, sha),
+            **core.journal_inputs(action, f"ansible {who()}", s.host, sha, steps or {})}
 
 
 def gpu_limits(s: Settings, pids: list[int]) -> str:
@@ -664,7 +678,7 @@ def swap_once(s: Settings, old: Daemon | None, target: Release, gpu_max: str, fb
     inputs["j_from"] = old_sha or ""
     cmd = scripts.command_of("swap.sh", inputs, *command_for(s, target), bash=bool(s.ready_port))
     # the swap, then the host's own rollback: a stop, a memory wait and up to three starts (swaprun.swap)
-    deadline = 2 * (s.stop_grace_s + s.release_timeout_s) + 4 * (s.ready_timeout_s + s.ready_stable_s) + 120
+    deadline = core.deadline_s(s.knobs())
 
     def line(text: str) -> None:
         parser.feed(text, time.monotonic())
