@@ -28,3 +28,29 @@ def test_every_family_of_host_scripts_is_named_in_the_host_row():
 def test_every_path_the_map_names_is_there():
     for path in sorted(set(re.findall(r"`((?:swapctl|tests|scripts|images|playbooks|benchmarks)/[\w./-]*)`", MAP))):
         assert (ROOT / path.rstrip("/")).exists(), f"docs/contributing.md names {path}, which is not there"
+
+
+def banned(path: str, line: str) -> list[str]:
+    """The TID251 findings `ruff check` makes of `line` as if it were in `path` (its folder's ruff.toml)."""
+    import subprocess
+    import sys
+
+    ruff = Path(sys.executable).parent / "ruff"
+    r = subprocess.run([str(ruff), "check", "--select", "TID251", "--output-format", "concise", "--stdin-filename",
+                        path, "-"], input=line + "\n", capture_output=True, text=True, cwd=ROOT)
+    return [x for x in r.stdout.splitlines() if "TID251" in x]
+
+
+def test_the_layouts_rules_are_what_the_linter_holds():
+    """issue 46: "what may I touch" is answered by `bash scripts/lint` (ruff's banned-api, swapctl/**/ruff.toml):
+    a layer that imports one above it, or a library that is another layer's, fails the lint."""
+    for path, line in (("swapctl/remote/x.py", "from ..swap import plan"), ("swapctl/swap/x.py", "import rich"),
+                       ("swapctl/playbook/x.py", "from ..remote import Host"), ("swapctl/facts/x.py", "import typer"),
+                       ("swapctl/host/x.py", "from ..playbook import Playbook"), ("swapctl/gpu/x.py", "import docker"),
+                       ("swapctl/swap/x.py", "from ..experiment import run"),
+                       ("swapctl/canary.py", "from .cli import app")):
+        assert banned(path, line), (path, line)
+    for path, line in (("swapctl/cli/x.py", "import rich"), ("swapctl/remote/x.py", "import paramiko"),
+                       ("swapctl/build/x.py", "import docker"), ("swapctl/logs/x.py", "import matplotlib"),
+                       ("swapctl/swap/x.py", "from ..facts import status"), ("tests/x.py", "import rich")):
+        assert not banned(path, line), (path, line)

@@ -26,6 +26,10 @@ from dataclasses import dataclass, replace
 from pathlib import PurePosixPath
 from typing import Any
 
+from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.facts import forks
+from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.facts.sections import split_sections
+from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.host import scripts, sh_texts
+from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.masking import MASK, looks_secret
 from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.playbook.spec import (
     DB_ENV,
     PROGRAM,
@@ -36,11 +40,6 @@ from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.playbook.spec
     MemorySpec,
     node_ok,
 )
-
-from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.facts import forks
-from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.facts.sections import split_sections
-from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.host import scripts, sh_texts
-from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.masking import MASK, looks_secret
 from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.remote.cmd import NAME, Cmd, Secret
 from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.swap import (
     environ,
