@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import time
 
 import pytest
 import yaml
 from curio_lab import curio_db, curio_farm  # noqa: F401
 from test_ansible import BIN, ansible_env, collection  # noqa: F401
-from test_cordon import Cordoned
+from test_cordon import Cordoned, proves_on_and_lost_nothing
 
 from lab import swapctl, wait_until
 from test_deploy import journal, sha
@@ -55,11 +54,7 @@ def test_the_farm_play_cordons_the_curio_node_under_saturating_load_and_loses_no
     assert cordon["nodes"] == c.node.listen and cordon["uncordoned"] is True
     assert cordon["drain_s"] >= 1.0 and cordon["cordon_s"] >= cordon["drain_s"]  # at least one poll interval
     assert not c.unschedulable() and not c.cordon_file().exists()
-    wait_until(lambda: c.node.events("done") and c.node.events("done")[-1][0] > time.time() - 5,
-               what="the node to prove on the new build")
-    feeder.stop()
-    rec = c.node.stop()
-    assert rec["totals"]["failed"] == 0 and rec["totals"]["retries"] == 0, rec["totals"]
+    proves_on_and_lost_nothing(c, feeder)
 
 
 def test_the_module_refuses_a_cordon_without_nodes_in_one_line_and_the_daemon_runs_on(

@@ -55,6 +55,16 @@ class Cordoned:
         return self.box.data / ".swapctl" / "cuzk" / "cordon.info"
 
 
+def proves_on_and_lost_nothing(c: Cordoned, feeder) -> None:
+    """After a cordoned swap: the node proves on the new build, and once fed no more, its record holds no
+    failed task and no retry burned."""
+    wait_until(lambda: c.node.events("done") and c.node.events("done")[-1][0] > time.time() - 5,
+               what="the node to prove on the new build")
+    feeder.stop()
+    rec = c.node.stop()
+    assert rec["totals"]["failed"] == 0 and rec["totals"]["retries"] == 0, rec["totals"]
+
+
 def test_a_cordoned_swap_under_saturating_load_loses_no_proof_and_burns_no_retry(box, curio_farm, prover, prover_b):  # noqa: F811
     """Curio's MaxPending full and a backlog waiting: a drain cannot win, the cordon does."""
     c = Cordoned(box, curio_farm, synth_ms=200, drain_timeout_s=60)
@@ -64,11 +74,7 @@ def test_a_cordoned_swap_under_saturating_load_loses_no_proof_and_burns_no_retry
     r = c.deploy(prover_b)
     assert r.returncode == 0, r.stderr
     assert not c.unschedulable() and not c.cordon_file().exists()
-    wait_until(lambda: c.node.events("done") and c.node.events("done")[-1][0] > time.time() - 5,
-               what="the node to prove on the new build")
-    feeder.stop()
-    rec = c.node.stop()
-    assert rec["totals"]["failed"] == 0 and rec["totals"]["retries"] == 0, rec["totals"]
+    proves_on_and_lost_nothing(c, feeder)
     entry = journal(box)[-1]
     assert entry["outcome"] == "deployed" and entry["lost"] == 0
     cordon = entry["cordon"]
