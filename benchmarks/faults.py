@@ -40,7 +40,7 @@ from typing import IO
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from promises import GOOD, MOMENTS, Host, Model, Violation, builds, check, run  # noqa: E402
+from promises import CORDON_MOMENTS, GOOD, MOMENTS, Host, Model, Violation, builds, check, run  # noqa: E402
 
 # fault name -> (the fault, the moments it may fire at, how long it lasts, the operations it is tried with)
 OPS = [f"deploy:{b}" for b in GOOD] + ["deploy:crash", "deploy:noready", "rollback", "deploy:same"]
@@ -69,9 +69,10 @@ def one(host: Host, rng: random.Random, name: str) -> tuple[str, bool, list[Viol
     model = Model()
     found: list[Violation] = []
     for _ in range(rng.randint(0, 2)):  # a history to roll back through
-        found += check(host, model, run(host, rng.choice(HISTORY)), _pid(host))
+        pid = _pid(host)
+        found += check(host, model, run(host, rng.choice(HISTORY)), pid)
     op = rng.choice(ops)
-    moment = rng.choice(moments)
+    moment = rng.choice((*moments, *CORDON_MOMENTS) if host.curio and "+delay" in moments else moments)
     if moment == "+delay":
         moment = f"+{rng.uniform(0, 2.5):.2f}"
     pid = _pid(host)
@@ -114,7 +115,7 @@ def worker(args: argparse.Namespace, names: list[str]) -> None:
     part, parts = (int(x) for x in args.worker.split("/"))
     signal.signal(signal.SIGTERM, _cut)
     with tempfile.TemporaryDirectory(prefix="swapctl-faults-") as tmp:
-        host = Host(Path(tmp), builds(args.bins or Path(tmp) / "bin"), prefix="sfb")
+        host = Host(Path(tmp), builds(args.bins or Path(tmp) / "bin"), prefix="sfb", curio=args.cordon)
         try:
             done = {r["i"] for r in _records(args.resume)}
             for i in range(args.first + part, args.runs, parts):
@@ -205,6 +206,8 @@ def main() -> int:
     ap.add_argument("--first", type=int, default=0, help="begin at this run (a campaign split across machines)")
     ap.add_argument("--only", default="", help="comma-separated fault names of the campaign")
     ap.add_argument("--bins", type=Path, help="the prover builds, made already (on a machine without make or g++)")
+    ap.add_argument("--cordon", action="store_true",
+                    help="every host's daemon fed by a Curio node, every swap cordoning it (tests/promises_curio.py)")
     ap.add_argument("--record", type=Path, help="append each run's result here, a JSON line each")
     ap.add_argument("--resume", type=Path, help="a --record file: its runs are counted, not run again")
     ap.add_argument("--worker", help=argparse.SUPPRESS)  # PART/PARTS: one of --jobs' processes
@@ -221,7 +224,8 @@ def main() -> int:
         tally.add(r)
     resumed = tally.done
     own = ["--runs", str(args.runs), "--seed", str(args.seed), "--first", str(args.first), "--only", args.only,
-           "--bins", str(args.bins), *(["--resume", str(args.resume)] if args.resume else [])]
+           "--bins", str(args.bins), *(["--resume", str(args.resume)] if args.resume else []),
+           *(["--cordon"] if args.cordon else [])]
     procs = [subprocess.Popen([sys.executable, "-u", __file__, *own, f"--worker={k}/{args.jobs}"],
                               stdout=subprocess.PIPE, text=True) for k in range(args.jobs)]
     record = args.record.open("a") if args.record else None

@@ -34,6 +34,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from promises_curio import DRAIN_TIMEOUT_S, POLL_S, POST_WAIT_S, Curio
+
 from lab import NetnsLab, build_prover, prover_config, wait_until
 
 GOOD = ("a", "b", "c")  # three good builds: three sha256s, so a wrong rollback target is seen
@@ -101,12 +103,15 @@ class Ran:
 class Host:
     """One NetnsLab host with a 32 MiB tmpfs /data, a hand-started build A, and its playbook."""
 
-    def __init__(self, base: Path, bins: dict[str, Path], prefix: str = "spm", disk_mib: int = 32):
+    def __init__(self, base: Path, bins: dict[str, Path], prefix: str = "spm", disk_mib: int = 32,
+                 curio: bool = False):
         self.base, self.bins = base, bins
         self.sha_of = {sha(p): t for t, p in bins.items()}
         (base / "netns").mkdir(parents=True, exist_ok=True)
         self.lab = NetnsLab(base / "netns", 1, prefix=prefix)
         self.server = self.lab.servers[0]
+        # with `curio`, a Curio node feeds the daemon and every swap cordons it (tests/promises_curio.py)
+        self.curio = Curio(base, self.server.netns or "") if curio else None
         self.data = self.server.data
         subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={disk_mib}m", "tmpfs", str(self.data)], check=True)
         self.outer = f"{self.lab.prefix}-0h"
@@ -115,8 +120,10 @@ class Host:
         self.playbook.write_text(self.server.playbook(
             name="lab", daemon={"binary": "/data/cuzk", "args": ["--config", "/data/cuzk.toml"], "match": "/data/cuzk",
                                 "log": "/data/cuzk.log", "ready_timeout_s": READY_TIMEOUT_S, "env": {"CUZK_LAB": "1"},
-                                "stop_grace_s": STOP_GRACE_S, "lock_silence_s": LOCK_SILENCE_S},
-            memory={"min_available_gib": 0.1, "release_timeout_s": RELEASE_TIMEOUT_S}))
+                                "stop_grace_s": STOP_GRACE_S, "lock_silence_s": LOCK_SILENCE_S,
+                                **(self.curio.daemon() if self.curio else {})},
+            memory={"min_available_gib": 0.1, "release_timeout_s": RELEASE_TIMEOUT_S},
+            **({"curio": self.curio.playbook()} if self.curio else {})))
         self._reserved_before: str | None = None  # ip_local_reserved_ports before this host reserved any
         self._reserved: set[int] = set()
         self.env = {"XDG_STATE_HOME": str(base / "state"), "XDG_CACHE_HOME": str(base / "cache"),
@@ -134,6 +141,8 @@ class Host:
 
     def close(self) -> None:
         self.unreserve()
+        if self.curio:
+            self.curio.close()
         self.kill_everything()
         self.lab.close()
         subprocess.run(["umount", "-l", str(self.data)], check=False)
@@ -274,6 +283,8 @@ class Host:
     def reset(self, slow_release: bool = False) -> None:
         """A fresh host: nothing but sshd runs, /data holds only build A, started by hand and ready."""
         self.heal()
+        if self.curio:
+            self.curio.stop()
         self.kill_everything()
         for p in self.data.iterdir():
             shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
@@ -283,6 +294,8 @@ class Host:
         shutil.copy(self.bins["a"], self.data / "cuzk")
         self.write_config(slow_release)
         self.start_by_hand()
+        if self.curio:
+            self.curio.restart()
 
     def start_by_hand(self) -> None:
         """Starts /data/cuzk as an engineer does (`setsid ... &`) and waits for its ready line."""
@@ -296,7 +309,10 @@ class Host:
     def write_config(self, slow_release: bool = False) -> None:
         """The daemons' config; with `slow_release`, each leaves a child holding memory 1.5 s after it dies."""
         holder = {"child_hold_mib": 16, "child_linger_ms": 1500} if slow_release else {}
-        (self.data / "cuzk.toml").write_text(prover_config(memory_mib=16, **holder))
+        if self.curio:  # proofs of ~0.45 s on request (the node's), none of its own
+            holder.update(jobs=0, synth_ms=20, gpu_ms=200)
+        (self.data / "cuzk.toml").write_text(prover_config(memory_mib=16, **holder)
+                                             + (self.curio.config() if self.curio else ""))
 
     def kill_everything(self) -> None:
         """SIGKILL to every process on the host but its PID 1 and sshd's listener."""
@@ -434,6 +450,11 @@ MOMENTS = {
     "memory": r" memory: ",
     "start": r" start: started",
     "rollback": r"; rolling back$",
+}
+# the cordon's moments, drawn only on a host whose swaps cordon a Curio node (faults.py --cordon)
+CORDON_MOMENTS = {
+    "cordon": r" cordoned ",
+    "drained": r" drained in ",
 }
 
 
@@ -575,7 +596,7 @@ def run(host: Host, op: str, fault: str = "none", moment: str = "start", hold: f
     elif fault != "none" and moment.startswith("+"):
         timer = threading.Timer(float(moment[1:]), fire)
         timer.start()
-    pattern = re.compile(MOMENTS.get(moment, "$^"))
+    pattern = re.compile({**MOMENTS, **CORDON_MOMENTS}.get(moment, "$^"))
     out: list[str] = []
 
     def watch() -> None:  # swapctl's progress, line by line: the moment comes when its line does
@@ -652,7 +673,7 @@ class Violation:
 
 KINDS = ("two daemons", "no daemon", "bad build left running", "wrong release", "outcome never journaled",
          "invalid journal line", "binary path not a release", "stale lock", "never settled", "wrong exit code",
-         "status disagrees", "controller hung", "not as it ran")
+         "status disagrees", "controller hung", "not as it ran", "left cordoned", "task lost")
 
 
 def check(host: Host, model: Model, ran: Ran, pid_before: int | None) -> list[Violation]:
@@ -664,10 +685,11 @@ def check(host: Host, model: Model, ran: Ran, pid_before: int | None) -> list[Vi
 
     if ran.code is None:
         bad("controller hung", f"still running after {OP_TIMEOUT_S} s")
+    settle = SETTLE_S + (POST_WAIT_S + POLL_S + DRAIN_TIMEOUT_S if host.curio else 0)
     try:
-        wait_until(lambda: not host.swap_running(), timeout=SETTLE_S, what="the host's swap to end")
+        wait_until(lambda: not host.swap_running(), timeout=settle, what="the host's swap to end")
     except AssertionError:
-        bad("never settled", f"a swap script still runs on the host {SETTLE_S} s after the controller ended")
+        bad("never settled", f"a swap script still runs on the host {settle:g} s after the controller ended")
     try:
         wait_until(host.lock_free, timeout=LOCK_BOUND_S, what="the deploy lock to be free")
     except AssertionError:
@@ -708,6 +730,8 @@ def check(host: Host, model: Model, ran: Ran, pid_before: int | None) -> list[Vi
     _binary_path(host, bad)
     _status_agrees(host, daemons, bad)
     _as_it_ran(host, daemons, bad)
+    if host.curio:
+        _farm(host, host.curio, ran, pid_before, bad)
     held = host.on_disk() if dead else None
     model.landed(now if len(runs) <= 1 else model.current, dead=held)
     model.history.append(f"{ran.op}/{ran.fault} -> {now}{f' (dead, {held} on the disk)' if dead else ''} ({ran.code})")
@@ -723,6 +747,21 @@ def _as_it_ran(host: Host, daemons: list[Proc], bad: Callable[[str, str], None])
             differ = {k: env.get(k) for k in {*env, *ENV} if env.get(k) != ENV.get(k)}
             bad("not as it ran", f"pid {p.inner} runs {argv} in {cwd} as uid {uid}, environment differing in "
                                  f"{differ}; the first ran {ARGV} in /data as root")
+
+
+def _farm(host: Host, curio: Curio, ran: Ran, pid_before: int | None, bad: Callable[[str, str], None]) -> None:
+    """The cordon's promises: the node not left cordoned, and no task failed during the step, unless the
+    step began with no daemon or the harness killed the daemon itself (those lose the proof in flight)."""
+    if curio.cordoned() or (host.state / "cordon.info").exists():
+        bad("left cordoned", f"the node is {'cordoned' if curio.cordoned() else 'not cordoned'} and cordon.info "
+                             f"is {'there' if (host.state / 'cordon.info').exists() else 'gone'} once the swap ended")
+    failed = curio.failed()
+    new, curio.failed_before = failed[curio.failed_before:], len(failed)
+    killed = ran.op == "die" or (ran.fault == "daemon-kill" and ran.fired) or pid_before is None
+    if new and not killed:
+        bad("task lost", f"{len(new)} task attempt(s) failed: " + "; ".join(f"{n} {i}: {e}" for i, n, e in new[:3]))
+    if (why := curio.running()) is not None:
+        bad("task lost", f"{why}: the farm's record is incomplete")
 
 
 def _stable(host: Host) -> tuple[list[str], list[Proc]]:
