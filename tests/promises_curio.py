@@ -27,6 +27,8 @@ from pathlib import Path
 
 from curio_lab import NODE, Postgres, install_curio, set_layer
 
+from lab import wait_until
+
 LISTEN, STATUS = "127.0.0.1:9820", "127.0.0.1:9821"  # the daemon's, in the host's own network namespace
 NODE_AT = "127.0.0.1:12300"  # the node's --listen: its harmony_machines.host_and_port
 POLL_S = 0.3  # the node's DB poll (Curio's is 30 s; the cordon waits one, so the campaign keeps it short)
@@ -86,6 +88,14 @@ class Curio:
                              stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                              start_new_session=True)]
         self.failed_before = 0
+        # the node registered and working before the first step: a swap then always meets a node to cordon
+        wait_until(lambda: self.running() is None and self.owned() > 0, timeout=30,
+                   what="the Curio node to register and claim its first task")
+
+    def owned(self) -> int:
+        """The tasks the node owns now (claimed, preparing or proving)."""
+        return int(self.db.query("SELECT COUNT(*) FROM harmony_task t JOIN harmony_machines m ON m.id = t.owner_id "
+                                 "WHERE m.host_and_port = %s", NODE_AT)[0][0])
 
     def stop(self) -> None:
         for p in self.procs:
