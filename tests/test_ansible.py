@@ -115,8 +115,9 @@ def test_the_modules_swap_script_inputs_are_swapctl_deploys(collection, more):
 
 
 def test_the_module_calls_the_daemon_what_swapctl_status_does(collection):
-    """The module's restated rule (engine.daemon_rule) and the CLI's (facts.status._the_daemon) agree on
-    every process of one table: binaries in and beside the binary's directory and its releases, each user."""
+    """One rule (facts/daemon_rule.py), shipped: the module's and the CLI's (facts.status._the_daemon, with the
+    host's facts as the status script reads them) agree on every process of one table: binaries in and beside
+    the binary's directory and its releases, each user."""
     sys.path.insert(0, str(collection))
     try:
         from ansible_collections.swapctl.cuzk.plugins.module_utils import engine
@@ -143,6 +144,7 @@ def test_the_module_calls_the_daemon_what_swapctl_status_does(collection):
                         assert ours(exe, uid) == theirs(p), (binary, user, owner, real_dir, exe, uid)
                         compared += theirs(p)
     assert compared  # the table holds daemons too, not only strangers
+    assert engine.daemon_rule.__module__.endswith("module_utils.swapctl.facts.daemon_rule")  # no copy of its own
 
 
 # -- the farm ---------------------------------------------------------------------------------------------

@@ -12,19 +12,9 @@ import pytest
 import yaml
 from test_ansible import collection  # noqa: F401
 
-from swapctl.playbook import schema, spec
+from swapctl.playbook import options, schema, spec
 
-# the playbook's tables the modules take, each as its spec and the option that holds it
-TABLES = {"daemon": spec.DaemonSpec, "memory": spec.MemorySpec, "gpu": spec.GpuSpec, "curio": spec.CurioSpec}
-# the tables they do not, and why: the inventory holds the hosts, Ansible's serial the rollout
-NOT_TAKEN = {"hosts": "the inventory", "groups": "the inventory", "rollout": "serial, max_fail_percentage",
-             "logs": "fetch-logs only", "build": "swapctl build only"}
-CHOICES = {"stop": spec.STOP_MODES, "drain_timeout": spec.DRAIN_TIMEOUT, "ready": spec.READY_MODES,
-           "gone_before_stop": spec.GONE_BEFORE_STOP}
-KIND = {"str": "str", "int": "int", "num": "float", "strlist": "list", "strtable": "dict"}
-REQUIRED = {"binary", "log"}  # "" in DaemonSpec: require_daemon() insists on them, as the module does
-# the playbook lists secret_env's names (values in [daemon.env]); the modules take the values apart, never logged
-SECRET_ENV = {"type": "dict", "default": {}, "no_log": True}
+TABLES, NOT_TAKEN, REQUIRED = options.TABLES, options.NOT_TAKEN, options.REQUIRED
 
 
 def imported(installed, name: str):
@@ -36,40 +26,40 @@ def imported(installed, name: str):
         sys.path.remove(str(installed))
 
 
-def expected(table: str) -> dict[str, dict]:
-    """Each key of `table` as an Ansible option: its type, default, choices, from the schema and the spec."""
-    defaults = {f.name: f.default for f in dataclasses.fields(TABLES[table])}
-    out = {}
-    for key, (kind, _) in schema.SCHEMA[table].items():
-        if (table, key) in (("daemon", "secret_env"), ("curio", "env")):  # values the modules never log
-            out[key] = SECRET_ENV
-            continue
-        option: dict = {"type": KIND[kind]}
-        if kind == "strlist":
-            option["elements"] = "str"
-        default = defaults[key]
-        if key in REQUIRED:
-            option["required"] = True
-        elif default is not None:
-            option["default"] = {"strlist": list, "strtable": dict}.get(kind, type(default))(default)
-        if table == "daemon" and key in CHOICES:
-            option["choices"] = list(CHOICES[key])
-        out[key] = option
-    return out
-
-
 def test_every_table_of_the_playbook_is_taken_by_the_modules_or_said_why_not(collection):  # noqa: F811
     args = imported(collection, "module_utils.args")
     taken = set(args.SETTINGS) - {"host"}
     assert taken == {*TABLES, "releases"}
-    assert set(schema.TOP) - taken <= set(NOT_TAKEN), "a new playbook table: take it in args.SETTINGS or say why not"
+    assert set(schema.TOP) - taken <= set(NOT_TAKEN), "a new playbook table: take it in options.settings or say why not"
+
+
+def test_the_modules_options_are_made_from_the_playbooks_schema_and_spec(collection):  # noqa: F811
+    """args.py writes none of them: the collection's copy of playbook/options.py makes them, as swapctl's does."""
+    args = imported(collection, "module_utils.args")
+    assert args.SETTINGS == options.settings()
+    assert "DAEMON" not in vars(args) and '"default"' not in (collection / "ansible_collections/swapctl/cuzk/plugins/"
+                                                                "module_utils/args.py").read_text()
 
 
 @pytest.mark.parametrize("table", TABLES)
-def test_the_modules_options_are_the_playbooks_keys_kinds_defaults_and_choices(collection, table):  # noqa: F811
-    args = imported(collection, "module_utils.args")
-    assert args.SETTINGS[table]["options"] == expected(table)
-    assert args.SETTINGS["releases"]["options"] == {
+def test_every_key_of_the_playbook_is_an_option_of_its_kind(table):
+    kinds = {"str": "str", "int": "int", "num": "float", "strlist": "list", "strtable": "dict"}
+    got = options.options(table)
+    assert set(got) == set(schema.SCHEMA[table])
+    for key, (kind, _) in schema.SCHEMA[table].items():
+        assert got[key]["type"] == ("dict" if (table, key) in options.SECRET else kinds[kind]), (table, key)
+
+
+def test_the_options_defaults_choices_and_secrets_are_the_playbooks():
+    """Read off spec.py by hand: the values a module run gets when the play leaves a key out."""
+    d, c = options.options("daemon"), options.options("curio")
+    assert d["stop"] == {"type": "str", "default": "term", "choices": ["term", "drain", "cordon"]}
+    assert d["ready"] == {"type": "str", "default": "log", "choices": ["log", "status", "proof"]}
+    assert d["drain_timeout_s"] == {"type": "float", "default": 300}
+    assert d["args"] == {"type": "list", "elements": "str"} and d["binary"] == {"type": "str", "required": True}
+    assert d["secret_env"] == c["env"] == {"type": "dict", "default": {}, "no_log": True}
+    assert c["tasks"]["default"] == ["PoRep", "UpdateProve", "PSProve", "WdPost", "WinPost"]
+    assert options.settings()["releases"]["options"] == {
         "keep": {"type": "int", "default": spec.Playbook.__dataclass_fields__["keep_releases"].default}}
 
 

@@ -114,12 +114,7 @@ def _shown(release: dict[str, Any], secret_env: tuple[str, ...]) -> dict[str, An
 
 def _cordon_shown(view: cordon.CordonView | None, nodes: tuple[str, ...], host: str) -> dict[str, Any] | None:
     """The cordon as --json shows it: swapctl's own (if one is left), each node's flag, the tasks now."""
-    if view is None:
-        return None
-    return {"ours": {"nodes": list(view.ours), "since": view.since, "by": view.by, "action": view.action}
-            if view.left else None, "swap_running": view.state == "swapping",
-            "nodes": {n: cordon.node_said(view, n) for n in nodes}, "database": view.db or "unknown",
-            "tasks": [t.__dict__ for t in view.tasks], "said": cordon.status_lines(view, nodes, host)}
+    return None if view is None else cordon.shown(view, nodes, host)
 
 
 def _unit_shown(unit: Unit | None, secret_env: tuple[str, ...]) -> dict[str, Any] | None:

@@ -9,13 +9,15 @@ import re
 import shlex
 from collections import Counter
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from ..host import scripts
 from ..host.scripts import ReportWord
-from ..playbook import Playbook
-from ..playbook.spec import NODE, POST_TASKS, TASK
-from ..remote import Cmd, Host
-from ..remote.cmd import Secret
+from ..playbook.spec import NODE, POST_TASKS, TASK, CurioSpec, Playbook
+from ..remote.cmd import Cmd, Secret
+
+if TYPE_CHECKING:  # only a type here: this module ships in the Ansible collection, standard library only
+    from ..remote import Host
 
 _TASK = re.compile(rf"([0-9]{{1,18}}):({TASK.pattern}):([0-9]{{1,12}})")
 _SINCE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z")
@@ -67,8 +69,12 @@ class CordonView:
 def command(book: Playbook, host: str, lift: bool) -> Cmd:
     """uncordon.sh for the playbook's daemon and the host's Curio nodes (book.curio_of): with `lift`, a cordon
     swapctl left is lifted."""
-    cur = book.curio_of(host)
-    return scripts.command("uncordon.sh", dir=book.require_daemon().state_dir, lift="1" if lift else "",
+    return command_of(book.curio_of(host), book.require_daemon().state_dir, lift)
+
+
+def command_of(cur: CurioSpec, state_dir: str, lift: bool) -> Cmd:
+    """uncordon.sh for these nodes and this state directory (the Ansible modules call it with theirs)."""
+    return scripts.command("uncordon.sh", dir=state_dir, lift="1" if lift else "",
                            cordon_nodes=" ".join(cur.nodes), curio_cli=cur.cli, curio_sql=cur.sql,
                            curio_env=Secret("".join(f"{k}={shlex.quote(v)}\n" for k, v in cur.env)),
                            cuzk_tasks=",".join(cur.tasks))
@@ -161,6 +167,15 @@ def status_lines(v: CordonView, nodes: tuple[str, ...], host: str) -> list[str]:
     lines += [f"curio node {n}: {node_said(v, n)}" for n in nodes]
     lines.append(f"  their cuzk tasks now: {tasks_line(v)}")
     return lines
+
+
+def shown(view: CordonView, nodes: tuple[str, ...], host: str) -> dict[str, Any]:
+    """The cordon as `status --json` and the Ansible status module show it: swapctl's own (if one is left),
+    each node's flag, the tasks now, and the lines `status` prints."""
+    return {"ours": {"nodes": list(view.ours), "since": view.since, "by": view.by, "action": view.action}
+            if view.left else None, "swap_running": view.state == "swapping",
+            "nodes": {n: node_said(view, n) for n in nodes}, "database": view.db or "unknown",
+            "tasks": [t.__dict__ for t in view.tasks], "said": status_lines(view, nodes, host)}
 
 
 def lifted_said(v: CordonView, host: str) -> str | None:

@@ -14,6 +14,7 @@ from ..playbook import DaemonSpec, GpuSpec
 from ..remote import Cmd, Host
 from . import cgroup, daemon_view, exposure, forks, nvidia, system
 from . import systemd as sd
+from .daemon_rule import daemon_rule
 from .sections import split_sections as split_sections  # re-exported: the callers import it from here
 from .system import Process
 
@@ -260,29 +261,15 @@ def _ids(text: str) -> tuple[int, int] | None:
 
 
 def _the_daemon(daemon: DaemonSpec, s: dict[str, str], user: tuple[int, int] | None) -> Callable[[Process], bool]:
-    """Whether a process that matches daemon.match is the daemon: it runs (its /proc/PID/exe) the binary, one
-    of its releases or another file in the binary's directory (a build an engineer started by hand beside
-    it), as daemon.user, else as root or the binary's owner. Any user can start a program whose command
-    line matches, with an environment (LD_PRELOAD) of their own that a deploy would adopt and run as root.
-    Without daemon.binary (`init --from`), the match alone."""
+    """Whether a process that matches daemon.match is the daemon (facts/daemon_rule.py) on this host: the
+    binary's real directory and owner as the status script read them. Without daemon.binary (`init --from`),
+    the match alone."""
     if not daemon.binary:
         return lambda p: True
-    name = PurePosixPath(daemon.binary).name
-    dirs = {s.get("binary-dir", "").strip() or str(PurePosixPath(daemon.binary).parent),
-            str(PurePosixPath(daemon.binary).parent)}
-    releases = tuple(f"{d}/.swapctl/{name}/releases/" for d in dirs)
     owner = s.get("binary-owner", "").strip()
-    if daemon.user:  # a user the host does not have: nothing is the daemon (the preflight says why)
-        uids = {user[0]} if user else set()
-    else:
-        uids = {0} | ({int(owner)} if owner.isdigit() else set())
-
-    def is_it(p: Process) -> bool:
-        exe = PurePosixPath(p.exe or "/")
-        runs_it = p.exe is not None and "/.." not in p.exe and (str(exe.parent) in dirs or p.exe.startswith(releases))
-        return runs_it and p.uid in uids
-
-    return is_it
+    rule = daemon_rule(daemon.binary, s.get("binary-dir", "").strip(), int(owner) if owner.isdigit() else None,
+                       user, bool(daemon.user))
+    return lambda p: rule(p.exe, p.uid)
 
 
 def _sampler_line(text: str) -> str | None:

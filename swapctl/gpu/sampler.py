@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 from ..errors import Refused
+from ..facts.unsafe import why_unsafe
 from ..host import scripts
 from ..host.scripts import ReportWord
 from ..playbook import DaemonSpec
@@ -99,8 +100,6 @@ def fetch_patterns(state_dir: str) -> list[str]:
 
 def _ctl(host: Host, action: str, state_dir: str, user: str, start: dict[str, str] | None = None) -> SamplerStatus:
     """sampler-ctl.sh's `action`; `start`: the sampler's inputs, its body on stdin after them."""
-    from ..swap.preflight import why_unsafe  # the swap package starts samplers: imported when used
-
     d = sampler_dir(state_dir)
     inputs = start or dict.fromkeys(_SAMPLER_INPUTS, "")
     cmd = scripts.command_of("sampler-ctl.sh", {"action": action, "dir": d, "user": user, **inputs},

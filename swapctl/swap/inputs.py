@@ -79,6 +79,12 @@ def deadline_s(k: Knobs) -> float:
     return 2 * (d.stop_grace_s + mem.release_timeout_s) + 4 * (d.ready_timeout_s + d.ready_stable_s) + 120
 
 
+def room_needed_kib(size: int, known: bool) -> int:
+    """The free space beside the binary a deploy of `size` bytes needs: the upload and the backup of what
+    runs (the upload alone when the host has that release already), and 1 GiB to spare."""
+    return size * (1 if known else 2) // 1024 + 1024
+
+
 def cordoning(k: Knobs) -> bool:
     return k.daemon.stop == "cordon" and bool(k.curio.nodes)
 

@@ -15,7 +15,7 @@ from ..facts.status import HostStatus
 from . import elf, journal_entry
 from .environ import carried
 from .journal_entry import JOURNAL, JournalEntry, Start
-from .releases import RELEASE_ID, Release, now_iso, parse_releases, previous_good, rollback_target, who_am_i
+from .releases import RELEASE_ID, Release, now_iso, parse_releases, rollback_target, way_back, who_am_i
 
 CONFIG_FLAGS = ("-c", "--config")
 
@@ -208,11 +208,7 @@ class DeployPlan(Plan):
 
     def way_back(self) -> Release | None:
         """What a failed start goes back to: what runs now, else the current release, else the last good one."""
-        known = self.known
-        candidate = known.get(self.running or "")
-        if candidate is None or candidate.id == self.new.id or candidate.status != "ok":
-            candidate = previous_good(known, self.new.id, list(self.history))
-        return candidate
+        return way_back(self.known, self.running, self.new.id, list(self.history))
 
 
 def cgroup_unit(text: str) -> str | None:

@@ -13,10 +13,12 @@ from typing import Any, TypeVar
 from ..errors import BadInput, LockHeld, Refused
 from ..facts.status import HostStatus, gather, split_sections
 from ..facts.system import Process
+from ..facts.unsafe import why_unsafe
 from ..host import scripts
 from . import elf, room, session
 from .context import Context
 from .environ import carried
+from .inputs import room_needed_kib
 from .journal_entry import JOURNAL
 from .plan import Catalog, Daemon, DeployPlan, Plan, Situation, config_paths, read_catalog, read_situation
 from .releases import Release, matching, now_iso, rollback_target, who_am_i
@@ -42,22 +44,6 @@ def swapping(ctx: Context, info: str = "") -> LockHeld:
 def unsafe(ctx: Context, line: str) -> Refused:
     """The refusal for a state directory others may write to: `line` is `DIR OWNER MODE`."""
     return Refused(why_unsafe(line, ctx.state), host=ctx.name)
-
-
-def why_unsafe(line: str, state: str) -> str:
-    """`DIR OWNER MODE` from lib.sh's unsafe_dirs or unsafe_path, as one line saying what to do: the state
-    tree (`state`, its parent `.swapctl`, releases/) or the binary's directory and those above it."""
-    where, owner, mode = ([*line.rsplit(" ", 2), "?", "?"])[:3]
-    what = "is no directory" if owner == "not-a-directory" else f"is owned by uid {owner} with mode {mode}"
-    if not where.startswith(str(PurePosixPath(state).parent)):
-        return (f"directory {where}, the binary's or one above it, {what}: whoever can write there could "
-                f"rename the state directory away and put their own in its place, which swapctl then runs as "
-                f"root; make it root's and not group- or world-writable (`chown root: {where}; chmod go-w "
-                f"{where}`), or name its owner in daemon.user if the daemon's user must own it, then try again")
-    return (f"state directory {where} {what}: whoever can write "
-            f"there could replace a release or its manifest, which swapctl then runs as root; make it "
-            f"root's and not group- or world-writable (`chown root: DIR; chmod 700 DIR`), or remove it "
-            f"if nobody you trust made it, then deploy again")
 
 
 def provers(ctx: Context, status: HostStatus) -> list[Process]:
@@ -274,7 +260,7 @@ def plan_deploy(ctx: Context, sit: Situation, binary: elf.LocalBinary, restart: 
         raise Refused(f"release directory {new.dir(ctx.state)} holds another binary (sha256 "
                       f"{sit.releases[new.id].sha256}, this one is {new.sha256}); look at it, remove it, then deploy "
                       f"again", host=ctx.name)
-    needed = binary.size * (1 if new.id in sit.releases else 2) // 1024 + 1024
+    needed = room_needed_kib(binary.size, new.id in sit.releases)
     if sit.free_kib < needed:
         raise Refused(f"only {sit.free_kib // 1024} MiB free beside {ctx.spec.binary}; the upload and backup need "
                       f"{needed // 1024} MiB (free some space)", host=ctx.name)

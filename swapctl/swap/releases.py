@@ -163,6 +163,15 @@ def came_from(journal: Iterable[JournalEntry]) -> dict[str, str]:
     return before
 
 
+def way_back(known: dict[str, Release], running: str | None, new: str, deployed: list[str]) -> Release | None:
+    """What a failed start of release `new` goes back to: what runs now, else the last good release before
+    it in the deploy order. The controller's plan and the Ansible modules both ask this."""
+    candidate = known.get(running or "")
+    if candidate is None or candidate.id == new or candidate.status != "ok":
+        candidate = previous_good(known, new, deployed)
+    return candidate
+
+
 def rollback_target(releases: dict[str, Release], current: str | None, journal: Iterable[JournalEntry],
                     deployed: list[str]) -> Release | None:
     """What `rollback` goes back to: what ran before `current`, the `from` of the journal line that made it

@@ -8,7 +8,8 @@ short_description: The GPU daemon's host as facts (swapctl_status), for when con
 description:
   - Sets the fact C(swapctl_status) - the daemon (pid, release, command line, uptime, what its log holds since
     this release started - proofs and timing lines), memory, GPUs (nvidia-smi), the releases on the host, the
-    systemd unit, the journal's last line and the release a rollback would go back to.
+    systemd unit, the journal's last line and the release a rollback would go back to; with curio.nodes, Curio's
+    cordon (one swapctl left, each node's flag, the nodes' cuzk tasks).
   - Changes nothing; reads what C(swapctl status) and C(swapctl history) read.
 version_added: 0.1.0
 author: swapctl (@swapctl)
@@ -40,7 +41,8 @@ EXAMPLES = r"""
 
 RETURN = r"""
 ansible_facts:
-  description: C(swapctl_status) - daemon, memory, gpus, gpu_error, releases, current, unit, journal, rollback_to.
+  description: C(swapctl_status) - daemon, memory, gpus, gpu_error, releases, current, unit, journal, rollback_to,
+    and cordon (with curio.nodes, as C(swapctl status --json) has it; else null).
   returned: always
   type: dict
 """
