@@ -169,6 +169,31 @@ def test_the_campaigns_after_issue_44s_fixes_are_what_the_docs_say(record, lande
     assert f"`tests/data/{record}/`: **{len(runs)} runs" in page and f"{landed} landed, {said}" in page
 
 
+@pytest.mark.parametrize("record,commit,broke", [
+    ("faults-cordon-local-2026-12-07", "d8ecf14", {}),
+    ("faults-cordon-local-2026-12-07b", "0304711", {122: ("sigint", "wrong exit code")}),
+    ("faults-cordon-local-2026-12-07c", "b0884a2", {}),
+])
+def test_the_cordon_campaigns_the_docs_cite_are_what_their_records_hold(record, commit, broke):
+    """Issue 43's campaigns (`faults.py --cordon`): every host's daemon fed by a Curio node under a backlog,
+    every swap cordoning it. Each record holds runs 1-300 once, each of the 12 faults 25 times, the
+    violations the page names and no other, and the figures docs/promises.md gives."""
+    import json
+
+    root = Path(__file__).resolve().parent.parent
+    where = root / "tests/data" / record
+    runs = [json.loads(line) for line in (where / "campaign.jsonl").read_text().splitlines()]
+    assert sorted(r["i"] for r in runs) == list(range(300))
+    assert {r["i"]: (r["fault"], r["violations"][0][0]) for r in runs if r["violations"]} == broke
+    assert set(Counter(r["fault"] for r in runs).values()) == {25} and len({r["fault"] for r in runs}) == 12
+    said = (where / "README.txt").read_text()
+    assert "--cordon" in said and f"commit {commit}" in said
+    landed = sum(r["landed"] for r in runs)
+    page = " ".join((root / "docs/promises.md").read_text().split())
+    assert f"`tests/data/{record}/`: **300 runs, {landed} landed, {len(broke)} broke a promise**" in page
+    assert f"tests/data/{record}/" in (root / "docs/curio.md").read_text()
+
+
 # -- sequences the machine and the campaign found, shrunk, kept as plain tests (each fails on main) ----
 
 
