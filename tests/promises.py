@@ -756,9 +756,10 @@ def _as_it_ran(host: Host, daemons: list[Proc], bad: Callable[[str, str], None])
 def _farm(host: Host, curio: Curio, ran: Ran, pid_before: int | None, bad: Callable[[str, str], None]) -> None:
     """The cordon's promises: the node not left cordoned, and no task failed during the step, unless the
     step began with no daemon or the harness killed the daemon itself (those lose the proof in flight)."""
-    if curio.cordoned() or (host.state / "cordon.info").exists():
-        bad("left cordoned", f"the node is {'cordoned' if curio.cordoned() else 'not cordoned'} and cordon.info "
-                             f"is {'there' if (host.state / 'cordon.info').exists() else 'gone'} once the swap ended")
+    flagged, info = curio.cordoned(), (host.state / "cordon.info").exists()
+    if flagged or info:
+        bad("left cordoned", f"the node is {'cordoned' if flagged else 'not cordoned'} and cordon.info is "
+                             f"{'there' if info else 'gone'} once the swap ended")
     failed = curio.failed()
     new, curio.failed_before = failed[curio.failed_before:], len(failed)
     killed = ran.op == "die" or (ran.fault == "daemon-kill" and ran.fired) or pid_before is None

@@ -78,15 +78,15 @@ class Curio:
                       "harmony_config RESTART IDENTITY CASCADE")
         set_layer(self.db, "cuzk", f'[Cuzk]\nAddress = "{LISTEN}"\n')
         env = {**os.environ, **self.env()}
-        log = open(self.base / "curio.log", "ab")
         node = [sys.executable, str(NODE), "run", "--listen", NODE_AT, "--layers", "base,cuzk", "--poll-s",
                 str(POLL_S), "--prep-s", str(PREP_S), "--retry-scale", "0.1", "--max-pending", "4"]
-        self.procs = [
-            subprocess.Popen(["ip", "netns", "exec", self.netns, *node], stdout=log, stderr=subprocess.STDOUT,
-                             stdin=subprocess.DEVNULL, env=env, start_new_session=True),
-            subprocess.Popen([sys.executable, str(NODE), "feed", "--mix", MIX, "--backlog", str(BACKLOG)],
-                             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                             start_new_session=True)]
+        with open(self.base / "curio.log", "ab") as log:  # the children keep their own copies of it
+            self.procs = [
+                subprocess.Popen(["ip", "netns", "exec", self.netns, *node], stdout=log, stderr=subprocess.STDOUT,
+                                 stdin=subprocess.DEVNULL, env=env, start_new_session=True),
+                subprocess.Popen([sys.executable, str(NODE), "feed", "--mix", MIX, "--backlog", str(BACKLOG)],
+                                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                 start_new_session=True)]
         self.failed_before = 0
         # the node registered and working before the first step: a swap then always meets a node to cordon
         wait_until(lambda: self.running() is None and self.owned() > 0, timeout=30,

@@ -151,8 +151,8 @@ def cordon_first(host: Host, book: pb.Playbook, events: EventSink, lift: bool) -
         raise Refused(f"{said}: nothing was changed; fix it, then `swapctl uncordon {host.name}`", host=host.name)
     if said is not None:
         events(Event("preflight", said))
-    left = (f"a cordon swapctl left: {cordon.ours_said(view)} on {' '.join(view.ours)}; the swap lifts it first",)
-    lines = left if view.left and not said and view.state != "swapping" else ()
+    left = cordon.left_said(view)
+    lines = (left,) if left and not said else ()
     if d.stop != "cordon":
         return lines
     return lines + tuple(cordon.plan_lines(view, cur.nodes, cur.poll_s, cur.post_wait_s, d.drain_timeout_s,

@@ -178,6 +178,14 @@ def shown(view: CordonView, nodes: tuple[str, ...], host: str) -> dict[str, Any]
             "tasks": [t.__dict__ for t in view.tasks], "said": status_lines(view, nodes, host)}
 
 
+def left_said(v: CordonView) -> str | None:
+    """The plan's line for a cordon swapctl left, which the swap lifts first (None: none, or a swap runs now
+    and its own script lifts it)."""
+    if not v.left or v.state == "swapping":
+        return None
+    return f"a cordon swapctl left: {ours_said(v)} on {' '.join(v.ours)}; the swap lifts it first"
+
+
 def lifted_said(v: CordonView, host: str) -> str | None:
     """What a lift did, in one line (None: there was nothing of swapctl's to lift)."""
     nodes = " ".join(v.ours) or "its nodes"

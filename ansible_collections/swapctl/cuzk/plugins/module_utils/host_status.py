@@ -7,9 +7,8 @@ import shutil
 import subprocess
 from typing import Any
 
-from ansible_collections.swapctl.cuzk.plugins.module_utils.hostrun import run
 from ansible_collections.swapctl.cuzk.plugins.module_utils.settings import PROOF_LOG, Settings
-from ansible_collections.swapctl.cuzk.plugins.module_utils.situation import Situation, situation
+from ansible_collections.swapctl.cuzk.plugins.module_utils.situation import Situation, cordon_view, situation
 from ansible_collections.swapctl.cuzk.plugins.module_utils.steps import noted, shown
 from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.facts import cordon
 from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.swap import (
@@ -107,5 +106,4 @@ def _cordon(s: Settings) -> dict[str, Any] | None:
     """The cordon as `swapctl status --json` shows it (facts/cordon.shown), with curio.nodes set; else None."""
     if not s.curio.nodes:
         return None
-    return cordon.shown(cordon.parse(run(cordon.command_of(s.curio, s.state, lift=False), timeout=90)),
-                        s.curio.nodes, s.host)
+    return cordon.shown(cordon_view(s, lift=False), s.curio.nodes, s.host)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from ansible_collections.swapctl.cuzk.plugins.module_utils.hostrun import run, who
 from ansible_collections.swapctl.cuzk.plugins.module_utils.settings import HostError, Settings
-from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.facts import forks
+from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.facts import cordon, forks
 from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.facts.daemon_rule import daemon_rule
 from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.facts.sections import split_sections
 from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.host import scripts
@@ -235,3 +235,9 @@ def config_paths(args: tuple[str, ...]) -> tuple[str, ...]:
         elif a.startswith("--config="):
             out.append(a.split("=", 1)[1])
     return tuple(out)
+
+
+def cordon_view(s: Settings, lift: bool) -> cordon.CordonView:
+    """Curio's cordon as this host sees it (uncordon.sh, one call, parsed as `swapctl status` parses it); with
+    `lift`, a cordon swapctl left lifted first."""
+    return cordon.parse(run(cordon.command_of(s.curio, s.state, lift), timeout=90))

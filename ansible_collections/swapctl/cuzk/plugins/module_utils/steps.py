@@ -20,7 +20,13 @@ from ansible_collections.swapctl.cuzk.plugins.module_utils.plan import (
     swap_inputs,
 )
 from ansible_collections.swapctl.cuzk.plugins.module_utils.settings import HostError, Settings
-from ansible_collections.swapctl.cuzk.plugins.module_utils.situation import Daemon, Situation, config_paths, situation
+from ansible_collections.swapctl.cuzk.plugins.module_utils.situation import (
+    Daemon,
+    Situation,
+    config_paths,
+    cordon_view,
+    situation,
+)
 from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.facts import cordon
 from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.host import scripts
 from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.remote.cmd import Secret
@@ -242,15 +248,12 @@ def cordon_first(s: Settings, check: bool) -> list[str]:
     lifted fails the task: the swap would take the node for someone else's and leave it cordoned."""
     if not s.curio.nodes:
         return []
-    view = cordon.parse(run(cordon.command_of(s.curio, s.state, lift=not check), timeout=90))
+    view = cordon_view(s, lift=not check)
     said = cordon.lifted_said(view, s.host)
     if said is not None and view.lifted != "ok":
         raise HostError(f"{said}: nothing was changed; fix it, then run the task again")
-    if said is not None:
-        return [said]
-    if view.left and view.state != "swapping":
-        return [f"a cordon swapctl left: {cordon.ours_said(view)} on {' '.join(view.ours)}; the swap lifts it first"]
-    return []
+    left = cordon.left_said(view)
+    return [said] if said is not None else [left] if left else []
 
 
 def deploy(s: Settings, src: str | None, sha256: str | None, release: str | None, restart: bool,
