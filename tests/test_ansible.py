@@ -77,11 +77,11 @@ def test_the_modules_swap_script_inputs_are_swapctl_deploys(collection, more):
     from dataclasses import replace
 
     from swapctl import playbook as pb
+    from swapctl.facts.releases import Release
     from swapctl.remote.cmd import Secret
     from swapctl.swap import swaprun
     from swapctl.swap.context import Context
     from swapctl.swap.plan import Daemon
-    from swapctl.swap.releases import Release
 
     book = pb.parse('[daemon]\nbinary = "/data/cuzk"\nlog = "/data/cuzk.log"\nready_port = 9820\nstop_grace_s = 7\n'
                     'ready_stable_s = 2.5\n' + more.split("[curio]")[0] + '[memory]\nmin_available_gib = 1.5\n'

@@ -84,10 +84,10 @@ def test_the_module_and_deploy_name_the_same_release_for_every_to(collection):  
     finally:
         sys.path.remove(str(collection))
     from swapctl.errors import BadInput
+    from swapctl.facts.releases import Release
     from swapctl.swap import preflight
-    from swapctl.swap.releases import Release
 
-    assert engine.matching.__module__.endswith("module_utils.swapctl.swap.releases")
+    assert engine.matching.__module__.endswith("module_utils.swapctl.facts.releases")
     shas = ["ab" * 32, "abcd" + "0" * 60, "12" + "f" * 62, "9" * 64]
     known = {sha[:12]: Release(sha256=sha, size=1, name="cuzk", created=f"2026-12-0{i + 1}", by="me")
              for i, sha in enumerate(shas)}

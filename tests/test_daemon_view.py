@@ -220,7 +220,7 @@ ODD = [pipeline(job_id="job with blanks", started_secs_ago=float("nan")),
 
 
 def test_whatever_the_daemon_says_in_a_drain_the_host_writes_a_journal_line_swapctl_reads():
-    from swapctl.swap.journal_entry import parse as parse_entry
+    from swapctl.facts.journal_entry import parse as parse_entry
 
     answer = json.dumps({"pipelines": ODD, "counters": {"queue_depth": float("nan")}}, ensure_ascii=False).encode()
     answer = answer.replace(b"\\t", b"\t").replace(b"\\u0001", b"\x01")  # raw controls, as no serde writes them

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from swapctl.facts.journal_entry import parse
 from swapctl.playbook import load
 from swapctl.remote import connect
 from swapctl.swap.deploy import Swap
-from swapctl.swap.journal_entry import parse
 
 from conftest import own_box
 from lab import prover_config, session_of, swapctl, swapctl_ctrl_c_at, swapctl_in_background, wait_until
@@ -737,7 +737,7 @@ from swapctl.facts import forks
 from swapctl.playbook import load
 from swapctl.remote import connect
 from swapctl.swap.deploy import Swap
-from swapctl.swap.journal_entry import parse
+from swapctl.facts.journal_entry import parse
 book = load(sys.argv[1])
 with connect(book.hosts["lab"]) as host:
     Swap(host, book).lock()

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from swapctl.facts.journal_entry import parse
 from swapctl.host import scripts
 from swapctl.remote.host import LocalHost
-from swapctl.swap.journal_entry import parse
 
 from lab import session_of, swapctl, swapctl_in_background, wait_until
 from test_deploy import deploy, journal, only_runs, sha

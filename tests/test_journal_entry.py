@@ -7,7 +7,7 @@ import json
 import pytest
 
 from swapctl.facts.daemon_view import Proof
-from swapctl.swap.journal_entry import JournalEntry, Start, StopView, Upload, parse, read, started, starts
+from swapctl.facts.journal_entry import JournalEntry, Start, StopView, Upload, parse, read, started, starts
 
 A, B = "a" * 64, "b" * 64
 

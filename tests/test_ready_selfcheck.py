@@ -149,10 +149,10 @@ def test_the_ansible_module_waits_for_the_same_self_check_lines_as_deploy(collec
     finally:
         sys.path.remove(str(collection))
     from swapctl import playbook as pb
+    from swapctl.facts.releases import Release
     from swapctl.swap import swaprun
     from swapctl.swap.context import Context
     from swapctl.swap.plan import Daemon
-    from swapctl.swap.releases import Release
 
     daemon = {"binary": "/data/cuzk", "log": "/data/cuzk.log", "ready": "proof", "status_url": url}
     book = pb.parse("[daemon]\n" + "".join(f'{k} = "{v}"\n' for k, v in daemon.items() if v), "lab.toml")

@@ -451,7 +451,7 @@ def test_a_status_port_answering_with_a_releases_section_adds_no_release(tmp_pat
     """Whoever listens on daemon.status_url's port (any user, once the daemon is gone) writes into the status
     script's output: a `==> releases` line in its answer came before the real section and was read as the
     host's releases: a release that does not exist, shown by status and offered to deploy and rollback."""
-    from swapctl.swap.releases import Release
+    from swapctl.facts.releases import Release
 
     from conftest import own_box
     from lab import free_port

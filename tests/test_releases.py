@@ -2,8 +2,8 @@
 
 import pytest
 
-from swapctl.swap.journal_entry import entry_of
-from swapctl.swap.releases import (
+from swapctl.facts.journal_entry import entry_of
+from swapctl.facts.releases import (
     Release,
     deploy_order,
     previous_good,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from swapctl.swap.journal_entry import read
+from swapctl.facts.journal_entry import read
 
 from lab import prover_config, swapctl
 from test_deploy import cmdline, deploy, exe_sha, journal, sha

@@ -9,10 +9,10 @@ import typer
 from rich.table import Table
 
 from .. import playbook as pb
+from ..facts.journal_entry import JournalEntry
+from ..facts.releases import releases_newest_first, who_am_i
 from ..remote import connect
 from ..swap.deploy import Swap
-from ..swap.journal_entry import JournalEntry
-from ..swap.releases import releases_newest_first, who_am_i
 from .common import JsonOpt, PlaybookOpt, guarded, out, print_json, select_hosts, stacked, text, warn, when
 from .history_table import releases_table
 

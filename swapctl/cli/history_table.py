@@ -8,7 +8,7 @@ from typing import Any
 
 from rich.table import Table
 
-from ..swap.releases import Release, releases_newest_first, trusted_release
+from ..facts.releases import Release, releases_newest_first, trusted_release
 from .common import stacked, when
 
 

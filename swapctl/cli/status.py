@@ -8,16 +8,15 @@ import typer
 
 from .. import playbook as pb
 from ..errors import ExitCode, SwapctlError
-from ..facts import cordon
+from ..facts import cordon, journal_entry
 from ..facts.daemon_view import DaemonView
 from ..facts.exposure import why_public
+from ..facts.journal_entry import JournalEntry
 from ..facts.status import HostStatus, gather
 from ..facts.systemd import Unit
 from ..masking import MASK, looks_secret, masked_env, masked_unit_text
 from ..remote import Host
 from ..remote.group import on_hosts
-from ..swap import journal_entry
-from ..swap.journal_entry import JournalEntry
 from .common import (
     JsonOpt,
     LimitOpt,

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from .. import playbook as pb
 from ..errors import BadInput, Refused, SwapctlError, UnknownState
+from ..facts.journal_entry import JournalEntry
 from ..gpu.sampler import start_sampler
 from ..logs.stats import ALPHA
 from ..logs.timings import Run
@@ -22,7 +23,6 @@ from ..swap.deploy import Daemon, DeployPlan, Outcome, Swap, samplable
 from ..swap.deploy import deploy as run_deploy
 from ..swap.deploy import rollback as run_rollback
 from ..swap.interrupts import Interrupts, Phase
-from ..swap.journal_entry import JournalEntry
 from .judge import LOOKS, MIN_PROOFS, Verdict, moved, need, verdict, withhold, without_warmup
 from .window import Window, side_runs
 

@@ -14,6 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..errors import Refused, SwapctlError
+from ..facts.journal_entry import Upload
 from ..facts.status import HostStatus
 from ..gpu.sampler import start_sampler
 from ..playbook import Playbook
@@ -23,7 +24,6 @@ from . import rollback as back
 from .context import Context
 from .describe import describe
 from .events import Event, EventSink, Interrupts, Outcome
-from .journal_entry import Upload
 from .plan import Catalog, Daemon, DeployPlan, Plan, Situation
 from .session import Session
 
@@ -59,14 +59,14 @@ class Swap:
         return preflight.situation(self.ctx)
 
     def plan(self, binary_path: str, restart: bool = False, build: dict[str, Any] | None = None) -> DeployPlan:
-        """Step 1 for a deploy: everything checked before anything changes; raises BadInput or Refused."""
+        """The preflight of a deploy: everything checked before anything changes; raises BadInput or Refused."""
         binary = elf.inspect(binary_path)
         plan = preflight.plan_deploy(self.ctx, self.situation(), binary, restart, build)
         self.session.start(plan)
         return replace(plan, commands=tuple(describe(self.ctx, plan, self.session)))
 
     def plan_rollback(self, to: str | None = None) -> Plan:
-        """Step 1 for a rollback: `to` (a sha256 prefix or a history index), or the last good release."""
+        """The preflight of a rollback: `to` (a sha256 prefix or a history index), or the last good release."""
         plan = preflight.plan_rollback(self.ctx, self.situation(), to)
         return replace(plan, commands=tuple(describe(self.ctx, plan, self.session)))
 

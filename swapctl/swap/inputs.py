@@ -11,10 +11,10 @@ import json
 import shlex
 from dataclasses import dataclass, field
 
+from ..facts.journal_entry import CAP_BYTES, KEEP
+from ..facts.releases import Release
 from ..playbook.spec import POST_TASKS, CurioSpec, DaemonSpec, GpuSpec, MemorySpec
 from ..remote.cmd import NAME, Piece, Secret
-from .journal_entry import CAP_BYTES, KEEP
-from .releases import Release
 
 # cuzk logs `Phase 7: all partitions complete, proof assembled` (engine.rs:506-512) before it verifies the
 # proof; a PoRep proof that fails that self-check is never returned. Ready means a proof that passed it

@@ -1,7 +1,7 @@
-"""Step 10, the journal: one JSON line per swap on the host (journal.jsonl) and in the local history.
-The swap script writes a swap's line itself, on every path (sh/swap.sh's finish): what ends the controller
-cannot skip it. `write` is for the lines only swapctl knows (an experiment's decision). A line is a
-journal_entry.JournalEntry, read back only through journal_entry.read.
+"""The journal, written: one JSON line per swap on the host (journal.jsonl) and in the local history
+(record_local). The swap script writes a swap's line itself, on every path (host/swap/swap.sh's finish):
+what ends the controller cannot skip it. `write` is for the lines only swapctl knows (an experiment's
+decision). A line is a facts.journal_entry.JournalEntry, read back only through facts.journal_entry.read.
 
 After a swap that went well, the pruning (the plan's Prune step) goes to a shell started on the host
 before the swap (`epilogue`): that shell's start-up (the login shell reads ~/.bashrc, where `pyenv init` or
@@ -11,17 +11,19 @@ on a channel already open, not a new command (issue 23: 0.26 s after the ready l
 
 from __future__ import annotations
 
+import os
 import secrets
 from collections.abc import Iterable
 from dataclasses import replace
+from pathlib import Path
 
 from ..errors import RemoteCommandFailed
+from ..facts.journal_entry import CAP_BYTES, JOURNAL, KEEP, JournalEntry
+from ..facts.releases import now_iso, who_am_i
 from ..host import scripts
 from ..remote.cmd import Cmd
 from ..remote.host import Prepared
 from .context import Context
-from .journal_entry import CAP_BYTES, JOURNAL, KEEP, JournalEntry
-from .releases import now_iso, record_local, who_am_i
 
 # The epilogue (host/swap/epilogue.sh) reads commands from its stdin and runs them, stopping at the first that
 # fails, once they have all come: its script ends in this line. Nothing it runs reads that stdin (each gets
@@ -86,3 +88,16 @@ def _line(cmd: Cmd) -> str:
     end = "SWAPCTL_INPUTS_" + secrets.token_hex(8)
     assert end not in feed  # 64 random bits
     return f"{cmd.render()} <<'{end}'\n{feed}{end}\n"
+
+
+def state_home() -> Path:
+    base = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
+    path = Path(base) / "swapctl"
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return path
+
+
+def record_local(entry: JournalEntry) -> None:
+    """Appends a journal entry to the local history (XDG state), one JSON line."""
+    with open(state_home() / "history.jsonl", "a", encoding="utf-8") as f:
+        f.write(entry.to_json() + "\n")

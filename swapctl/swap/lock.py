@@ -1,4 +1,4 @@
-"""Step 2, the host's deploy lock: held by a command whose stdin is the deploy's SSH channel (sh/lock.sh),
+"""The host's deploy lock: held by a command whose stdin is the deploy's SSH channel (host/swap/lock.sh),
 for as long as the deploy's heartbeat comes on it. It ends with the connection, and also when no heartbeat
 came for `daemon.lock_silence_s`: a controller SIGSTOPped, or a link gone silent, leaves a half-open
 connection that the host's TCP keepalive notices only hours later."""
@@ -10,12 +10,12 @@ import os
 import threading
 
 from ..errors import LockHeld, Refused
+from ..facts.releases import now_iso, who_am_i
 from ..host import scripts
 from ..remote.cmd import Cmd
 from ..remote.host import Held
 from .context import Context
 from .preflight import swapping, unsafe
-from .releases import now_iso, who_am_i
 from .report import Word, parse_lock
 
 BEAT_S = 2.0  # at most: a fifth of the silence the host waits

@@ -11,11 +11,12 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
+from ..facts import journal_entry
+from ..facts.journal_entry import JOURNAL, JournalEntry, Start
+from ..facts.releases import RELEASE_ID, Release, now_iso, parse_releases, rollback_target, way_back, who_am_i
 from ..facts.status import HostStatus
-from . import elf, journal_entry
+from . import elf
 from .environ import carried
-from .journal_entry import JOURNAL, JournalEntry, Start
-from .releases import RELEASE_ID, Release, now_iso, parse_releases, rollback_target, way_back, who_am_i
 
 CONFIG_FLAGS = ("-c", "--config")
 

@@ -1,4 +1,4 @@
-"""Step 1, the preflight: what the host runs and has, and the plan made of it, before anything changes.
+"""The preflight: what the host runs and has, and the plan made of it, before anything changes.
 
 Raises BadInput (a binary or playbook that cannot work there) or Refused (not now, or not this way)."""
 
@@ -11,6 +11,8 @@ from pathlib import PurePosixPath
 from typing import Any, TypeVar
 
 from ..errors import BadInput, LockHeld, Refused
+from ..facts.journal_entry import JOURNAL
+from ..facts.releases import Release, matching, now_iso, rollback_target, who_am_i
 from ..facts.status import HostStatus, gather, split_sections
 from ..facts.system import Process
 from ..facts.unsafe import why_unsafe
@@ -19,9 +21,7 @@ from . import elf, room, session
 from .context import Context
 from .environ import carried
 from .inputs import room_needed_kib
-from .journal_entry import JOURNAL
 from .plan import Catalog, Daemon, DeployPlan, Plan, Situation, config_paths, read_catalog, read_situation
-from .releases import Release, matching, now_iso, rollback_target, who_am_i
 from .store import gone as store_gone
 
 P = TypeVar("P", bound=Plan)

@@ -1,20 +1,21 @@
 """Steps 5 to 9 with their way back, in one place: swap a release in and, when its start fails, the host
-goes back to the fallback by itself (sh/swap.sh), marks the failed release bad and journals what it did.
+goes back to the fallback by itself (host/swap/swap.sh), marks the failed release bad and journals what it did.
 This side reads what the host says and turns it into an outcome or an error."""
 
 from __future__ import annotations
 
 from ..errors import RemoteTimeout, RolledBack, SwapctlError, UnknownState, Unreachable
+from ..facts.journal_entry import JournalEntry, Upload, parse
+from ..facts.releases import Release
 from . import cordon, swaprun
 from .context import Context
 from .events import Outcome
 from .interrupts import Phase
-from .journal_entry import JournalEntry, Upload, parse
+from .journal import record_local
 from .plan import Plan
-from .releases import Release, record_local
 from .report import SwapReport
 
-INTERRUPTED = "a second Ctrl-C"  # the host's reason for a rollback asked for (sh/swap.sh's why_failed)
+INTERRUPTED = "a second Ctrl-C"  # the host's reason for a rollback asked for (host/swap/swap.sh's why_failed)
 
 
 def swap_in(ctx: Context, plan: Plan, target: Release, action: str, fallback: Release | None,

@@ -1,4 +1,4 @@
-"""Step 3, the upload session: the cheapest method the host allows, chosen once for the plan (choose);
+"""The upload session: the cheapest method the host allows, chosen once for the plan (choose);
 what it sends made during the preflight, its host side started before the lock, and the binary put in
 place as a release by it (see upload.py)."""
 
@@ -7,13 +7,13 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..errors import BadInput, Refused, Unreachable
+from ..facts.journal_entry import Upload
+from ..facts.releases import Release
 from ..remote.cmd import Cmd, Secret
 from ..remote.host import Prepared
 from . import upload
 from .context import Context
-from .journal_entry import Upload
 from .plan import Base, DeployPlan, Method, Situation
-from .releases import Release
 from .report import Word
 
 
@@ -89,7 +89,7 @@ class Session:
 
     def prepare(self, plan: DeployPlan) -> None:
         """Starts the host side of the upload now, before the lock: its shell start-up (.bashrc) then runs
-        beside the lock's instead of after it. It acts only when the upload begins (sh/receive.sh)."""
+        beside the lock's instead of after it. It acts only when the upload begins (host/swap/receive.sh)."""
         if plan.upload.kind == "present":  # nothing to send
             return
         try:

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..facts.releases import Release
 from .plan import Backup, DeployPlan, Method, Plan
-from .releases import Release
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Step 4 and the end of a deploy: the host's release store. Backups made before the stop, manifests,
+"""The host's release store, before the stop and at the end of a deploy. Backups made before the stop, manifests,
 releases marked bad, and pruning beyond `releases.keep`."""
 
 from __future__ import annotations
@@ -7,11 +7,11 @@ from dataclasses import replace
 from typing import TypeVar
 
 from ..errors import Refused, RemoteCommandFailed
+from ..facts.releases import Release, to_prune
 from ..host import scripts
 from ..remote.cmd import Cmd
 from .context import Context
 from .plan import Backup, Situation
-from .releases import Release, to_prune
 from .report import Word
 from .session import manifest
 

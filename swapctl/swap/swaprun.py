@@ -1,4 +1,4 @@
-"""Steps 5 to 8 as one script on the host (sh/swap.sh): stop, wait for memory, start, readiness. No round
+"""The swap itself as one script on the host (host/swap/swap.sh): stop, wait for memory, start, readiness. No round
 trip sits between the old daemon's exit and the new start, and the host finishes alone if the
 connection drops."""
 
@@ -10,14 +10,14 @@ import time
 from dataclasses import dataclass
 
 from ..errors import LockHeld, Refused, SwapctlError, UnknownState
+from ..facts.journal_entry import Upload
+from ..facts.releases import Release, who_am_i
 from ..facts.status import HostStatus
 from ..host import scripts
 from ..remote.cmd import Cmd, Piece
 from . import cordon, inputs
 from .context import Context
-from .journal_entry import Upload
 from .plan import Daemon
-from .releases import Release, who_am_i
 from .report import WHOLE, Reading, SwapParser, SwapReport, Word
 
 

@@ -4,7 +4,7 @@ Methods, best first: nothing (the host has the release), a zstd patch against a 
 (`--patch-from`: a rebuilt binary costs kilobytes), a zstd stream whose level follows the link, or
 pipelined SFTP when the host has no zstd. Every method writes to one temporary name per release, so an
 interrupted upload resumes from the bytes already there, and the host checks the sha256 before the
-file becomes a release (sh/install.sh, sh/receive.sh).
+file becomes a release (host/swap/install.sh, host/swap/receive.sh).
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from pathlib import Path
 import zstandard
 
 from ..errors import Refused
+from ..facts.journal_entry import Upload
 from ..host import scripts
 from ..remote import Cmd, Host, Piece, Prepared
-from .journal_entry import Upload
 from .plan import Base, Method
 from .report import InstallReport, Word, parse_install
 
@@ -240,7 +240,7 @@ class Uploader:
 
     def __init__(self, host: Host, path: str, size: int, tmp: str, install: Mapping[str, Piece],
                  progress: Progress):
-        """`install`: the release's dir, name, sha and manifest, as sh/install.sh takes them."""
+        """`install`: the release's dir, name, sha and manifest, as host/swap/install.sh takes them."""
         self.host, self.path, self.size, self.tmp = host, path, size, tmp
         self.install, self.progress = dict(install), progress
         self.wire = 0
@@ -321,7 +321,7 @@ class Uploader:
         return Upload("sftp", self.wire, time.monotonic() - started, resumed_from=offset), report
 
     def install_cmd(self) -> Cmd:
-        """What installs a file sent by SFTP (sh/install.sh)."""
+        """What installs a file sent by SFTP (host/swap/install.sh)."""
         return scripts.command_of("install.sh", {"tmp": self.tmp, **self.install})
 
     def _disk_full(self) -> InstallReport | None:

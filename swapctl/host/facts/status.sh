@@ -47,7 +47,7 @@ fi
 sec current; [ -n "$bin" ] && readlink -- "$bin"
 sec swapping; [ -e "$state/swap.lock" ] && ! flock -n "$state/swap.lock" true 2>/dev/null && echo yes &&
   head -n 1 -c 4096 -- "$state/swap.info" 2>/dev/null
-sec last-swap  # the journal's last line (swapctl.swap.journal_entry reads it): the host may have written it alone
+sec last-swap  # the journal's last line (swapctl.facts.journal_entry reads it): the host may have written it alone
 [ -n "$state" ] && tail -c 65536 -- "$state/journal.jsonl" 2>/dev/null | tail -n 1
 sec gpu-sampler  # swapctl.gpu.sampler: whether it runs, and its last note
 g="$state/gpu"

@@ -8,7 +8,7 @@ from array import array
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ...swap.journal_entry import JournalEntry, starts
+from ...facts.journal_entry import JournalEntry, starts
 from ..format import ByteRange, Readable
 from .fields import VALUE
 from .log import Log

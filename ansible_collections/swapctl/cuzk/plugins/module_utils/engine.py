@@ -23,9 +23,9 @@ from ansible_collections.swapctl.cuzk.plugins.module_utils.settings import PROOF
 from ansible_collections.swapctl.cuzk.plugins.module_utils.situation import Daemon
 from ansible_collections.swapctl.cuzk.plugins.module_utils.steps import deploy, find_release, rollback
 from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.facts.daemon_rule import daemon_rule
+from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.facts.releases import Release, matching
 from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.facts.sections import split_sections
 from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.remote.cmd import Secret
-from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.swap.releases import Release, matching
 
 __all__ = ["PROOF_LOG", "Daemon", "HostError", "Release", "Secret", "Settings", "daemon_rule", "deploy",
            "find_release", "matching", "rollback", "split_sections", "status", "swap_inputs"]

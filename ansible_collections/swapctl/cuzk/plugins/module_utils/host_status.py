@@ -10,11 +10,8 @@ from typing import Any
 from ansible_collections.swapctl.cuzk.plugins.module_utils.settings import PROOF_LOG, Settings
 from ansible_collections.swapctl.cuzk.plugins.module_utils.situation import Situation, cordon_view, situation
 from ansible_collections.swapctl.cuzk.plugins.module_utils.steps import noted, shown
-from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.facts import cordon
-from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.swap import (
-    journal_entry,
-)
-from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.swap.releases import (
+from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.facts import cordon, journal_entry
+from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.facts.releases import (
     releases_newest_first,
     rollback_target,
 )

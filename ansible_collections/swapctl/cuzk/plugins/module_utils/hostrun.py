@@ -12,13 +12,13 @@ import time
 from collections.abc import Callable
 
 from ansible_collections.swapctl.cuzk.plugins.module_utils.settings import HostError, Settings
+from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.facts.releases import (
+    now_iso,
+)
 from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.host import scripts, sh_texts
 from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.remote.cmd import Cmd, Secret
 from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.swap import (
     report,
-)
-from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.swap.releases import (
-    now_iso,
 )
 
 scripts.TEXTS.update(sh_texts.TEXTS)

@@ -11,6 +11,11 @@ from typing import Any
 from ansible_collections.swapctl.cuzk.plugins.module_utils.hostrun import who
 from ansible_collections.swapctl.cuzk.plugins.module_utils.settings import DEFAULT_PATH, HostError, Settings
 from ansible_collections.swapctl.cuzk.plugins.module_utils.situation import Daemon, Situation, user_ids
+from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.facts.releases import (
+    Release,
+    now_iso,
+    way_back,
+)
 from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.host import scripts
 from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.masking import MASK
 from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.remote.cmd import NAME, Cmd, Secret
@@ -18,11 +23,6 @@ from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.swap import (
     environ,
 )
 from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.swap import inputs as core
-from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.swap.releases import (
-    Release,
-    now_iso,
-    way_back,
-)
 
 # -- the plan -----------------------------------------------------------------------------------------------
 

@@ -10,24 +10,21 @@ from dataclasses import dataclass
 
 from ansible_collections.swapctl.cuzk.plugins.module_utils.hostrun import run, who
 from ansible_collections.swapctl.cuzk.plugins.module_utils.settings import HostError, Settings
-from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.facts import cordon, forks
+from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.facts import cordon, forks, journal_entry
 from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.facts.daemon_rule import daemon_rule
-from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.facts.sections import split_sections
-from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.host import scripts
-from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.swap import (
-    environ,
-    journal_entry,
-)
-from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.swap.journal_entry import (
+from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.facts.journal_entry import (
     JOURNAL,
     JournalEntry,
 )
-from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.swap.releases import (
+from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.facts.releases import (
     RELEASE_ID,
     Release,
     now_iso,
     parse_releases,
 )
+from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.facts.sections import split_sections
+from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.host import scripts
+from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.swap import environ
 
 # -- what runs and what the host has ----------------------------------------------------------------------
 

@@ -27,24 +27,20 @@ from ansible_collections.swapctl.cuzk.plugins.module_utils.situation import (
     cordon_view,
     situation,
 )
-from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.facts import cordon
-from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.host import scripts
-from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.remote.cmd import Secret
-from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.swap import (
-    environ,
-    journal_entry,
-    report,
-)
-from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.swap import inputs as core
-from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.swap.journal_entry import (
+from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.facts import cordon, journal_entry
+from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.facts.journal_entry import (
     JournalEntry,
 )
-from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.swap.releases import (
+from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.facts.releases import (
     Release,
     matching,
     rollback_target,
     to_prune,
 )
+from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.host import scripts
+from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.remote.cmd import Secret
+from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.swap import environ, report
+from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.swap import inputs as core
 
 # -- the steps ------------------------------------------------------------------------------------------------
 

@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import getpass
 import json
-import os
 import re
 import socket
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..remote.cmd import NAME
@@ -104,7 +102,7 @@ def trusted_release(d: object, dir_name: str) -> Release | None:
 
 def parse_releases(lines: str) -> dict[str, Release]:
     """The inspect script's `releases` section: one `DIR<TAB>MANIFEST` line per release directory, with
-    `<TAB>bad` after it when the swap script marked the release bad (sh/swap.sh's mark_bad)."""
+    `<TAB>bad` after it when the swap script marked the release bad (host/swap/swap.sh's mark_bad)."""
     out: dict[str, Release] = {}
     for line in lines.splitlines():
         dir_name, sep, text = line.partition("\t")
@@ -222,15 +220,3 @@ def to_prune(releases: dict[str, Release], keep: int, protect: set[str]) -> list
             extra.append(r)
     return extra
 
-
-def state_home() -> Path:
-    base = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
-    path = Path(base) / "swapctl"
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    return path
-
-
-def record_local(entry: JournalEntry) -> None:
-    """Appends a journal entry to the local history (XDG state), one JSON line."""
-    with open(state_home() / "history.jsonl", "a", encoding="utf-8") as f:
-        f.write(entry.to_json() + "\n")

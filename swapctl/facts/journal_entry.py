@@ -1,4 +1,4 @@
-"""The journal's lines as one frozen type: what sh/swap.sh's `finish` writes for every swap, and what swapctl
+"""The journal's lines as one frozen type: what host/swap/swap.sh's `finish` writes for every swap, and what swapctl
 writes itself (an experiment's decision). Pure and standard library only: the Ansible collection ships it.
 
 A journal is read back from the host, and a host is not trusted: every line is checked against the schema
@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..facts.daemon_view import Proof
+from .daemon_view import Proof
 from .releases import RELEASE_ID, SHA256
 
 JOURNAL = "journal.jsonl"  # in the state directory
