@@ -17,6 +17,7 @@ from rich.text import Text
 from .. import playbook as pb
 from ..errors import BadInput, ExitCode, Refused, SwapctlError
 from ..facts import cordon
+from ..gpu.sampler import start_after_swap
 from ..playbook.curio import shared_nodes
 from ..remote import Host, connect
 from ..swap import elf, environ
@@ -265,7 +266,8 @@ def _deploy(targets: list[str], binary: str | None, playbook_path: str | None, y
                     if (shown := shown_only(plan, book, dry_run, preview, "deploy", more, verbose)) is not None:
                         return shown
                     _confirm(plan, yes or many)
-                    return run_deploy(sw, plan)
+                    outcome = run_deploy(sw, plan)
+                    return outcome.noted(start_after_swap(host, book.daemon, outcome.started, plan.status))
         return one
 
     if many and not (yes or dry_run):

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from .. import playbook as pb
+from ..gpu.sampler import start_after_swap
 from ..remote import connect
 from ..swap.deploy import EventSink, Interrupts, Outcome, Swap
 from ..swap.deploy import rollback as run_rollback
@@ -71,7 +72,8 @@ def _rollback(targets: list[str], to: str | None, playbook_path: str | None, yes
                 if (shown := shown_only(plan, book, dry_run, preview, "rollback", more, verbose)) is not None:
                     return shown
                 _confirm(plan, yes or many)
-                return run_rollback(sw, plan)
+                outcome = run_rollback(sw, plan)
+                return outcome.noted(start_after_swap(host, book.daemon, outcome.started, plan.status))
         return one
 
     if many and not (yes or dry_run):

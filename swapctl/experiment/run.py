@@ -14,12 +14,12 @@ from pathlib import Path
 from .. import playbook as pb
 from ..errors import BadInput, Refused, SwapctlError, UnknownState
 from ..facts.journal_entry import JournalEntry
-from ..gpu.sampler import start_sampler
+from ..gpu.sampler import samplable, start_after_swap, start_sampler
 from ..logs.stats import ALPHA
 from ..logs.timings import Run
 from ..remote import Cmd, Host
 from ..swap import journal
-from ..swap.deploy import Daemon, DeployPlan, Outcome, Swap, samplable
+from ..swap.deploy import Daemon, DeployPlan, Outcome, Swap
 from ..swap.deploy import deploy as run_deploy
 from ..swap.deploy import rollback as run_rollback
 from ..swap.interrupts import Interrupts, Phase
@@ -109,6 +109,7 @@ def _run(sw: Swap, win: Window, s: Settings, hooks: Hooks) -> Result:
     hooks.confirm(plan)
     try:
         outcome = run_deploy(sw, plan)  # a press before the stop aborts it; after it, B's swap finishes
+        outcome = outcome.noted(start_after_swap(host, book.daemon, outcome.started, plan.status))
     except SwapctlError as exc:
         hooks.say(f"verdict: B did not come up ({exc}); the deploy's own rollback decided" if sw.interrupts.stopped
                   else f"B was not swapped in ({exc}): nothing to judge", "bold red")
@@ -332,7 +333,9 @@ def _restore(sw: Swap, baseline: Daemon) -> str:
     """Back to the baseline itself, named by its whole sha256 (not by what `rollback` would pick), then
     checked on the host: the daemon that runs there now must be the baseline's bytes."""
     sw.interrupts.reset()  # a press during B's swap asked for this rollback: it must not refuse it
-    run_rollback(sw, sw.plan_rollback(baseline.sha256))
+    plan = sw.plan_rollback(baseline.sha256)
+    back = run_rollback(sw, plan)
+    start_after_swap(sw.host, sw.book.daemon, back.started, plan.status)  # a sampler that cannot start: no harm
     now = sw.situation().daemon
     if now is None or now.sha256 != baseline.sha256:
         what = f"{now.sha256[:12]} (pid {now.pid})" if now else "no daemon"

@@ -16,7 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
-from ..errors import Refused
+from ..errors import Refused, SwapctlError
+from ..facts.status import HostStatus
 from ..facts.unsafe import why_unsafe
 from ..host import scripts
 from ..host.scripts import ReportWord
@@ -148,6 +149,25 @@ def start_sampler(host: Host, state_dir: str, pid: int, *, max_bytes: int = DEFA
     return _ctl(host, "start", state_dir, user, {"pid": str(pid), "max": str(max_bytes), "quiet": quiet,
                                                  "interval": str(interval_s), "query": "1" if query else "0",
                                                  "fields": QUERY_FIELDS})
+
+
+def samplable(status: HostStatus) -> bool:
+    """Whether the host's GPU can be sampled: it has nvidia-smi, and nvidia-smi answered in time."""
+    return not status.gpu_hung and not (status.gpu_error or "").startswith("no GPU tools")
+
+
+def start_after_swap(host: Host, daemon: DaemonSpec, pid: int | None, status: HostStatus) -> str:
+    """Starts the sampler for the daemon a swap left running (what `timings` reads as GPU busy), and says
+    what to add to the swap's outcome: "" when it started or there is no `pid` to follow. A host the
+    preflight found without nvidia-smi (`status`) gets none (no round trip, no note file); a sampler that
+    cannot start is a note, and the swap stands either way."""
+    if not pid or not samplable(status):
+        return ""
+    try:
+        got = start_sampler(host, daemon.state_dir, pid, user=daemon.user or "")
+    except SwapctlError as exc:
+        return f"GPU sampler not started: {exc}"
+    return "" if got.ok else f"GPU sampler: {got.note or got.outcome}"
 
 
 def stop_sampler(host: Host, state_dir: str, user: str = "") -> SamplerStatus:

@@ -13,10 +13,8 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from ..errors import Refused, SwapctlError
+from ..errors import Refused
 from ..facts.journal_entry import Upload
-from ..facts.status import HostStatus
-from ..gpu.sampler import start_sampler
 from ..playbook import Playbook
 from ..remote.host import Held, Host, Prepared
 from . import elf, journal, lock, preflight, steps, store, swaprun, upload
@@ -161,8 +159,9 @@ class _Run:
 
 
 def deploy(sw: Swap, plan: DeployPlan) -> Outcome:
-    """Steps 2 to 10 after a confirmed plan: its steps (steps.of: lock, upload, backup, the swap with its
-    way back, pruning), the upload's host side started before the lock."""
+    """The swap after a confirmed plan: its steps (steps.of: lock, upload, backup, the swap with its way back,
+    pruning), the upload's host side started before the lock. The caller starts the GPU sampler for the
+    daemon it leaves running (gpu.sampler.start_after_swap): the swap stands whatever the sampler does."""
     if plan.unchanged:
         return Outcome(host=plan.host, action="deploy", outcome="unchanged", old_sha=plan.new.sha256,
                        new_sha=plan.new.sha256, pid=plan.daemon.pid if plan.daemon else None,
@@ -170,8 +169,7 @@ def deploy(sw: Swap, plan: DeployPlan) -> Outcome:
     run = _Run(sw, plan)
     sw.prepare_upload(plan)
     try:  # inside: a refused lock still ends the receive started for it
-        outcome = run.go()
-        return sample(sw, run.plan, outcome)
+        return run.go()
     except KeyboardInterrupt:
         raise Refused("interrupted before the old daemon was stopped: nothing changed on the host",
                       host=sw.host.name) from None
@@ -179,33 +177,12 @@ def deploy(sw: Swap, plan: DeployPlan) -> Outcome:
         run.close()
 
 
-def samplable(status: HostStatus) -> bool:
-    """Whether the host's GPU can be sampled: it has nvidia-smi, and nvidia-smi answered in time."""
-    return not status.gpu_hung and not (status.gpu_error or "").startswith("no GPU tools")
-
-
-def sample(sw: Swap, plan: Plan, outcome: Outcome) -> Outcome:
-    """Starts the host's GPU sampler for the daemon now running (what `timings` reads as GPU busy). A
-    host the preflight found without nvidia-smi gets none (no round trip, no note file); a sampler that
-    cannot start is a note in the outcome; the swap stands either way."""
-    if not outcome.pid or not samplable(plan.status):
-        return outcome
-    try:
-        status = start_sampler(sw.host, sw.ctx.state, outcome.pid, user=sw.ctx.spec.user or "")
-    except SwapctlError as exc:
-        return replace(outcome, message=f"{outcome.message} GPU sampler not started: {exc}".strip())
-    if status.ok:
-        return outcome
-    return replace(outcome, message=f"{outcome.message} GPU sampler: {status.note or status.outcome}".strip())
-
-
 def rollback(sw: Swap, plan: Plan) -> Outcome:
     """Back to `plan.new`, an earlier release, started exactly as recorded: its steps (steps.of: lock,
     backup, the swap)."""
     run = _Run(sw, plan)
     try:
-        outcome = run.go()
-        return sample(sw, run.plan, outcome)  # the plan as the backup left it, as deploy() reads it
+        return run.go()
     except KeyboardInterrupt:
         raise Refused("interrupted before the daemon was stopped: nothing changed on the host",
                       host=sw.host.name) from None

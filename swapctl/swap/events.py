@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .interrupts import Interrupts
@@ -38,3 +38,12 @@ class Outcome:
     pid: int | None = None
     message: str = ""
     lost: int | None = None  # proofs in flight the stop lost, as the daemon's status said (None: not known)
+
+    @property
+    def started(self) -> int | None:
+        """The pid of the daemon this swap started (None where it started none: unchanged, a dry run)."""
+        return None if self.outcome in ("unchanged", "dry-run") else self.pid
+
+    def noted(self, note: str) -> Outcome:
+        """This outcome with `note` after its message (itself when the note is empty)."""
+        return replace(self, message=f"{self.message} {note}".strip()) if note else self
