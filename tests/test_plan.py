@@ -5,11 +5,12 @@ import json
 import pytest
 
 from swapctl.errors import BadInput
+from swapctl.facts.catalog import of_sections as read_catalog
 from swapctl.facts.journal_entry import JournalEntry
 from swapctl.facts.releases import Release
 from swapctl.fleet import fail_budget
 from swapctl.logs.timings import release_segments
-from swapctl.swap.plan import Backup, cgroup_unit, config_paths, read_catalog
+from swapctl.swap.plan import Backup, cgroup_unit, config_paths
 
 
 @pytest.mark.parametrize("argv, paths", [

@@ -10,6 +10,7 @@ import typer
 
 from .. import playbook as pb
 from ..errors import BadInput, ExitCode, SwapctlError
+from ..facts.catalog import catalog as read_catalog
 from ..gpu.sampler import fetch_patterns
 from ..logs.fetch import Fetched, LogFetcher, fetch_journal
 from ..remote import Host
@@ -33,12 +34,10 @@ def fetch_logs(
 
 def _since_deploy(host: Host, book: pb.Playbook) -> dict[str, tuple[int, str]]:
     """The daemon log's offset where the current release started, from the host's journal."""
-    from ..swap.deploy import Swap
-
     if book.daemon.journal:
         raise BadInput("--since-deploy reads a log file from a byte offset; this daemon logs to its unit's journal: "
                        f"use `journalctl -u {book.daemon.unit} --since ...` on the host", host=host.name)
-    catalog = Swap(host, book).catalog()
+    catalog = read_catalog(host, book.daemon)
     warn(catalog.notes())
     began = catalog.started()
     if began is None:

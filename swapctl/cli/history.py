@@ -9,10 +9,10 @@ import typer
 from rich.table import Table
 
 from .. import playbook as pb
+from ..facts.catalog import catalog as read_catalog
 from ..facts.journal_entry import JournalEntry
 from ..facts.releases import releases_newest_first, who_am_i
 from ..remote import connect
-from ..swap.deploy import Swap
 from .common import JsonOpt, PlaybookOpt, guarded, out, print_json, select_hosts, stacked, text, warn, when
 from .history_table import releases_table
 
@@ -42,8 +42,7 @@ def _history(target: str, playbook_path: str | None, as_json: bool) -> int:
     book.require_daemon()
     [spec] = select_hosts(book, [target])
     with connect(spec) as h:
-        sw = Swap(h, book)
-        catalog = sw.catalog()
+        catalog = read_catalog(h, book.daemon)
     releases, current, entries = catalog.releases, catalog.current, catalog.journal
     warn(catalog.notes())
     ordered = releases_newest_first(releases)

@@ -13,13 +13,13 @@ from rich.table import Table
 
 from .. import playbook as pb
 from ..errors import BadInput
+from ..facts.catalog import catalog as read_catalog
 from ..logs import gpu
 from ..logs.cuzk.report import RunRow, Summary
 from ..logs.fetch import host_path
 from ..logs.gpu_figures import PARTS, GpuFigures, GpuReport, compare
 from ..logs.timings import PHASE_SHARE, ByteRange, ReleasePart, RunReport, by_release, parse, parse_files
 from ..remote import connect
-from ..swap.deploy import Swap
 from .common import JsonOpt, PlaybookOpt, err, guarded, out, print_json, select_hosts, text, warn
 
 if TYPE_CHECKING:
@@ -71,7 +71,7 @@ def _by_release(targets: list[str], dest: Path, playbook_path: str | None, as_js
     if not log.is_file():
         raise BadInput(f"{log}: no fetched log; run `swapctl fetch-logs {spec.name} --dest {dest}` first")
     with connect(spec) as host:
-        catalog = Swap(host, book).catalog()
+        catalog = read_catalog(host, book.daemon)
     warn(catalog.notes())
     parts = by_release(str(log), catalog.journal)
     if as_json:

@@ -14,6 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..errors import Refused
+from ..facts.catalog import Catalog, catalog
 from ..facts.journal_entry import Upload
 from ..playbook import Playbook
 from ..remote.host import Held, Host, Prepared
@@ -22,7 +23,7 @@ from . import rollback as back
 from .context import Context
 from .describe import describe
 from .events import Event, EventSink, Interrupts, Outcome
-from .plan import Catalog, Daemon, DeployPlan, Plan, Situation
+from .plan import Daemon, DeployPlan, Plan, Situation
 from .session import Session
 
 __all__ = ["Catalog", "Daemon", "DeployPlan", "Event", "EventSink", "Interrupts", "Outcome", "Plan", "Situation",
@@ -51,7 +52,7 @@ class Swap:
         self.discard_upload()
 
     def catalog(self) -> Catalog:
-        return preflight.catalog(self.ctx)
+        return catalog(self.host, self.ctx.spec)
 
     def situation(self) -> Situation:
         return preflight.situation(self.ctx)

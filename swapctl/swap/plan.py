@@ -11,9 +11,9 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
-from ..facts import journal_entry
-from ..facts.journal_entry import JOURNAL, JournalEntry, Start
-from ..facts.releases import RELEASE_ID, Release, now_iso, parse_releases, rollback_target, way_back, who_am_i
+from ..facts.catalog import of_sections
+from ..facts.journal_entry import JOURNAL, JournalEntry
+from ..facts.releases import Release, now_iso, way_back, who_am_i
 from ..facts.status import HostStatus
 from . import elf
 from .environ import carried
@@ -70,35 +70,6 @@ class Partial:
 
     path: str
     size: int
-
-
-@dataclass(frozen=True)
-class Catalog:
-    """What the host keeps: its releases, the one the binary path points at, its journal (oldest first, and
-    how many of its lines were no entry: skipped)."""
-
-    releases: dict[str, Release]
-    current: str | None
-    journal: tuple[JournalEntry, ...]
-    skipped: int = 0
-    where: str = JOURNAL  # HOST:PATH of the journal, for what is said about it
-
-    def rollback_target(self) -> Release | None:
-        """Where `rollback` goes from the current release (releases.rollback_target)."""
-        return rollback_target(self.releases, self.current, self.journal, list(self.deployed))
-
-    @property
-    def deployed(self) -> tuple[str, ...]:
-        """Release ids that deploys put in place, oldest first."""
-        return journal_entry.deployed(self.journal)
-
-    def started(self) -> Start | None:
-        """Where the current release last started in the daemon's log (None: the journal has no such start)."""
-        return journal_entry.started(self.journal, self.current)
-
-    def notes(self) -> tuple[str, ...]:
-        """What to tell the user about the journal: the lines it skipped."""
-        return (journal_entry.skipped_note(self.where, self.skipped),) if self.skipped else ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -233,16 +204,6 @@ def config_paths(argv: tuple[str, ...]) -> list[str]:
     return paths
 
 
-def read_catalog(facts: dict[str, str], where: str = JOURNAL) -> Catalog:
-    """The host's releases, current release and journal (at `where`, HOST:PATH), from the inspect script's
-    sections."""
-    kind, _, target = facts.get("binary", "missing").partition(" ")
-    journal, skipped = journal_entry.read(facts.get("journal", ""))  # a line cut short, or none of swapctl's
-    current = PurePosixPath(target).parent.name if kind == "link" else None
-    return Catalog(parse_releases(facts.get("releases", "")),
-                   current if current and RELEASE_ID.fullmatch(current) else None, journal, skipped, where)
-
-
 def read_daemon(status: HostStatus, facts: dict[str, str], keep: tuple[str, ...] = ()) -> Daemon | None:
     """The running daemon as the status facts and the inspect script saw it; of its environment, what
     environ.carried keeps (`keep`: the loader variables the playbook lets through)."""
@@ -330,7 +291,7 @@ def read_situation(host: str, binary_path: str, status: HostStatus, facts: dict[
     `keep`: the loader variables the playbook lets through; `journal_at`: the journal's path, named in the
     warning about the lines it skipped). A daemon under a unit is recorded with the unit's Environment and
     WorkingDirectory (systemctl show): what the unit gives it, not what systemd adds (INVOCATION_ID...)."""
-    catalog = read_catalog(facts, f"{host}:{journal_at}")
+    catalog = of_sections(facts, f"{host}:{journal_at}")
     daemon = read_daemon(status, facts, keep)
     unit = unit_for(status, daemon, named_unit, binary_path)
     if daemon:

@@ -21,7 +21,7 @@ from . import elf, room, session
 from .context import Context
 from .environ import carried
 from .inputs import room_needed_kib
-from .plan import Catalog, Daemon, DeployPlan, Plan, Situation, config_paths, read_catalog, read_situation
+from .plan import Daemon, DeployPlan, Plan, Situation, config_paths, read_situation
 from .store import gone as store_gone
 
 P = TypeVar("P", bound=Plan)
@@ -82,12 +82,6 @@ def second_prover(ctx: Context, p: Process) -> Refused:
                    f"daemon, and a deploy would start the new build beside it: if it is the daemon, fix {fix}; if "
                    f"it is not, make daemon.match exclude it; or pass --beside to start the new build anyway",
                    host=ctx.name)
-
-
-def catalog(ctx: Context) -> Catalog:
-    """The host's releases, current release and journal (the inspect script, without a daemon)."""
-    cmd = scripts.command("inspect.sh", pid="", bin=ctx.spec.binary, state=ctx.state, user=ctx.spec.user or "")
-    return read_catalog(split_sections(ctx.run(cmd).stdout), f"{ctx.name}:{ctx.state}/{JOURNAL}")
 
 
 def situation(ctx: Context, again: bool = False) -> Situation:

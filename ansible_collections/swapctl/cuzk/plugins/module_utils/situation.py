@@ -69,7 +69,7 @@ class Situation:
 
     @property
     def history(self) -> list[str]:
-        """Release ids deploys put in place, oldest first (swap.plan.Catalog.deployed)."""
+        """Release ids deploys put in place, oldest first (facts.catalog.Catalog.deployed)."""
         return list(journal_entry.deployed(self.journal))
 
 
