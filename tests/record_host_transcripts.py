@@ -46,7 +46,8 @@ def lay_out() -> subprocess.Popen[bytes]:
     manifest = {"id": "0123456789ab", "sha256": "ab" * 32, "size": 1, "name": "cuzk",
                 "created": "2026-12-02T19:29:00Z", "by": "recorder"}
     (release / "manifest.json").write_text(json.dumps(manifest) + "\n")
-    entry = {"time": "2026-12-02T19:29:30Z", "host": "lab", "action": "deploy", "to": "0123456789ab"}
+    entry = {"time": "2026-12-02T19:29:30Z", "host": "lab", "action": "deploy", "to": "0123456789ab" + "cd" * 26,
+             "outcome": "deployed", "current": "0123456789ab"}  # a landing: status's `landings` holds it
     (Path(DAEMON.state_dir) / "journal.jsonl").write_text(json.dumps(entry) + "\n")
     gpu = Path(sampler_dir(DAEMON.state_dir))
     gpu.mkdir(mode=0o700)

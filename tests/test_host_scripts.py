@@ -82,7 +82,8 @@ def test_a_recorded_status_finds_the_daemon_its_release_journal_gpus_and_sampler
     assert st.arch == "x86_64" and st.memory.total_kib > 0 and st.load
     assert st.current_release == f"{DAEMON.state_dir}/releases/0123456789ab/cuzk"
     assert [r["id"] for r in st.releases] == ["0123456789ab"]
-    assert json.loads(st.last_journal_line)["to"] == "0123456789ab" and not st.swapping
+    assert json.loads(st.last_journal_line)["current"] == "0123456789ab" and not st.swapping
+    assert [(e.action, e.current) for e in st.landings] == [("deploy", "0123456789ab")]  # where rollback goes
     assert [g.name for g in st.gpus] == ["NVIDIA H200"] and st.gpu_error is None and not st.gpu_hung
     assert [p.pid for p in st.gpu_processes] == [462]
     assert st.gpu_sampler == "not running; last note: 2026-12-02T19:29:40Z stopped: by request"

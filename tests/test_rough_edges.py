@@ -3,6 +3,7 @@ page and the line that said otherwise; the behaviour they describe is held by th
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import tomllib
@@ -326,7 +327,9 @@ def _release_rows(stdout: str, after: str) -> tuple[list[str], list[tuple[str, s
 def test_status_and_history_number_and_head_the_releases_alike(box, prover, prover_b, swapctl_env):
     """status listed releases oldest first with no numbers under `sha256/status`, history newest first
     numbered (the index `rollback --to` takes) under `release/source, status`: a number read off one named
-    another release in the other. Both now print the one table: same headers, same number for each."""
+    another release in the other. Both now print the one table: same headers, same number for each. And
+    status did not mark where `rollback` goes (`<`, read from the journal): now both mark it, and their
+    --json name the same rollback_target."""
     box.start_by_hand(prover)
     for binary in (prover_b, prover):
         r = swapctl("deploy", "lab", "--binary", str(binary), "--yes", "-p", str(box.playbook_path))
@@ -339,9 +342,14 @@ def test_status_and_history_number_and_head_the_releases_alike(box, prover, prov
     h_header, h_rows = _release_rows(h.stdout, "lab: releases")
     assert st_header == h_header and "release" in st_header[0] and "#" in st_header[1], st_header
     assert [(n, i) for n, _, i in st_rows] == [(n, i) for n, _, i in h_rows] and len(h_rows) == 2, (st_rows, h_rows)
-    assert [m for _, m, _ in st_rows if m] == ["*"] and ("*" in [m for _, m, _ in h_rows])
-    current = next(i for _, m, i in h_rows if m == "*")
-    assert next(i for _, m, i in st_rows if m == "*") == current
+    assert st_rows == h_rows and sorted(m for _, m, _ in st_rows) == ["*", "<"], (st_rows, h_rows)
+    assert "< `swapctl rollback` goes back to it" in st.stdout, st.stdout
+    running, back = (next(i for _, m, i in h_rows if m == mark) for mark in "*<")
+    assert prover.read_bytes() != prover_b.read_bytes() and running != back
+    st_json = json.loads(swapctl("status", "lab", "--json", "-p", str(box.playbook_path)).stdout)
+    h_json = json.loads(swapctl("history", "lab", "--json", "-p", str(box.playbook_path)).stdout)
+    st_doc = st_json["hosts"]["lab"]
+    assert st_doc["rollback_target"] == h_json["rollback_target"] == back, (st_doc["rollback_target"], h_json)
 
 
 # ---- init --from on the sandbox's own daemon -----------------------------------------------------------------

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Annotated
 
 import typer
@@ -10,21 +9,10 @@ from rich.table import Table
 
 from .. import playbook as pb
 from ..facts.catalog import catalog as read_catalog
-from ..facts.journal_entry import JournalEntry
-from ..facts.releases import releases_newest_first, who_am_i
+from ..facts.releases import releases_newest_first
 from ..remote import connect
 from .common import JsonOpt, PlaybookOpt, guarded, out, print_json, select_hosts, stacked, text, warn, when
-from .history_table import releases_table
-
-
-def uploaded_from_here(entries: Iterable[JournalEntry]) -> dict[str, str]:
-    """sha256 -> the local file a deploy from this machine (this user) uploaded it from, the latest."""
-    me, found = who_am_i(), {}
-    for e in entries:
-        source = e.upload.source if e.upload else None
-        if e.by == me and e.action == "deploy" and source is not None and e.to_sha:
-            found[e.to_sha] = source
-    return found
+from .history_table import legend, releases_table, uploaded_from_here
 
 
 def history(
@@ -47,17 +35,16 @@ def _history(target: str, playbook_path: str | None, as_json: bool) -> int:
     warn(catalog.notes())
     ordered = releases_newest_first(releases)
     back = catalog.rollback_target()
-    back_to = back.id if back else ""
+    back_id = back.id if back else ""
     if as_json:
-        print_json({"host": spec.name, "current": current, "rollback_target": back_to or None,
+        print_json({"host": spec.name, "current": current, "rollback_target": back_id or None,
                     "releases": [{"index": i, **{k: v for k, v in r.__dict__.items() if k != "env"}}
                                  for i, r in enumerate(ordered, 1)],
                     "journal": [e.to_dict() for e in entries]})
         return 0
-    t = releases_table(f"{spec.name}: releases", releases, current, back_to, uploaded_from_here(entries))
+    t = releases_table(f"{spec.name}: releases", releases, current, back_id, uploaded_from_here(entries))
     out.print(t)
-    out.print(text("* runs now   < `swapctl rollback` goes back to it (what ran before *)" if back_to else
-                   "* runs now   (no release for `swapctl rollback` to go back to)"))
+    out.print(text(legend(back_id)))
     j = Table(title="journal", title_justify="left")
     j.add_column("when\nwho", no_wrap=True, overflow="ellipsis", max_width=19)
     j.add_column("action\noutcome", no_wrap=True)

@@ -8,7 +8,8 @@ from typing import Any
 
 from rich.table import Table
 
-from ..facts.releases import Release, releases_newest_first, trusted_release
+from ..facts.journal_entry import JournalEntry, deployed
+from ..facts.releases import Release, releases_newest_first, rollback_target, trusted_release, who_am_i
 from .common import stacked, when
 
 
@@ -32,6 +33,29 @@ def releases_table(title: str, releases: dict[str, Release], current: str | None
                   stacked(when(r.created), r.by or "-"), stacked(built or "-", " ".join(r.argv or ()) or "-"),
                   style="red" if r.status == "bad" else None)
     return t
+
+
+def legend(back_to: str) -> str:
+    """The line under the table: what its marks mean."""
+    return ("* runs now   < `swapctl rollback` goes back to it (what ran before *)" if back_to else
+            "* runs now   (no release for `swapctl rollback` to go back to)")
+
+
+def back_to(releases: dict[str, Release], current: str | None, journal: Iterable[JournalEntry]) -> str:
+    """The id of the release `swapctl rollback` goes back to, or "" (releases.rollback_target)."""
+    journal = tuple(journal)
+    back = rollback_target(releases, current, journal, list(deployed(journal)))
+    return back.id if back else ""
+
+
+def uploaded_from_here(entries: Iterable[JournalEntry]) -> dict[str, str]:
+    """sha256 -> the local file a deploy from this machine (this user) uploaded it from, the latest."""
+    me, found = who_am_i(), {}
+    for e in entries:
+        source = e.upload.source if e.upload else None
+        if e.by == me and e.action == "deploy" and source is not None and e.to_sha:
+            found[e.to_sha] = source
+    return found
 
 
 def from_manifests(manifests: Iterable[Any]) -> tuple[dict[str, Release], int]:

@@ -12,6 +12,7 @@ from ..facts import cordon, journal_entry
 from ..facts.daemon_view import DaemonView
 from ..facts.exposure import why_public
 from ..facts.journal_entry import JournalEntry
+from ..facts.releases import Release
 from ..facts.status import HostStatus, gather
 from ..facts.systemd import Unit
 from ..masking import MASK, looks_secret, masked_env, masked_unit_text
@@ -94,10 +95,11 @@ def _status(targets: list[str], playbook_path: str | None, as_json: bool, limit:
 
 def _json_doc(name: str, st: HostStatus, view: cordon.CordonView | None, book: pb.Playbook) -> dict[str, Any]:
     """One host's status as --json shows it: its secrets masked."""
-    doc = {k: v for k, v in st.__dict__.items() if k not in ("processes", "last_journal_line")}
+    doc = {k: v for k, v in st.__dict__.items() if k not in ("processes", "last_journal_line", "landings")}
     alone = finished_alone(st)
     doc["finished_alone"] = alone.to_dict() if alone else None
     doc["releases"] = [_shown(r, book.daemon.secret_env) for r in st.releases]
+    doc["rollback_target"] = _rollback_target(st)  # as history --json's
     doc["unit"] = _unit_shown(st.unit, book.daemon.secret_env)
     doc["daemon_view"] = _view_shown(st.daemon_view)
     doc["cordon"] = _cordon_shown(view, book.curio_of(name).nodes, name)
@@ -273,15 +275,30 @@ def _render_gpus(st: HostStatus) -> None:
             out.print(text(f"  GPU process {app.pid} {app.name} {app.used_mib or 0:.0f} MiB on {app.gpu_uuid}"))
 
 
+def _rollback_target(st: HostStatus) -> str | None:
+    if not st.releases:
+        return None
+    from .history_table import back_to, from_manifests  # rich.table: 25 ms, for hosts with releases
+
+    releases, _ = from_manifests(st.releases)
+    return back_to(releases, _current(releases, st), st.landings) or None
+
+
+def _current(releases: dict[str, Release], st: HostStatus) -> str | None:
+    """The release the binary path points at, of those read."""
+    path = st.current_release or ""
+    return next((i for i in releases if f"/releases/{i}/" in path), None)
+
+
 def _render_releases(st: HostStatus) -> None:
     if st.releases:  # history's table: its numbers (`rollback --to N`) and headers, the same releases
-        from .history_table import from_manifests, releases_table  # rich.table: 25 ms, for hosts with releases
+        from .history_table import back_to, from_manifests, legend, releases_table, uploaded_from_here  # rich.table
 
         releases, skipped = from_manifests(st.releases)
-        path = st.current_release or ""
-        current = next((i for i in releases if f"/releases/{i}/" in path), None)
-        out.print(releases_table("releases", releases, current))
-        out.print(text("* runs now" + (f"   ({skipped} manifest{'s' * (skipped != 1)} left out: not one swapctl "
+        current = _current(releases, st)
+        back = back_to(releases, current, st.landings)
+        out.print(releases_table("releases", releases, current, back, uploaded_from_here(st.landings)))
+        out.print(text(legend(back) + (f"   ({skipped} manifest{'s' * (skipped != 1)} left out: not one swapctl "
                                        "writes)" if skipped else "")))
     else:
         out.print("releases: none (swapctl has not deployed here)")

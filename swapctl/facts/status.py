@@ -12,16 +12,17 @@ from typing import Any
 from ..host import scripts
 from ..playbook import DaemonSpec, GpuSpec
 from ..remote import Cmd, Host
-from . import cgroup, daemon_view, exposure, forks, nvidia, system
+from . import cgroup, daemon_view, exposure, forks, journal_entry, nvidia, system
 from . import systemd as sd
 from .daemon_rule import daemon_rule
+from .journal_entry import JournalEntry
 from .sections import split_sections as split_sections  # re-exported: the callers import it from here
 from .system import Process
 
 # The sections status.sh prints, in its order: parse_status reads these and no other.
 SECTIONS = ("host", "self", "ps", "links", "ids", "starts", "daemon-user", "binary-owner", "binary-dir", "meminfo",
-            "loadavg", "who", "df", "gpu", "gpu-apps", "current", "swapping", "last-swap", "gpu-sampler", "unit",
-            "releases", "cgroup", "listen", "config", "daemon-view")
+            "loadavg", "who", "df", "gpu", "gpu-apps", "current", "swapping", "last-swap", "landings", "gpu-sampler",
+            "unit", "releases", "cgroup", "listen", "config", "daemon-view")
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,7 @@ class HostStatus:
     swapping: bool = False  # a swap script runs on the host now (it holds swap.lock)
     swap_info: str = ""  # its swap.info: who started it, since when (JSON, as the host wrote it)
     last_journal_line: str = ""  # the journal's last line, as the host has it (read as a JournalEntry above)
+    landings: tuple[JournalEntry, ...] = field(default=(), repr=False)  # the journal's recent landings, oldest first
     gpu_sampler: str | None = None  # one line: the GPU sampler runs (and follows which pid) or not, its last note
     gpu_hung: bool = False  # nvidia-smi did not answer within [gpu] nvidia_smi_timeout_s: GPU or driver wedged
     unit: sd.Unit | None = None  # the systemd unit the daemon runs under (or the playbook names)
@@ -180,6 +182,7 @@ def parse_status(host: str, text: str, daemon: DaemonSpec, df_paths: list[str]) 
         swapping=s.get("swapping", "").strip().startswith("yes"),
         swap_info="".join(s.get("swapping", "").strip().splitlines()[1:2]),
         last_journal_line=s.get("last-swap", "").strip(),
+        landings=journal_entry.read(s.get("landings", ""))[0],  # a line that is no entry: left out
         gpu_sampler=_sampler_line(s.get("gpu-sampler", "")),
         gpu_hung=hung is not None,
         unit=_own_unit(sd.parse_unit(s.get("unit", "")), daemon, daemons),

@@ -49,6 +49,10 @@ sec swapping; [ -e "$state/swap.lock" ] && ! flock -n "$state/swap.lock" true 2>
   head -n 1 -c 4096 -- "$state/swap.info" 2>/dev/null
 sec last-swap  # the journal's last line (swapctl.facts.journal_entry reads it): the host may have written it alone
 [ -n "$state" ] && tail -c 65536 -- "$state/journal.jsonl" 2>/dev/null | tail -n 1
+sec landings  # of the lines `history` reads (inspect.sh's), the last 200 that landed a release (at most 256 KiB,
+# newest kept; a line cut at the front is no entry): where `rollback` goes, marked in the releases table
+[ -n "$state" ] && tail -n 1000 -- "$state/journal.jsonl" 2>/dev/null | cut -c 1-65536 |
+  grep -F -e '"outcome": "deployed"' -e '"outcome": "rolled-back"' | tail -n 200 | tail -c 262144
 sec gpu-sampler  # swapctl.gpu.sampler: whether it runs, and its last note
 g="$state/gpu"
 if [ -n "$state" ] && [ -d "$g" ]; then
