@@ -3,7 +3,7 @@
 Numbers): proofs lost, Curio retries burned, PoSt tasks failed, cordon time and swap wall time per swap.
 
 The farm lab of the tests (tests/curio_lab.py): a real PostgreSQL holding Curio's harmony tables, the Curio
-node stand-in (tests/curio_node.py) feeding the box's daemon (the stand-in prover, images/prover) and the
+node stand-in (images/curio/curio_node.py) feeding the box's daemon (the stand-in prover, images/prover) and the
 `curio` CLI stand-in on the host; real sshd on loopback, swapctl run as a user runs it. The feeder inserts a
 mix of PoRep, UpdateProve, WdPost and WinPost tasks in two shapes (docs/daemon.md): paced (one task every
 --gap s) and saturating (the node's MaxPending 10 full and --backlog more kept waiting, no pause). The

@@ -198,10 +198,13 @@ def prover_config(memory_mib: int = 32, jobs: int = 1, start_delay_ms: int = 0, 
 # a proof of about 1.7 s (4 partitions: 50 ms of synthesis, a busy CPU; 400 ms "on the GPU", a sleep), then
 # 1 s with none in flight. A proof is in flight most of the time (a deploy's plan names it, a drain waits for
 # it) and the drain finds its pause; the daemon costs about a tenth of one core.
-def sandbox_config(status_port: int) -> str:
-    """The sandbox daemon's cuzk.toml: steady proofs, its status on 127.0.0.1:`status_port`."""
-    return prover_config(memory_mib=256, jobs=-1, job_interval_ms=1000, partitions=4, partition_mib=32,
-                         synth_ms=50, gpu_ms=400, status_listen=f"127.0.0.1:{status_port}")
+def sandbox_config(status_port: int, listen: int = 0) -> str:
+    """The sandbox daemon's cuzk.toml: steady proofs, its status on 127.0.0.1:`status_port`; with `listen`,
+    no proofs of its own: it proves what a Curio node sends to 127.0.0.1:`listen` (sandbox_curio)."""
+    text = prover_config(memory_mib=256, jobs=0 if listen else -1, job_interval_ms=0 if listen else 1000,
+                         partitions=4, partition_mib=32, synth_ms=50, gpu_ms=400,
+                         status_listen=f"127.0.0.1:{status_port}")
+    return f'listen = "127.0.0.1:{listen}"  # where Curio sends its proofs\n' + text if listen else text
 
 
 def start_daemon(binary: Path, config: Path, log: Path, cwd: Path) -> int:
@@ -250,19 +253,22 @@ def status_port(port: int, hosts: int = 1) -> int:
     return port + hosts
 
 
-def up(base: Path, port: int = 40612, fresh: bool = False, hosts: int = 1) -> Up:
+def up(base: Path, port: int = 40612, fresh: bool = False, hosts: int = 1, curio: bool = False) -> Up:
     """Starts the sandbox (sshd + a hand-started prover that proves steadily, or `hosts` of them, a farm)
     and writes its playbook. A sandbox deployed to before keeps its hosts' data (releases, journal, the
     current build) unless `fresh`; a playbook the user has edited is never lost (write_playbook)."""
-    from . import sandbox_hosts  # it builds on this module's parts
+    from . import sandbox_curio, sandbox_hosts  # they build on this module's parts
 
     if not 1 <= hosts <= MAX_HOSTS:
         raise BadInput(f"--hosts must be 1 to {MAX_HOSTS}, not {hosts}")
+    if curio and hosts != 1:
+        raise BadInput("--curio takes one sandbox host (a farm of Curio nodes is the tests': docs/curio.md)")
     down(base)
     base = base.resolve()
     taken = [port + i for i in range(hosts)] + ([status_port(port)] if hosts == 1 else [])
+    taken += [port + 2, port + 3] if curio else []  # the daemon's listen for the node, the node's own
     for p in taken:  # before anything of the old sandbox is removed
-        if holder := port_holder(p):
+        if holder := sandbox_hosts.port_holder(p):
             raise Refused(f"port {p} is taken by {holder}: stop it, or pick another with --port "
                           f"(the sandbox uses {port} to {taken[-1]})")
     if (why := sandbox_hosts.isolation_fails()) and hosts > 1:
@@ -281,18 +287,20 @@ def up(base: Path, port: int = 40612, fresh: bool = False, hosts: int = 1) -> Up
         if not kept:  # the first daemon: build A; a kept host starts what its binary path runs now
             shutil.copy(base / "builds" / "prover-a", data / "cuzk")
         # written each time: its status port follows --port (docs/guide.md says how to change its load)
-        (data / "cuzk.toml").write_text(sandbox_config(status_port(port, hosts)))
+        (data / "cuzk.toml").write_text(sandbox_config(status_port(port, hosts), port + 2 if curio else 0))
     if why:
-        _up_one(base, port)
+        sandbox_hosts.up_one(base, port)
     else:
         sandbox_hosts.start(base, port, datas, net=hosts > 1)
+    if curio:  # the daemon is up: the node's first Prove finds it
+        sandbox_curio.start(base, port + 2, port + 3)
     for data in datas:  # its first proof made (the SRS loaded): the first `status` shows a working daemon
         wait_ready(data / "cuzk.log", lambda: None, lines=FIRST_PROOF)
     if hosts == 1:  # playbooks/sandbox.toml, the example people read, is the playbook the sandbox runs with
         text = examples.render("sandbox", SANDBOX=str(base), PORT=str(port), STATUS_PORT=str(status_port(port)))
     else:
         text = sandbox_hosts.playbook(base, port, hosts)
-    done = write_playbook(base, text, fresh)
+    done = write_playbook(base, sandbox_curio.playbook(text, base, port + 3) if curio else text, fresh)
     return Up(done.playbook, done.note, shared=why and f"the sandbox host is not a host of its own ({why}): "
                                                    "other sessions and processes on this machine show as its own")
 
@@ -300,19 +308,6 @@ def up(base: Path, port: int = 40612, fresh: bool = False, hosts: int = 1) -> Up
 def _kept_host(child: Path, fresh: bool) -> bool:
     """A farm host's data with history, which a smaller sandbox leaves for a later `--hosts` to find."""
     return not fresh and re.fullmatch(r"data-\d+", child.name) is not None and (child / ".swapctl").is_dir()
-
-
-def _up_one(base: Path, port: int) -> None:
-    """The one sandbox host where namespaces cannot be had: sshd on 127.0.0.1:`port` and the prover started
-    by hand behind it, both among this machine's processes."""
-    data = base / "data"
-    server = make_server(base / "sshd", port=port, data=data)
-    server.start(detach=True)
-    if server.proc is None or server.proc.poll() is not None:  # the banner came from another server
-        log = (base / "sshd" / "sshd.log").read_text(errors="replace").strip().splitlines()[-1:] or ["?"]
-        raise Refused(f"the sandbox's sshd on port {port} exited: {log[0]} ({port_holder(port) or 'see sshd.log'})")
-    server.trust()
-    start_daemon(data / "cuzk", data / "cuzk.toml", data / "cuzk.log", data)
 
 
 PLAYBOOK_FILES = ("swapctl.toml", ".swapctl.toml")  # the playbook, its record, the copies beside it
@@ -348,36 +343,12 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def port_holder(port: int) -> str:
-    """Who listens on TCP `port` (IPv4 or IPv6): `pid N (COMMAND)`, `an unknown process` (another user's,
-    unreadable), or "" when none does; from /proc/net/tcp* and the sockets in /proc/*/fd."""
-    inodes = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            lines = Path(table).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            f = line.split()
-            if len(f) > 9 and f[3] == "0A" and int(f[1].rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
-                inodes.add(f"socket:[{f[9]}]")
-    if not inodes:
-        return ""
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            if any(os.readlink(fd) in inodes for fd in (proc / "fd").iterdir()):
-                cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
-                return f"pid {proc.name} ({cmd[:200]})"
-        except OSError:
-            continue
-    return "an unknown process"
-
-
 def down(base: Path, timeout: float = 10) -> None:
     """Stops the sandbox's sshd (each host's, with all that runs in its namespaces) and every process
     running from its data directory, and returns once they are gone (BadInput past `timeout`)."""
+    from .sandbox_curio import stop as stop_curio
+
+    stop_curio(base)
     pids = []
     for pid_file in sorted(base.glob("sshd*/sshd.pid")):
         try:  # only a process of this sandbox: a pid file outlives a reboot, and its pid is reused

@@ -13,6 +13,7 @@ as Debian's ssh.socket did.
 
 from __future__ import annotations
 
+import os
 import re
 import socket
 import subprocess
@@ -24,7 +25,7 @@ from pathlib import Path
 from .errors import BadInput, Refused
 from .playbook import examples
 from .remote.ssh import wait_for_banner
-from .sandbox import SshServer, make_server, sshd_path, status_port, wait_ready
+from .sandbox import SshServer, make_server, sshd_path, start_daemon, status_port, wait_ready
 
 GROUP = "farm"
 
@@ -165,3 +166,43 @@ def _running(pid: int) -> bool:
         except (OSError, IndexError):
             continue
     return False
+
+
+def up_one(base: Path, port: int) -> None:
+    """The one sandbox host where namespaces cannot be had: sshd on 127.0.0.1:`port` and the prover started
+    by hand behind it, both among this machine's processes."""
+    data = base / "data"
+    server = make_server(base / "sshd", port=port, data=data)
+    server.start(detach=True)
+    if server.proc is None or server.proc.poll() is not None:  # the banner came from another server
+        log = (base / "sshd" / "sshd.log").read_text(errors="replace").strip().splitlines()[-1:] or ["?"]
+        raise Refused(f"the sandbox's sshd on port {port} exited: {log[0]} ({port_holder(port) or 'see sshd.log'})")
+    server.trust()
+    start_daemon(data / "cuzk", data / "cuzk.toml", data / "cuzk.log", data)
+
+
+def port_holder(port: int) -> str:
+    """Who listens on TCP `port` (IPv4 or IPv6): `pid N (COMMAND)`, `an unknown process` (another user's,
+    unreadable), or "" when none does; from /proc/net/tcp* and the sockets in /proc/*/fd."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            f = line.split()
+            if len(f) > 9 and f[3] == "0A" and int(f[1].rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
+                inodes.add(f"socket:[{f[9]}]")
+    if not inodes:
+        return ""
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if any(os.readlink(fd) in inodes for fd in (proc / "fd").iterdir()):
+                cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+                return f"pid {proc.name} ({cmd[:200]})"
+        except OSError:
+            continue
+    return "an unknown process"

@@ -1,5 +1,5 @@
-"""The Curio farm lab: a real PostgreSQL server holding Curio's harmony tables (tests/data/curio/), the
-Curio node stand-in (tests/curio_node.py) and the `curio` CLI stand-in (tests/curio_cli.py).
+"""The Curio farm lab: a real PostgreSQL server holding Curio's harmony tables (images/curio/sql/), the
+Curio node stand-in (images/curio/curio_node.py) and the `curio` CLI stand-in (images/curio/curio_cli.py).
 
 Real Curio and YugabyteDB cannot be built or fetched here; YugabyteDB's YSQL is PostgreSQL's SQL, so the
 database is Debian's PostgreSQL, `initdb`ed into a temporary directory and started on 127.0.0.1 at a free
@@ -9,7 +9,6 @@ does, with the Curio source line it follows.
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import pwd
@@ -26,27 +25,15 @@ import psycopg
 import pytest
 
 from swapctl.sandbox import free_port, prover_config
+from swapctl.sandbox_curio import DATABASE, PASSWORD, SCHEMA, USER, install_cli, pg_bin
 
 HERE = Path(__file__).resolve().parent
-DDL = HERE / "data" / "curio"
-NODE = HERE / "curio_node.py"
-CLI = HERE / "curio_cli.py"
-SCHEMA = "curio"  # Curio's tables live here (curiostorage/harmonyquery: DefaultSchema = "curio")
-# Curio's own defaults for its database (cmd/curio/main.go:135-158): role, password and database `yugabyte`
-USER = PASSWORD = DATABASE = "yugabyte"
+CURIO = HERE.parent / "images" / "curio"  # the stand-ins and Curio's tables (`sandbox up --curio` runs them too)
+DDL = CURIO / "sql"
+NODE = CURIO / "curio_node.py"
+CLI = CURIO / "curio_cli.py"
 # What every Curio type in the lab is named (tasks/tasknames/names.go:12,19,24,27,78)
 CUZK_TASKS = ("PoRep", "UpdateProve", "PSProve", "WdPost", "WinPost")
-
-
-def pg_bin(tool: str) -> str:
-    """A PostgreSQL server program: on PATH, else Debian's newest under /usr/lib/postgresql/*/bin."""
-    found = shutil.which(tool)
-    if found:
-        return found
-    debian = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{tool}"), key=lambda p: int(p.split("/")[4]))
-    if not debian:
-        raise RuntimeError(f"no {tool}: install Debian's postgresql (bash scripts/system-deps)")
-    return debian[-1]
 
 
 @dataclass
@@ -161,13 +148,7 @@ def add_tasks(db: Postgres, name: str, n: int = 1) -> list[int]:
                           "RETURNING id", (name, 0)).fetchone()[0] for _ in range(n)]
 
 
-def install_curio(bin_dir: Path) -> Path:
-    """The CLI stand-in installed as an executable named `curio` in bin_dir (put bin_dir on PATH)."""
-    bin_dir.mkdir(parents=True, exist_ok=True)
-    exe = bin_dir / "curio"
-    exe.write_text(f"#!/bin/sh\nexec {sys.executable} {CLI} \"$@\"\n")
-    exe.chmod(0o755)
-    return exe
+install_curio = install_cli  # the sandbox's own
 
 
 @dataclass

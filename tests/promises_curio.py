@@ -1,7 +1,7 @@
 """The Curio side of a promises host (issue 43): its daemon fed by a Curio node, swapped with `stop = "cordon"`.
 
 The farm lab of tests/curio_lab.py brought to one tests/promises.py host: a PostgreSQL of its own holding
-Curio's tables, the node stand-in (tests/curio_node.py) in the host's network namespace, so that it reaches
+Curio's tables, the node stand-in (images/curio/curio_node.py) in the host's network namespace, so that it reaches
 the daemon's 127.0.0.1 there as a co-located Curio does (Curio's co-located layout:
 documentation/en/experimental-features/cuzk-proving-daemon.md:181-193), and a feeder keeping a backlog of
 tasks waiting (Curio's MaxPending full: no moment is idle). The node and the host's swap script reach the

@@ -169,7 +169,8 @@ def test_gpu_run_lists_every_package_swapctl_needs_on_the_gpu_machine():
     # checked there, ../shared/gpu-machine.md; matplotlib: the H200 runs drew report.html's and timeline.png's
     # pictures with the image's own (tests/data/h200-experiment)
     image_has = {"typer", "rich", "matplotlib"}
-    unused_there = {"docker", "pyyaml"}  # the GPU machine runs the benchmark: no `swapctl build`, no inventory
+    # the GPU machine runs the benchmark: no `swapctl build`, no inventory, no `sandbox up --curio`
+    unused_there = {"docker", "pyyaml", "psycopg"}
     wheels = listed(ROOT / "scripts" / "gpu-wheels.txt")
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert {normalized(r) for r in project["dependencies"]} - image_has - unused_there <= wheels

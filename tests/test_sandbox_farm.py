@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from swapctl.cli.environment import run as run_in_process
-from swapctl.sandbox import build_prover, make_server, port_holder
+from swapctl.sandbox import build_prover, make_server
+from swapctl.sandbox_hosts import port_holder
 
 from lab import free_port, path_without, swapctl, wait_until
 

@@ -24,12 +24,16 @@ def up(dir: DirOpt = Path(".sandbox"), port: Annotated[int, typer.Option(help="s
        hosts: Annotated[int, typer.Option("--hosts", help=(
            "How many sandbox hosts (1 to 8): more than one is a farm in the group `farm`, sshd on PORT, "
            "PORT+1, ..., each host in namespaces of its own (needs root)."))] = 1,
+       curio: Annotated[bool, typer.Option("--curio", help=(
+           "Feed the daemon as Curio does: a PostgreSQL with Curio's tables, a Curio node stand-in proving on "
+           "the daemon's PORT+2 and a feeder that keeps tasks waiting; the playbook swaps with stop = "
+           "\"cordon\" (needs Debian's postgresql)."))] = False,
        ) -> None:
     """Start the sandbox: sshd on 127.0.0.1:PORT, a prover started by hand that proves steadily, a playbook."""
 
     def run() -> int:
         kept = not fresh and sb.has_history(dir)
-        done = sb.up(dir, port, fresh=fresh, hosts=hosts)
+        done = sb.up(dir, port, fresh=fresh, hosts=hosts, curio=curio)
         if hosts == 1:
             out.print(text(f"sandbox up: host `sandbox` at 127.0.0.1:{port}, playbook {done.playbook}"),
                       soft_wrap=True)
@@ -42,8 +46,13 @@ def up(dir: DirOpt = Path(".sandbox"), port: Annotated[int, typer.Option(help="s
             out.print(text(done.shared), soft_wrap=True)
         if kept:
             out.print(text("kept its releases and journal from before (`history sandbox`; `--fresh` forgets them)"))
-        out.print(text(f"its daemon proves steadily (a proof about every 3 s), its status on 127.0.0.1:"
-                       f"{sb.status_port(port, hosts)}{' in each host' if hosts > 1 else ''}"), soft_wrap=True)
+        if curio:
+            out.print(text(f"its daemon proves what a Curio node stand-in (127.0.0.1:{port + 3}) sends it, never idle; "
+                           f"its status on 127.0.0.1:{sb.status_port(port)}; the playbook swaps with stop = "
+                           f"\"cordon\" (docs/curio.md)"), soft_wrap=True)
+        else:
+            out.print(text(f"its daemon proves steadily (a proof about every 3 s), its status on 127.0.0.1:"
+                           f"{sb.status_port(port, hosts)}{' in each host' if hosts > 1 else ''}"), soft_wrap=True)
         out.print(text(f"builds to deploy: {dir.resolve() / 'builds'}/prover-b"))
         return 0
 

@@ -2,7 +2,7 @@
 
     curio [--db-host H] [--db-port P] [--db-name N] [--db-user U] [--db-password W] cli --machine HOST:PORT cordon
     curio ... cli --machine HOST:PORT uncordon
-    curio ... run --listen HOST:PORT --layers L1,L2 ...      the node stand-in (tests/curio_node.py)
+    curio ... run --listen HOST:PORT --layers L1,L2 ...      the node stand-in (images/curio/curio_node.py)
 
 `cordon` and `uncordon` do what the real ones do through the node's JSON-RPC (cmd/curio/cordon.go:10-36):
 `UPDATE harmony_machines SET unschedulable = $1 WHERE id = $2` (cmd/curio/rpc/rpc.go:376-390), for the
@@ -77,7 +77,7 @@ def parser() -> argparse.ArgumentParser:
     verbs = cli.add_subparsers(dest="verb", required=True)
     verbs.add_parser("cordon", help="Cordon a machine, set it to maintenance mode")
     verbs.add_parser("uncordon", help="Uncordon a machine, resume scheduling")
-    sub.add_parser("run", help="the node stand-in (tests/curio_node.py run --help)", add_help=False)
+    sub.add_parser("run", help="the node stand-in (images/curio/curio_node.py run --help)", add_help=False)
     return ap
 
 
