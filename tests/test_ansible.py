@@ -114,6 +114,63 @@ def test_the_modules_swap_script_inputs_are_swapctl_deploys(collection, more):
     assert plain(ours)["curio_env"] == ("CURIO_DB_PASSWORD=pw\n" if more else "")
 
 
+@pytest.mark.parametrize(("daemon", "toml"), [
+    ({}, ""),  # no command of its own: the running daemon's, carried
+    ({"args": ["--config", "/etc/cuzk.toml"], "cwd": "/srv", "env": {"RUST_LOG": "info", "LD_PRELOAD": "/x.so"}},
+     'args = ["--config", "/etc/cuzk.toml"]\ncwd = "/srv"\nenv = { RUST_LOG = "info", LD_PRELOAD = "/x.so" }\n'),
+    ({"user": "nobody", "keep_loader_env": ["LD_PRELOAD"]}, 'user = "nobody"\nkeep_loader_env = ["LD_PRELOAD"]\n'),
+], ids=["as-it-runs", "args-cwd-env", "user"])
+@pytest.mark.parametrize("runs", ["daemon", "release", "nothing"])
+def test_the_module_starts_a_new_build_and_a_release_with_no_record_as_deploy_does(collection, daemon, toml, runs):
+    """One swap core (swap/command.py): a new build's command line, cwd, environment and user, a release with no
+    record of its own, and the swap script's command line are the controller's on the module's side too. The
+    module had restated them (plan.new_release, plan.as_configured) and drifted: a release with no record got
+    the default environment there and the running daemon's here."""
+    sys.path.insert(0, str(collection))
+    try:
+        from ansible_collections.swapctl.cuzk.plugins.module_utils import engine, plan, situation
+    finally:
+        sys.path.remove(str(collection))
+    import pwd
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from swapctl import playbook as pb
+    from swapctl.facts.releases import Release
+    from swapctl.swap import preflight, swaprun
+    from swapctl.swap.context import Context
+    from swapctl.swap.plan import Daemon
+
+    book = pb.parse('[daemon]\nbinary = "/data/cuzk"\nlog = "/data/cuzk.log"\n' + toml, "p.toml")
+    ctx = Context(type("H", (), {"name": "gpu-0"})(), book, book.require_daemon())  # type: ignore[arg-type]
+    env = (("PATH", "/opt/bin"), ("LD_PRELOAD", "/evil.so"), ("CUZK_GPUS", "0,1"))
+    ran = dict(argv=("/data/cuzk", "-c", "/data/cuzk.toml"), cwd="/data", env=env, uid=1000, gid=1000)
+    old = Release(sha256="a" * 64, size=1, name="cuzk", created="2025", by="me", **ran)
+    theirs_daemon = replace(Daemon.started(4242), sha256="c" * 64, **ran) if runs == "daemon" else None
+    ours_daemon = engine.Daemon(pid=4242, sha256="c" * 64, **ran) if runs == "daemon" else None
+    releases = {old.id: old} if runs == "release" else {}
+    nobody = pwd.getpwnam("nobody")
+    status = SimpleNamespace(daemon_user=(nobody.pw_uid, nobody.pw_gid) if daemon.get("user") else None, unit=None)
+    theirs_sit = SimpleNamespace(daemon=theirs_daemon, releases=releases, current=old.id if releases else None,
+                                 status=status, unit=None)
+    ours_sit = situation.Situation(daemon=ours_daemon, current=old.id if releases else None, journal=(), to_save=(),
+                                releases={k: engine.Release(**v.__dict__) for k, v in releases.items()})
+    s = engine.Settings.of({"daemon": {"binary": "/data/cuzk", "log": "/data/cuzk.log", **daemon}, "host": "gpu-0"})
+
+    def fields(r) -> tuple:
+        return r.argv, r.cwd, r.env, r.uid, r.gid
+
+    theirs = preflight.playbook_command(ctx, theirs_sit)  # type: ignore[arg-type]
+    assert fields(plan.new_release(s, ours_sit, "b" * 64, 1)) == fields(theirs)
+    bare = Release(sha256="d" * 64, size=1, name="cuzk", created="2024", by="me")  # saved from the disk
+    cwdless = replace(bare, argv=("/data/cuzk",))
+    for rel in (bare, cwdless, old):
+        mine = plan.as_configured(s, ours_sit, engine.Release(**rel.__dict__))
+        started = preflight.as_it_starts(ctx, theirs_sit, rel)  # type: ignore[arg-type]
+        assert fields(mine) == fields(started), rel
+        assert plan.command_for(s, mine) == swaprun.command_for(ctx, started)
+
+
 def test_the_module_calls_the_daemon_what_swapctl_status_does(collection):
     """One rule (facts/daemon_rule.py), shipped: the module's and the CLI's (facts.status._the_daemon, with the
     host's facts as the status script reads them) agree on every process of one table: binaries in and beside

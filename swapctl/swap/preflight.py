@@ -18,15 +18,16 @@ from ..facts.system import Process
 from ..facts.unsafe import why_unsafe
 from ..host import scripts
 from . import elf, room, session
+from .command import as_it_starts as starts_as
+from .command import release_command
 from .context import Context
 from .environ import carried
 from .inputs import room_needed_kib
-from .plan import Daemon, DeployPlan, Plan, Situation, config_paths, read_situation
+from .plan import DeployPlan, Plan, Situation, config_paths, read_situation
 from .store import gone as store_gone
 
 P = TypeVar("P", bound=Plan)
 
-DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 def swapping(ctx: Context, info: str = "") -> LockHeld:
@@ -173,49 +174,22 @@ def check_configs(ctx: Context, sit: Situation, argv: tuple[str, ...]) -> None:
                        f"(create it, or fix daemon.args)", host=ctx.name)
 
 
-def env_for(ctx: Context, base: tuple[tuple[str, str], ...] | None) -> tuple[tuple[str, str], ...]:
-    """The new release's environment: what ran before (as environ.carried keeps it), then daemon.env."""
-    env = dict(carried(base, keep_loader(ctx))[0] if base else (("PATH", DEFAULT_PATH), ("HOME", "/root")))
-    env.update(ctx.spec.env)
-    return tuple(env.items())
-
-
-def run_as(ctx: Context, sit: Situation, base: Release | Daemon | None) -> tuple[int | None, int | None]:
-    """Who a new release runs as: daemon.user, else whom the daemon (or the release) it replaces ran as."""
-    ids: tuple[int | None, int | None] = (None, None)
-    if ctx.spec.user and sit.status.daemon_user:
-        ids = sit.status.daemon_user
-    elif base:
-        ids = (base.uid, base.gid)
-    return ids if ids[0] else (None, None)  # root: as swapctl's commands run
-
-
 def playbook_command(ctx: Context, sit: Situation) -> Release:
-    """What a release with no record of its own runs with, as a deploy's new build does: the playbook's
-    command line, cwd and environment, else what runs now (the daemon, else the current release); its user
-    as run_as says. Only the command's fields are set."""
-    spec = ctx.spec
+    """What a release with no record of its own runs with, as a deploy's new build does (the swap core's
+    release_command, from what runs now: the daemon, else the current release); under a unit whose
+    ExecStart runs the binary path, what `systemctl start` will run. Only the command's fields are set."""
     base = sit.daemon or sit.releases.get(sit.current or "")
-    args = spec.args if spec.args is not None else (tuple(base.argv[1:]) if base and base.argv else ())
-    cwd = spec.cwd or (base.cwd if base and base.cwd else str(PurePosixPath(spec.binary).parent))
-    uid, gid = run_as(ctx, sit, base)
-    env = env_for(ctx, base.env if base else None)
+    cmd = release_command(ctx.spec, ctx.spec.env, base, sit.status.daemon_user)
     unit = sit.status.unit
     if sit.unit and unit and unit.name == sit.unit:  # what `systemctl start` will run (check_unit checked it)
-        args, cwd, env = unit.exec_argv[1:], unit.working_directory or "/", unit.environment
-    return Release(sha256="", size=0, name="", created="", by="", argv=(spec.binary, *args), cwd=cwd, env=env,
-                   uid=uid, gid=gid)
+        cmd = replace(cmd, argv=(ctx.spec.binary, *unit.exec_argv[1:]), cwd=unit.working_directory or "/",
+                      env=unit.environment)
+    return cmd
 
 
 def as_it_starts(ctx: Context, sit: Situation, rel: Release) -> Release:
-    """`rel` as a swap starts it: its recorded command line, else (a release saved from the disk, or read
-    back without one) the playbook's, as a deploy's (playbook_command); never a bare binary in `/`."""
-    if rel.argv and rel.cwd:
-        return rel
-    cmd = playbook_command(ctx, sit)
-    if rel.argv:  # a command line without its directory: the playbook's
-        return replace(rel, cwd=cmd.cwd)
-    return replace(rel, argv=cmd.argv, cwd=cmd.cwd, env=cmd.env, uid=cmd.uid, gid=cmd.gid)
+    """`rel` as a swap starts it (the swap core's as_it_starts, with this playbook's command)."""
+    return rel if rel.argv and rel.cwd else starts_as(rel, playbook_command(ctx, sit))
 
 
 def with_commands(ctx: Context, sit: Situation, plan: P) -> P:

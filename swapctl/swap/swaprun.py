@@ -16,27 +16,21 @@ from ..facts.status import HostStatus
 from ..host import scripts
 from ..remote.cmd import Cmd, Piece
 from . import cordon, inputs
+from .command import NoCommand
+from .command import command_for as core_command_for
 from .context import Context
 from .plan import Daemon
 from .report import WHOLE, Reading, SwapParser, SwapReport, Word
 
 
 def command_for(ctx: Context, rel: Release) -> list[str]:
-    """The command line a release runs with, as it was recorded, as the uid and gid it ran as."""
-    spec, argv = ctx.spec, rel.argv
-    if not argv or not rel.cwd:  # preflight.with_commands gives every release it plans to start its command
+    """The command line a release runs with (the swap core's command_for); Refused where none is recorded."""
+    try:
+        return core_command_for(ctx.spec.binary, ctx.state, rel)
+    except NoCommand:
         raise Refused(f"release {rel.id} has no recorded command line or directory, and swapctl never starts a "
                       f"bare binary in /: nothing was changed; deploy it (`swapctl deploy`), which records the "
-                      f"playbook's", host=ctx.name)
-    # The daemon runs from the binary path (now the release) when that is its recorded argv[0]; a
-    # command recorded with another argv[0] (an adopted daemon) runs from its saved copy, with that argv[0].
-    if argv[0] == spec.binary and "=" not in argv[0]:
-        command = list(argv)
-    else:
-        command = ["perl", "-e", scripts.PERL_ARGV0, rel.path(ctx.state), *argv]
-    if rel.uid:  # not root: setpriv drops to it (its groups from /etc/group) before the daemon starts
-        command = ["setpriv", f"--reuid={rel.uid}", f"--regid={rel.gid or 0}", "--init-groups", *command]
-    return command
+                      f"playbook's", host=ctx.name) from None
 
 
 @dataclass(frozen=True)

@@ -4,9 +4,10 @@
 # failed start back and writes the journal line itself; this side reads its OUTCOME and JOURNAL. The swap
 # script's inputs come from the swap core both sides call (swapctl/swap/inputs.py, with the playbook's own
 # types, playbook/spec.py), and so do the daemon rule (facts/daemon_rule.py), the way back of a failed start
-# (releases.way_back) and the room a deploy needs (inputs.room_needed_kib). What swapctl's controller side
-# does in Python that cannot travel yet (it imports the playbook loader, paramiko) is still restated (issue
-# 46): the new release (plan.new_release) and how a release with no record starts (plan.as_configured).
+# (releases.way_back), the room a deploy needs (inputs.room_needed_kib), and the command a release runs with
+# (swap/command.py: a new build's, a release's with no record of its own, the swap script's command line).
+# What the controller knows that a module does not: a systemd unit's ExecStart (the controller's preflight
+# starts what `systemctl start` will run; the modules take daemon.unit as given).
 #
 # This module is what the modules and the tests call; each part lives in its own room:
 #   settings.py     the modules' options as Settings, checked; HostError

@@ -1,91 +1,71 @@
-# The plan: the release a deploy makes, the fallback, the command and environment a release runs with.
+# The plan: the release a deploy makes, the fallback, the command a release runs with: the swap core's
+# (swap/command.py, swap/inputs.py), called as the controller calls them.
 from __future__ import annotations
 
 import os
-import shlex
 import shutil
 import subprocess
 from dataclasses import replace
 from typing import Any
 
 from ansible_collections.swapctl.cuzk.plugins.module_utils.hostrun import who
-from ansible_collections.swapctl.cuzk.plugins.module_utils.settings import DEFAULT_PATH, HostError, Settings
+from ansible_collections.swapctl.cuzk.plugins.module_utils.settings import HostError, Settings
 from ansible_collections.swapctl.cuzk.plugins.module_utils.situation import Daemon, Situation, user_ids
 from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.facts.releases import (
     Release,
     now_iso,
     way_back,
 )
-from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.host import scripts
 from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.masking import MASK
-from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.remote.cmd import NAME, Cmd, Secret
-from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.swap import (
-    environ,
-)
+from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.remote.cmd import Cmd
 from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.swap import inputs as core
+from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.swap.command import (
+    NoCommand,
+    as_it_starts,
+    release_command,
+)
+from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.swap.command import (
+    command_for as core_command_for,
+)
 
 # -- the plan -----------------------------------------------------------------------------------------------
 
 def new_release(s: Settings, sit: Situation, sha: str, size: int) -> Release:
-    """The release a swap of the file with `sha` runs (preflight.new_release and env_for): the playbook's
-    command line, else the running daemon's; its environment, carried over, then daemon.env."""
-    base: Daemon | Release | None = sit.daemon or sit.releases.get(sit.current or "")
-    args = s.args if s.args is not None else (tuple(base.argv[1:]) if base and base.argv else ())
-    cwd = s.cwd or (base.cwd if base and base.cwd else os.path.dirname(s.binary))
-    keep = (*s.keep_loader_env, *dict(s.environment))
-    default = (("PATH", DEFAULT_PATH), ("HOME", "/root"))
-    env = dict(environ.carried(base.env, keep)[0] if base and base.env else default)
-    env.update(s.environment)
-    uid, gid = run_as(s, base)
-    new = Release(sha256=sha, size=size, name=s.binary.rsplit("/", 1)[-1], created=now_iso(), by=f"ansible {who()}",
-                  argv=(s.binary, *args), cwd=cwd, env=tuple(env.items()), uid=uid, gid=gid)
+    """The release a swap of the file with `sha` runs (preflight.new_release): the command playbook_command
+    gives, its record kept where it was deployed before."""
+    new = replace(playbook_command(s, sit), sha256=sha, size=size, name=s.binary.rsplit("/", 1)[-1],
+                  created=now_iso(), by=f"ansible {who()}")
     old = sit.releases.get(new.id)
     if old and old.sha256 == sha:  # deployed before: keep its record
-        new = replace(old, argv=new.argv, cwd=new.cwd, env=new.env, status="ok", uid=uid, gid=gid)
+        new = replace(old, argv=new.argv, cwd=new.cwd, env=new.env, status="ok", uid=new.uid, gid=new.gid)
     return new
 
 
-def run_as(s: Settings, base: Daemon | Release | None) -> tuple[int | None, int | None]:
-    """Who a new release runs as: daemon.user, else whom what it replaces ran as; (None, None): root
-    (preflight.run_as)."""
-    ids = user_ids(s.user) if s.user else None
-    uid, gid = ids if ids else ((base.uid, base.gid) if base else (None, None))
-    return (uid, gid) if uid else (None, None)
+def playbook_command(s: Settings, sit: Situation) -> Release:
+    """What a release with no record of its own runs with (the swap core's release_command, as the
+    controller's preflight.playbook_command calls it), from what runs now: the daemon, else the current
+    release; daemon.user's ids as this host has them."""
+    base = sit.daemon or sit.releases.get(sit.current or "")
+    return release_command(s.knobs().daemon, s.environment, base, user_ids(s.user) if s.user else None)
 
 
-def as_configured(s: Settings, rel: Release) -> Release:
-    """`rel` as it starts: with its recorded command line; one with none on record (saved from the disk) as a
-    deploy with these settings starts a build: daemon.args, daemon.cwd (else the binary's directory), the
-    default environment then daemon.env. Never the bare binary in /."""
-    if rel.argv is not None:
-        return rel
-    env = {"PATH": DEFAULT_PATH, "HOME": "/root", **dict(s.environment)}
-    return replace(rel, argv=(s.binary, *(s.args or ())), cwd=s.cwd or os.path.dirname(s.binary) or "/",
-                   env=tuple(env.items()))
+def as_configured(s: Settings, sit: Situation, rel: Release) -> Release:
+    """`rel` as a swap starts it (the swap core's as_it_starts, as the controller's preflight calls it)."""
+    return rel if rel.argv and rel.cwd else as_it_starts(rel, playbook_command(s, sit))
 
 
 def fallback(s: Settings, sit: Situation, new: Release) -> Release | None:
     """What a failed start goes back to (releases.way_back, as swapctl's plan asks it), as it starts."""
     candidate = way_back(sit.known, sit.running, new.id, sit.history)
-    return as_configured(s, candidate) if candidate else None
+    return as_configured(s, sit, candidate) if candidate else None
 
 
 def command_for(s: Settings, rel: Release) -> list[str]:
-    """The command line a release runs with (swaprun.command_for)."""
-    cmd = list(rel.argv or (s.binary, *(s.args or ())))
-    if not (cmd[0] == s.binary and "=" not in cmd[0]):
-        cmd = ["perl", "-e", scripts.PERL_ARGV0, rel.path(s.state), *cmd]
-    if rel.uid:
-        cmd = ["setpriv", f"--reuid={rel.uid}", f"--regid={rel.gid or 0}", "--init-groups", *cmd]
-    return cmd
-
-
-def env_block(rel: Release) -> Secret:
-    """A release's environment as `K='v'` lines (swaprun.env_block): on stdin only."""
-    for k in dict(rel.env or ()):
-        if not NAME.fullmatch(k):
-            raise HostError(f"{k!r} is not an environment variable name")
-    return Secret("".join(f"{k}={shlex.quote(v)}\n" for k, v in rel.env or ()))
+    """The command line a release runs with (the swap core's command_for, as swaprun.command_for calls it)."""
+    try:
+        return core_command_for(s.binary, s.state, rel)
+    except NoCommand:
+        raise HostError(f"release {rel.id} has no recorded command line or directory; nothing changed") from None
 
 
 def swap_inputs(s: Settings, old: Daemon | None, target: Release, gpu_max: str, fb: Release | None,

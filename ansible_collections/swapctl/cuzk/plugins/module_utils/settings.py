@@ -23,7 +23,6 @@ from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.swap import i
 
 scripts.TEXTS.update(sh_texts.TEXTS)
 
-DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"  # as swap.preflight
 PROOF_LOG = core.PROOF_PASSED  # cuzk's line for a proof it verified (engine.rs:529): status's proof_log
 
 

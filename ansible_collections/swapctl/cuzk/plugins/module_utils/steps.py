@@ -273,7 +273,7 @@ def deploy(s: Settings, src: str | None, sha256: str | None, release: str | None
     else:
         rel = find_release(sit.known, release or "")
         new = replace(rel, env=environ.carried(rel.env or (), s.keep_loader_env)[0]) if rel.env is not None else rel
-        new = as_configured(s, new)
+        new = as_configured(s, sit, new)
         size = 0
     check_configs(sit, new.argv or (), checked)
     unchanged = bool(sit.daemon and sit.daemon.sha256 == new.sha256 and not restart)
@@ -305,10 +305,10 @@ def rollback(s: Settings, to: str | None, check: bool) -> dict[str, Any]:
         raise HostError(f"release {target.id} is the one running now; nothing changed")
     if target.env is not None:
         target = replace(target, env=environ.carried(target.env, (*s.keep_loader_env, *dict(s.env)))[0])
-    target = as_configured(s, target)
+    target = as_configured(s, sit, target)
     check_configs(sit, target.argv or (), ())
     running = sit.known.get(sit.running or "")
-    fb = as_configured(s, running) if running and running.status == "ok" and running.id != target.id else None
+    fb = as_configured(s, sit, running) if running and running.status == "ok" and running.id != target.id else None
     result: dict[str, Any] = {"changed": True, "release": {"from": sit.running, "to": target.id}, "rolled_back": False,
                               "diff": {"before": shown_command(s, sit.daemon), "after": shown_command(s, target)}}
     if warnings:
