@@ -1,13 +1,13 @@
 """Renders `swapctl experiment --report` from a saved H200 experiment (tests/data/h200-gpm/run1/default: its
 log has the copy time a where-the-time-goes needs, its samples the GPM counters), with no
-host: the report's own code (swapctl.experiment.report.write_html) on the log and GPU samples the run fetched.
+host: the report's own code (swapctl.experiment.html.write_html) on the log and GPU samples the run fetched.
 `python tests/saved_report.py OUT.html`; scripts/plain-install runs it on an install with no extras."""
 
 import sys
 from pathlib import Path
 
 from swapctl.experiment import verdict
-from swapctl.experiment.report import write_html
+from swapctl.experiment.html import write_html
 from swapctl.gpu.samples import read_samples
 from swapctl.logs.timings import ByteRange, parse
 

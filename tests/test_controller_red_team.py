@@ -228,7 +228,7 @@ def test_timings_plot_draws_a_log_whose_fields_are_mathtext(tmp_path):
 
 def test_the_experiments_report_draws_a_log_whose_fields_are_mathtext(tmp_path):
     from swapctl.experiment import verdict
-    from swapctl.experiment.report import write_html
+    from swapctl.experiment.html import write_html
     from swapctl.gpu.samples import read_samples
     from swapctl.logs.timings import ByteRange
     from swapctl.logs.timings import parse as parse_log

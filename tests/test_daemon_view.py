@@ -11,7 +11,7 @@ import pytest
 
 from swapctl.facts.daemon_view import config_path, parse_view, status_url_of
 from swapctl.host import scripts
-from swapctl.swap.report import InFlight, parse_swap
+from swapctl.swap.words import InFlight, parse_swap
 
 DATA = Path(__file__).parent / "data" / "status"
 

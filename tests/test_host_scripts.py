@@ -16,7 +16,7 @@ from swapctl.host import scripts
 from swapctl.logs.fetch import parse_listing
 from swapctl.remote.cmd import Cmd
 from swapctl.remote.ssh import _Stderr
-from swapctl.swap.report import Word
+from swapctl.swap.words import Word
 
 from record_host_transcripts import DAEMON, READY, ROOT
 

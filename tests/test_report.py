@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from swapctl.swap.report import InstallReport, Reading, Word, parse_install, parse_lock, parse_swap
+from swapctl.swap.words import InstallReport, Reading, Word, parse_install, parse_lock, parse_swap
 
 TRANSCRIPTS = Path(__file__).parent / "data" / "transcripts"
 

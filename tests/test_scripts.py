@@ -63,7 +63,7 @@ def test_any_value_reaches_a_script_as_data(tmp_path_factory, text):
 
 def test_importing_the_scripts_pulls_in_no_ssh_library():
     """The scripts and their reports are plain data: no paramiko or fabric behind them."""
-    code = ("import sys, swapctl.host.scripts, swapctl.swap.report; "
+    code = ("import sys, swapctl.host.scripts, swapctl.swap.words; "
             "print(sorted({'paramiko', 'fabric'} & set(sys.modules)))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

@@ -15,7 +15,7 @@ from .. import playbook as pb
 from ..errors import BadInput
 from ..facts.catalog import catalog as read_catalog
 from ..logs import gpu
-from ..logs.cuzk.report import RunRow, Summary
+from ..logs.cuzk.figures import RunRow, Summary
 from ..logs.fetch import host_path
 from ..logs.gpu_figures import PARTS, GpuFigures, GpuReport, compare
 from ..logs.timings import PHASE_SHARE, ByteRange, ReleasePart, RunReport, by_release, parse, parse_files

@@ -121,7 +121,7 @@ def _run(sw: Swap, win: Window, s: Settings, hooks: Hooks) -> Result:
         journal.write(sw.ctx, JournalEntry(action="experiment", release=outcome.new_sha, decision=decision,
                                            verdict=v.summary if v else "interrupted in the window"))
         if s.report and v:
-            from .report import Facts, write_html
+            from .html import Facts, write_html
 
             facts = Facts(running.sha256, outcome.new_sha or "", span.began, span.seconds, decision, s.warmup)
             write_html(s.report, v, host.name, s.binary, win, (base.start, new_start), facts)

@@ -8,7 +8,7 @@ quoted once by `Cmd`, never pasted into its text. Functions several scripts shar
 (`lib.sh`, `daemon.sh`, `release.sh`, `smi.sh`, `status_get.sh`, `cgroup.sh`) that a script includes by name
 (`. ./lib.sh`, from any family); the host has no copy of them, so `load` puts each library's text in place of its
 include line. A script whose output is parsed prints report
-lines (`WORD args...`) in words its parser declares as a `ReportWord` (swap.report.Word, gpu.sampler.CtlWord),
+lines (`WORD args...`) in words its parser declares as a `ReportWord` (swap.words.Word, gpu.sampler.CtlWord),
 or `==> name` sections (`split_sections`) that its parser lists.
 """
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .cuzk.report import RunReport
+from .cuzk.figures import RunReport
 
 DISAGREE = 3.0  # points: two figures further apart than this get a line saying why
 PARTS = {

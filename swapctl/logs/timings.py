@@ -7,11 +7,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from .cuzk import files
+from .cuzk.figures import PHASE_SHARE, RunReport, RunRow, Summary, summarize
 from .cuzk.files import ReleasePart, by_release, parse, release_segments
 from .cuzk.log import Log
 from .cuzk.mender import lines
 from .cuzk.patterns import RESTART_MS, START, WHOLE
-from .cuzk.report import PHASE_SHARE, RunReport, RunRow, Summary, summarize
 from .cuzk.run import GpuTime, Run
 from .format import ByteRange, Readable
 

@@ -7,7 +7,7 @@ from collections import Counter
 
 from ..errors import Refused
 from .context import Context
-from .report import SwapReport, Word
+from .words import SwapReport, Word
 
 
 def tasks_said(words: list[str]) -> str:

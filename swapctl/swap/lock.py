@@ -16,7 +16,7 @@ from ..remote.cmd import Cmd
 from ..remote.host import Held
 from .context import Context
 from .preflight import swapping, unsafe
-from .report import Word, parse_lock
+from .words import Word, parse_lock
 
 BEAT_S = 2.0  # at most: a fifth of the silence the host waits
 

@@ -13,7 +13,7 @@ from .events import Outcome
 from .interrupts import Phase
 from .journal import record_local
 from .plan import Plan
-from .report import SwapReport
+from .words import SwapReport
 
 INTERRUPTED = "a second Ctrl-C"  # the host's reason for a rollback asked for (host/swap/swap.sh's why_failed)
 

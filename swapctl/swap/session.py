@@ -14,7 +14,7 @@ from ..remote.host import Prepared
 from . import upload
 from .context import Context
 from .plan import Base, DeployPlan, Method, Situation
-from .report import Word
+from .words import Word
 
 
 def manifest(rel: Release) -> Secret:

@@ -12,8 +12,8 @@ from ..host import scripts
 from ..remote.cmd import Cmd
 from .context import Context
 from .plan import Backup, Situation
-from .report import Word
 from .session import manifest
+from .words import Word
 
 S = TypeVar("S", bound=Situation)
 

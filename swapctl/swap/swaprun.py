@@ -20,7 +20,7 @@ from .command import NoCommand
 from .command import command_for as core_command_for
 from .context import Context
 from .plan import Daemon
-from .report import WHOLE, Reading, SwapParser, SwapReport, Word
+from .words import WHOLE, Reading, SwapParser, SwapReport, Word
 
 
 def command_for(ctx: Context, rel: Release) -> list[str]:

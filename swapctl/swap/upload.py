@@ -27,7 +27,7 @@ from ..facts.journal_entry import Upload
 from ..host import scripts
 from ..remote import Cmd, Host, Piece, Prepared
 from .plan import Base, Method
-from .report import InstallReport, Word, parse_install
+from .words import InstallReport, Word, parse_install
 
 __all__ = ["CACHE_KEEP", "CHUNK", "PIECE", "Base", "Cache", "Frames", "Method", "Patch", "Uploader"]
 

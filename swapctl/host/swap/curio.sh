@@ -7,7 +7,7 @@
 # Inputs (the swap script's): cordon_nodes (host:port ..., empty: no cordon), curio_cli, curio_sql (a psql
 # client: psql or YugabyteDB's ysqlsh), curio_env (CURIO_DB_* assignments, one a line: stdin only),
 # cuzk_tasks and post_tasks (task names, comma-separated), poll_ms, post_wait_ms, max_cordon_ms.
-# Report words (swapctl/swap/report.py):
+# Report words (swapctl/swap/words.py):
 #   CORDON ms n [id:name:age_s ...]   the nodes cordoned; the cuzk-backed tasks they owned then
 #   POSTWAIT ms n [id:name:age_s ...] a PoSt task the nodes own: no cordon until it is done
 #   TASKS ms n [id:name:age_s ...]    what the nodes still own while the swap waits (printed when it changes)

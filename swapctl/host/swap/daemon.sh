@@ -1,7 +1,7 @@
 # shellcheck shell=sh
 # Stopping a daemon and waiting for its memory: the stop script and the swap script include this file.
 # Needs lib.sh (alive, now); the memory wait asks nvidia-smi through smi.sh's bounded smi ($smi_cs).
-# Report words: see swapctl/swap/report.py.
+# Report words: see swapctl/swap/words.py.
 . ./smi.sh
 . ./cgroup.sh
 

@@ -2,7 +2,7 @@
 # The daemon's own view (cuzk's GET /status, read on the host: no port opens to the controller) and the
 # drain before a stop. The swap script includes this file; status.sh reads the view with status_get too
 # (status_get.sh).
-# Needs lib.sh (now). Report words (swapctl/swap/report.py):
+# Needs lib.sh (now). Report words (swapctl/swap/words.py):
 #   INFLIGHT ms queue q n [job:done/total:age_s ...] the proofs in flight as the daemon says, q queued
 #   NOSTATUS why                                      the daemon's status did not answer
 #   DRAINED ms                                        nothing in flight at the last reading: SIGINT, then the stop

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from ...facts.journal_entry import JournalEntry, starts
 from ..format import ByteRange, Readable
 from .fields import VALUE
+from .figures import RunReport
 from .log import Log
 from .mender import CHUNK, blocks
-from .report import RunReport
 
 PARALLEL_MIN = 64 << 20  # below this a second process costs more than it saves
 PART_CHUNK = 2 << 20  # two parts are read at once: smaller chunks, less memory in flight

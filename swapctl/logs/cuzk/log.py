@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from .figures import RunReport, report
 from .mender import Mender
 from .patterns import RESTART_MS, START, TIMELINE, TL_OFFSET, joined
-from .report import RunReport, report
 from .run import Run
 
 

@@ -10,6 +10,7 @@ from typing import Any, TypedDict
 from . import fields
 from .calls import Calls
 from .fields import Phases
+from .figures import RunReport, report
 from .patterns import (
     CUZK,
     GPU_SPAN,
@@ -25,7 +26,6 @@ from .patterns import (
     strip_ansi,
     timestamp,
 )
-from .report import RunReport, report
 from .timeline import Timeline, union
 
 

@@ -17,9 +17,7 @@ from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.facts.release
 )
 from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.host import scripts, sh_texts
 from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.remote.cmd import Cmd, Secret
-from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.swap import (
-    report,
-)
+from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.swap import words
 
 scripts.TEXTS.update(sh_texts.TEXTS)
 
@@ -78,12 +76,12 @@ class Lock:
             raise HostError("lock.sh: no pipes to it")
         self.proc.stdin.write(cmd.feed())
         self.proc.stdin.flush()
-        got = report.parse_lock(self.proc.stdout.readline().decode("utf-8", "replace").rstrip("\n"))
-        if got.word is not report.Word.LOCKED:
+        got = words.parse_lock(self.proc.stdout.readline().decode("utf-8", "replace").rstrip("\n"))
+        if got.word is not words.Word.LOCKED:
             self.close()
-            why = {report.Word.HELD: f"another deploy holds the host's lock ({got.detail})",
-                   report.Word.SWAPPING: "a swap started by an earlier deploy still runs on the host",
-                   report.Word.UNSAFE: f"state directory {got.detail} may be written by others: make it root's, "
+            why = {words.Word.HELD: f"another deploy holds the host's lock ({got.detail})",
+                   words.Word.SWAPPING: "a swap started by an earlier deploy still runs on the host",
+                   words.Word.UNSAFE: f"state directory {got.detail} may be written by others: make it root's, "
                                        f"mode 700"}.get(got.word, "") if got.word else ""
             why = why or f"the lock could not be taken ({got.detail})"
             raise HostError(f"{why}; nothing changed on the host")

@@ -39,7 +39,7 @@ from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.facts.release
 )
 from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.host import scripts
 from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.remote.cmd import Secret
-from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.swap import environ, report
+from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.swap import environ, words
 from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.swap import inputs as core
 
 # -- the steps ------------------------------------------------------------------------------------------------
@@ -71,7 +71,7 @@ def install(s: Settings, src: str, rel: Release) -> None:
         shutil.copyfileobj(f, out, 1 << 20)
     inputs: dict[str, str | Secret | int] = {"tmp": tmp, "dir": rel.dir(s.state), "name": rel.name, "sha": rel.sha256,
                                              "manifest": manifest(rel)}
-    got = report.parse_install(run(scripts.command_of("install.sh", inputs)).splitlines())
+    got = words.parse_install(run(scripts.command_of("install.sh", inputs)).splitlines())
     if not got.installed:
         raise HostError(f"{src} could not become release {rel.id} ({got.summary()}); nothing was stopped")
     if got.missing:
@@ -80,10 +80,10 @@ def install(s: Settings, src: str, rel: Release) -> None:
 
 
 def swap_once(s: Settings, old: Daemon | None, target: Release, gpu_max: str, fb: Release | None,
-              action: str, old_sha: str | None, steps: dict[str, float]) -> report.SwapReport:
+              action: str, old_sha: str | None, steps: dict[str, float]) -> words.SwapReport:
     """swap.sh: stop `old`, wait for memory, start `target`, wait for it to be ready, and when that fails go
     back to `fb`; the host journals how it ended. What it reported."""
-    parser = report.SwapParser(time.monotonic())
+    parser = words.SwapParser(time.monotonic())
     inputs = swap_inputs(s, old, target, gpu_max, fb, action, steps)
     inputs["j_from"] = old_sha or ""
     cmd = scripts.command_of("swap.sh", inputs, *command_for(s, target), bash=bool(s.ready_port))
@@ -108,7 +108,7 @@ def swap_once(s: Settings, old: Daemon | None, target: Release, gpu_max: str, fb
     return got
 
 
-def memory_error(s: Settings, got: report.SwapReport, **result: Any) -> HostError:
+def memory_error(s: Settings, got: words.SwapReport, **result: Any) -> HostError:
     r = got.reading
     avail = r.avail_kib / (1 << 20) if r else 0
     holders = ",".join(map(str, r.alive)) if r and r.alive else "none"
@@ -154,7 +154,7 @@ def unjournaled(s: Settings) -> str:
             f"history will not show this swap")
 
 
-def failed(s: Settings, target: Release, fb: Release | None, got: report.SwapReport, action: str,
+def failed(s: Settings, target: Release, fb: Release | None, got: words.SwapReport, action: str,
            line: JournalEntry | None, steps: dict[str, float]) -> HostError:
     """A start that failed, once the host has gone back by itself (rollback.failed): rolled_back when the
     fallback runs again after a deploy; otherwise the state the host is in."""
