@@ -61,6 +61,7 @@ class SshServer:
     wrap: list[str] = field(default_factory=list)  # a command that runs sshd inside namespaces
     path: str | None = None  # the PATH its sessions get; this process's PATH by default
     home_keys: bool = False  # also each user's own ~/.ssh/authorized_keys (logins that are not root)
+    more_keys: str = ""  # one more AuthorizedKeysFile, for a login that cannot enter `dir` (sandbox_sudo)
 
     @property
     def host_pub(self) -> str:
@@ -68,12 +69,13 @@ class SshServer:
 
     def config(self) -> Path:
         cfg = self.dir / "sshd_config"
+        keys = " ".join([".ssh/authorized_keys"] * self.home_keys + [self.more_keys] * bool(self.more_keys))
         cfg.write_text(textwrap.dedent(f"""\
             Port {self.port}
             ListenAddress {self.address}
             HostKey {self.dir}/host_key
             PidFile none
-            AuthorizedKeysFile {self.dir}/authorized_keys{" .ssh/authorized_keys" if self.home_keys else ""}
+            AuthorizedKeysFile {self.dir}/authorized_keys {keys}
             PermitRootLogin prohibit-password
             PasswordAuthentication no
             KbdInteractiveAuthentication no
@@ -138,7 +140,7 @@ class SshServer:
 
 
 def make_server(base: Path, address: str = "127.0.0.1", port: int | None = None, data: Path | None = None,
-                client_key: Path | None = None, known_hosts: Path | None = None) -> SshServer:
+                client_key: Path | None = None, known_hosts: Path | None = None, more_keys: str = "") -> SshServer:
     base.mkdir(parents=True, exist_ok=True)
     keygen(base / "host_key")
     if client_key is None:
@@ -148,7 +150,7 @@ def make_server(base: Path, address: str = "127.0.0.1", port: int | None = None,
     data = data or base / "data"
     data.mkdir(exist_ok=True)
     server = SshServer(dir=base, address=address, port=port or free_port(), client_key=client_key,
-                       known_hosts=known_hosts or base / "known_hosts", data=data)
+                       known_hosts=known_hosts or base / "known_hosts", data=data, more_keys=more_keys)
     server.known_hosts.touch()
     return server
 
@@ -253,11 +255,12 @@ def status_port(port: int, hosts: int = 1) -> int:
     return port + hosts
 
 
-def up(base: Path, port: int = 40612, fresh: bool = False, hosts: int = 1, curio: bool = False) -> Up:
+def up(base: Path, port: int = 40612, fresh: bool = False, hosts: int = 1, curio: bool = False,
+       sudo: bool = False) -> Up:
     """Starts the sandbox (sshd + a hand-started prover that proves steadily, or `hosts` of them, a farm)
     and writes its playbook. A sandbox deployed to before keeps its hosts' data (releases, journal, the
     current build) unless `fresh`; a playbook the user has edited is never lost (write_playbook)."""
-    from . import sandbox_curio, sandbox_hosts  # they build on this module's parts
+    from . import sandbox_curio, sandbox_hosts, sandbox_sudo  # they build on this module's parts
 
     if not 1 <= hosts <= MAX_HOSTS:
         raise BadInput(f"--hosts must be 1 to {MAX_HOSTS}, not {hosts}")
@@ -288,10 +291,13 @@ def up(base: Path, port: int = 40612, fresh: bool = False, hosts: int = 1, curio
             shutil.copy(base / "builds" / "prover-a", data / "cuzk")
         # written each time: its status port follows --port (docs/guide.md says how to change its load)
         (data / "cuzk.toml").write_text(sandbox_config(status_port(port, hosts), port + 2 if curio else 0))
+    keys = sandbox_sudo.make(base) if sudo else ""  # where that login's key goes: a file it can read
     if why:
-        sandbox_hosts.up_one(base, port)
+        sandbox_hosts.up_one(base, port, keys)
     else:
-        sandbox_hosts.start(base, port, datas, net=hosts > 1)
+        sandbox_hosts.start(base, port, datas, net=hosts > 1, more_keys=keys)
+    if sudo:
+        sandbox_sudo.authorize(base)
     if curio:  # the daemon is up: the node's first Prove finds it
         sandbox_curio.start(base, port + 2, port + 3)
     for data in datas:  # its first proof made (the SRS loaded): the first `status` shows a working daemon
@@ -300,6 +306,7 @@ def up(base: Path, port: int = 40612, fresh: bool = False, hosts: int = 1, curio
         text = examples.render("sandbox", SANDBOX=str(base), PORT=str(port), STATUS_PORT=str(status_port(port)))
     else:
         text = sandbox_hosts.playbook(base, port, hosts)
+    text = sandbox_sudo.playbook(text) if sudo else text
     done = write_playbook(base, sandbox_curio.playbook(text, base, port + 3) if curio else text, fresh)
     return Up(done.playbook, done.note, shared=why and f"the sandbox host is not a host of its own ({why}): "
                                                    "other sessions and processes on this machine show as its own")
@@ -347,8 +354,10 @@ def down(base: Path, timeout: float = 10) -> None:
     """Stops the sandbox's sshd (each host's, with all that runs in its namespaces) and every process
     running from its data directory, and returns once they are gone (BadInput past `timeout`)."""
     from .sandbox_curio import stop as stop_curio
+    from .sandbox_sudo import remove as remove_sudo
 
     stop_curio(base)
+    remove_sudo(base)
     pids = []
     for pid_file in sorted(base.glob("sshd*/sshd.pid")):
         try:  # only a process of this sandbox: a pid file outlives a reboot, and its pid is reused

@@ -73,14 +73,14 @@ def isolation_fails() -> str:
     return "" if r.returncode == 0 else (r.stderr.strip().splitlines() or [f"unshare exited {r.returncode}"])[-1]
 
 
-def start(base: Path, port: int, datas: list[Path], net: bool = True) -> None:
+def start(base: Path, port: int, datas: list[Path], net: bool = True, more_keys: str = "") -> None:
     """Starts one host per data directory (sshd on 127.0.0.1:port, port+1, ...), each with its daemon
     started by hand; `net`: each with a network of its own (a farm's hosts share one status port)."""
     servers: list[SshServer] = []
     for i, data in enumerate(datas):
         first = servers[0] if servers else None
         server = make_server(base / ("sshd" if i == 0 else f"sshd-{i + 1}"), port=port + i, data=data,
-                             client_key=first.client_key if first else None,
+                             client_key=first.client_key if first else None, more_keys=more_keys,
                              known_hosts=first.known_hosts if first else None)
         _start_host(server, base / "data", net)
         server.trust()
@@ -168,11 +168,11 @@ def _running(pid: int) -> bool:
     return False
 
 
-def up_one(base: Path, port: int) -> None:
+def up_one(base: Path, port: int, more_keys: str = "") -> None:
     """The one sandbox host where namespaces cannot be had: sshd on 127.0.0.1:`port` and the prover started
     by hand behind it, both among this machine's processes."""
     data = base / "data"
-    server = make_server(base / "sshd", port=port, data=data)
+    server = make_server(base / "sshd", port=port, data=data, more_keys=more_keys)
     server.start(detach=True)
     if server.proc is None or server.proc.poll() is not None:  # the banner came from another server
         log = (base / "sshd" / "sshd.log").read_text(errors="replace").strip().splitlines()[-1:] or ["?"]

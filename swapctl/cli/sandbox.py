@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from .. import sandbox as sb
+from ..sandbox_sudo import SUDO_USER
 from .common import guarded, out, text
 
 app = typer.Typer(help="A local sandbox host: a real sshd on loopback running the stand-in prover.",
@@ -28,12 +29,16 @@ def up(dir: DirOpt = Path(".sandbox"), port: Annotated[int, typer.Option(help="s
            "Feed the daemon as Curio does: a PostgreSQL with Curio's tables, a Curio node stand-in proving on "
            "the daemon's PORT+2 and a feeder that keeps tasks waiting; the playbook swaps with stop = "
            "\"cordon\" (needs Debian's postgresql)."))] = False,
+       sudo: Annotated[bool, typer.Option("--sudo", help=(
+           f"Log in as {SUDO_USER}, not root, every command through `sudo -n` (become = \"sudo\"): makes that "
+           "user (no password, no home) and its sudoers rule on this machine; `sandbox down` removes them. "
+           "Needs root."))] = False,
        ) -> None:
     """Start the sandbox: sshd on 127.0.0.1:PORT, a prover started by hand that proves steadily, a playbook."""
 
     def run() -> int:
         kept = not fresh and sb.has_history(dir)
-        done = sb.up(dir, port, fresh=fresh, hosts=hosts, curio=curio)
+        done = sb.up(dir, port, fresh=fresh, hosts=hosts, curio=curio, sudo=sudo)
         if hosts == 1:
             out.print(text(f"sandbox up: host `sandbox` at 127.0.0.1:{port}, playbook {done.playbook}"),
                       soft_wrap=True)
@@ -44,6 +49,9 @@ def up(dir: DirOpt = Path(".sandbox"), port: Annotated[int, typer.Option(help="s
             out.print(text(done.note), soft_wrap=True)  # paths whole, for a copy and paste
         if done.shared:
             out.print(text(done.shared), soft_wrap=True)
+        if sudo:
+            out.print(text(f"its hosts log in as {SUDO_USER}, through sudo (/etc/sudoers.d/swapctl-sandbox; "
+                           f"`sandbox down` removes the user and the rule)"), soft_wrap=True)
         if kept:
             out.print(text("kept its releases and journal from before (`history sandbox`; `--fresh` forgets them)"))
         if curio:
