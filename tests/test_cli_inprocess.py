@@ -98,6 +98,25 @@ def test_the_typed_gpu_report_prints_what_the_dict_report_printed(saved, argv):
     want = (REFACTOR / saved).read_text()
     assert ran.code == 0
     if saved.endswith(".json"):
-        assert json.loads(ran.stdout) == json.loads(want)  # the same document; keys in the types' order
+        got = json.loads(ran.stdout)
+        # each run's gpu_workers came after these were saved (issue 43, item 4); those logs have no
+        # `GPU worker started` line (the stand-in of then logged none), so each run's is empty
+        workers = _pop_runs_key(got, "gpu_workers")  # none in --compare's document, which has no run rows
+        assert all(w == {} for w in workers) and (workers or "--compare" in argv), workers
+        assert got == json.loads(want)  # the same document; keys in the types' order
     else:
         assert ran.stdout == want
+
+
+def _pop_runs_key(doc, key: str) -> list:
+    """`key` taken out of every run row of a `timings --json` document (those with a `timeline_share`)."""
+    found = []
+    if isinstance(doc, dict):
+        if "timeline_share" in doc and "run" in doc and key in doc:
+            found.append(doc.pop(key))
+        for v in doc.values():
+            found += _pop_runs_key(v, key)
+    elif isinstance(doc, list):
+        for v in doc:
+            found += _pop_runs_key(v, key)
+    return found

@@ -205,3 +205,14 @@ def test_the_cuzk_format_reads_what_the_parser_reads_and_its_typed_report_is_the
     assert figures.as_dict() == read("two-gpu-three-runs").report("last")
     assert figures.runs[0].gpus["1"].gpu_phase_share == figures.as_dict()["runs"][0]["gpus"]["1"]["gpu_phase_share"]
     assert figures.phases["synth_ms"].count == 18 and figures.starved.gap_between_partitions_ms.count == 14
+
+
+def test_each_runs_gpu_workers_are_read_from_its_start_in_both_engine_shapes():
+    """engine-starts.log (render.sh): a start with two GPUs of two pipeline workers each, then a restart with
+    one monolithic worker. Which shape a build runs is part of what it is (issue 43, item 4): read per run,
+    every line known."""
+    with open(DATA / "engine-starts.log", "rb") as f:
+        log = parse([f])
+    assert [r.gpu_workers for r in log.runs] == [{"pipeline": 4}, {"monolithic": 1}]
+    assert [r.skipped_lines for r in log.runs] == [0, 0]
+    assert [row["gpu_workers"] for row in log.report()["runs"]] == [{"pipeline": 4}, {"monolithic": 1}]

@@ -111,3 +111,64 @@ def test_to_prune(keep, protect, pruned):
 
 def test_history_numbers_releases_newest_first():
     assert [r.id for r in releases_newest_first(ALL)] == [D.id, C.id, B.id, A.id, E.id]
+
+
+# -- what a build says of itself (issue 43, item 4) ------------------------------------------------------------
+
+
+def _c_binary(tmp_path, name: str, body: str):
+    """A real ELF built here from `body` (C), as a build that answers --version, refuses it, or ignores it."""
+    import shutil
+    import subprocess
+
+    cc = shutil.which("cc") or shutil.which("gcc")
+    assert cc, "these tests build small ELF binaries: apt-get install gcc"
+    src = tmp_path / f"{name}.c"
+    src.write_text("#include <stdio.h>\n#include <unistd.h>\n" + body)
+    subprocess.run([cc, "-o", str(tmp_path / name), str(src)], check=True)
+    return tmp_path / name
+
+
+def test_a_build_is_recorded_with_what_it_says_of_itself_and_nothing_where_it_does_not_answer(tmp_path):
+    """`--version`'s first line where the build answers; None for cuzk-daemon's answer (clap with no version
+    refuses the flag, exit 2), for a build that ignores it and runs on (killed at the limit, with its
+    process group), and for an answer that is not one printable line."""
+    import os
+    import time
+
+    from swapctl.swap import elf
+
+    answers = _c_binary(tmp_path, "answers", 'int main(int c, char** v) { puts("cuzk-daemon 0.4.1 (e0294b0)"); }')
+    refuses = _c_binary(tmp_path, "refuses", 'int main() { fputs("error: unexpected argument \'--version\' '
+                                             'found\\n", stderr); return 2; }')
+    ignores = _c_binary(tmp_path, "ignores", 'int main() { FILE* f = fopen("pid", "w"); fprintf(f, "%d", '
+                                             'getpid()); fclose(f); if (fork() == 0) for (;;) pause(); '
+                                             'for (;;) pause(); }')
+    garbled = _c_binary(tmp_path, "garbled", 'int main() { puts("v1\\x1b[2J"); }')
+    assert elf.inspect(str(answers)).says == "cuzk-daemon 0.4.1 (e0294b0)"
+    assert elf.inspect(str(refuses)).says is None
+    began = time.monotonic()
+    assert elf.inspect(str(ignores)).says is None
+    assert time.monotonic() - began < elf.VERSION_TIMEOUT_S + 2
+    assert elf.inspect(str(garbled)).says is None
+    assert not any(p.isdigit() and "ignores" in _cmdline(p) for p in os.listdir("/proc")), "left running"
+
+
+def _cmdline(pid: str) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def test_a_manifest_read_back_keeps_what_the_build_said_only_as_one_printable_line():
+    """`says` comes back from the host, which is not trusted: shown in tables and the report, it is a line
+    of text or the release is not one swapctl wrote."""
+    from swapctl.facts.releases import trusted_release
+
+    good = {"sha256": "ab" * 32, "size": 1, "name": "cuzk", "created": "2026-01-01", "by": "t", "says": "prover b"}
+    assert trusted_release(good, "ab" * 6).says == "prover b"
+    assert trusted_release({**good, "says": None}, "ab" * 6).says is None
+    for bad in ("v1\n[hosts.x]", "\x1b[31mred", "x" * 121, 3):
+        assert trusted_release({**good, "says": bad}, "ab" * 6) is None, bad

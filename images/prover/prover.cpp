@@ -626,6 +626,9 @@ static std::string self_check(Engine& e, const Job& job) {
 // the proof is assembled and its client gets the result.
 static void gpu_worker(Engine& e, Gpu& g, char* bounce) {
     const Config& c = e.c;
+    // the stand-in is cuzk's two-stage pipeline (a synthesis thread feeding one GPU worker): its first line
+    // as engine.rs:2958 logs it
+    info("", {}, "cuzk_core::engine", "pipeline GPU worker started", {{"worker_id", "0"}, {"gpu", "0"}, {"sub_id", "0"}});
     for (;;) {
         Engine::Item item;
         {
@@ -976,6 +979,7 @@ int main(int argc, char** argv) {
 
     size_t bytes = (size_t)c.partition_mib << 20;
     Engine e(c);
+    info("", {}, "cuzk_core::engine", "starting cuzk engine", {{"pipeline_enabled", "true"}});  // engine.rs:1244-1247
     e.held_bytes = hold + SLOTS * bytes;
     for (auto& b : e.abc) {
         b = host_alloc(bytes, c.pinned);

@@ -34,6 +34,8 @@ class Facts:
     seconds: float
     decision: str  # keep | rollback
     warmup: int
+    before_says: str | None = None  # what each build said of itself when it was uploaded (`--version`)
+    after_says: str | None = None
 
 
 class Fetched(Protocol):
@@ -77,21 +79,36 @@ def _utc(t: float | None) -> str:
     return "-" if t is None else time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(t))
 
 
-def _what_ran(v: Verdict, f: Facts, before: list[Run]) -> str:
-    """The builds by sha256, when and how long each was read, its proofs, what became of B, whether the
-    verdict stands."""
+def _what_ran(v: Verdict, f: Facts, before: list[Run], after: list[Run]) -> str:
+    """The builds by sha256 and by what each says of itself and which GPU workers its start logged, when
+    and how long each was read, its proofs, what became of B, whether the verdict stands."""
     first = next((r.first_ts for r in before if r.first_ts), None)
     last = next((r.last_ts for r in reversed(before) if r.last_ts), None)
     span = f"{(last - first).total_seconds():.0f} s of its log" if first and last else "-"
-    rows = [("before", f.before_sha, _utc(first.timestamp() if first else None), span, v.before.proofs),
-            ("B", f.after_sha, _utc(f.began), f"{f.seconds:.0f} s window", v.after.proofs)]
-    body = "".join(f"<tr><td>{n}</td><td><code>{html.escape(sha)}</code></td><td>{when}</td><td>{long}</td>"
-                   f"<td>{proofs}</td></tr>" for n, sha, when, long, proofs in rows)
+    rows = [("before", f.before_sha, f.before_says, workers(before), _utc(first.timestamp() if first else None), span,
+             v.before.proofs),
+            ("B", f.after_sha, f.after_says, workers(after), _utc(f.began), f"{f.seconds:.0f} s window",
+             v.after.proofs)]
+    body = "".join(f"<tr><td>{n}</td><td><code>{html.escape(sha)}</code></td><td>{html.escape(says or '-')}</td>"
+                   f"<td>{html.escape(gpu)}</td><td>{when}</td><td>{long}</td><td>{proofs}</td></tr>"
+                   for n, sha, says, gpu, when, long, proofs in rows)
     kept = ("B was kept: it runs now" if f.decision == "keep"
             else "B was rolled back: the build before it runs again")
     stands = f"no verdict: {html.escape(v.withheld)}" if v.withheld else "the verdict stands"
-    head = "".join(f"<th>{h}</th>" for h in ("build", "sha256", "from", "for", f"proofs (after --warmup {f.warmup})"))
+    head = "".join(f"<th>{h}</th>" for h in ("build", "sha256", "says of itself (--version)",
+                                             "GPU workers (as its start logged)", "from", "for",
+                                             f"proofs (after --warmup {f.warmup})"))
     return f"<table><tr>{head}</tr>{body}</table><p class=outcome>{kept}; {stands}.</p>"
+
+
+def workers(runs: list[Run]) -> str:
+    """`pipeline ×4`, `monolithic ×1`: the GPU workers the runs' starts logged (cuzk's engine shape); `-` where
+    no start was read (a run whose start is before the log read)."""
+    counts: dict[str, int] = {}
+    for r in runs:
+        for kind, n in r.gpu_workers.items():
+            counts[kind] = counts.get(kind, 0) + n
+    return ", ".join(f"{kind} ×{n}" for kind, n in sorted(counts.items())) or "-"
 
 
 def _phases(v: Verdict) -> str:
@@ -154,7 +171,7 @@ def write_html(path: Path, v: Verdict, host: str, binary: str, win: Fetched, off
 <h1>swapctl experiment on {html.escape(host)}</h1>
 <p>B = <code>{html.escape(binary)}</code></p>
 <p class="{"verdict none" if v.withheld else "verdict"}">{html.escape(v.summary)}</p>
-{f"<h2>what ran</h2>{_what_ran(v, facts, win.runs(*offsets)[-1:])}" if facts else ""}
+{f"<h2>what ran</h2>{_what_ran(v, facts, win.runs(*offsets)[-1:], win.runs(offsets[1])[-1:])}" if facts else ""}
 <h2>the two builds</h2>{_sides(v.before, v.after)}
 <h2>phases</h2>{"" if v.withheld else _PHASES_NOTE}{_phases(v)}
 <h2>where the time goes</h2>{f"<img alt='where the time goes' src='{where}'>" if where else "<p>no GPU phases</p>"}

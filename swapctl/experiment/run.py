@@ -123,7 +123,9 @@ def _run(sw: Swap, win: Window, s: Settings, hooks: Hooks) -> Result:
         if s.report and v:
             from .html import Facts, write_html
 
-            facts = Facts(running.sha256, outcome.new_sha or "", span.began, span.seconds, decision, s.warmup)
+            was = situation.releases.get(running.sha256[:12])
+            facts = Facts(running.sha256, outcome.new_sha or "", span.began, span.seconds, decision, s.warmup,
+                          before_says=was.says if was else None, after_says=plan.new.says)
             write_html(s.report, v, host.name, s.binary, win, (base.start, new_start), facts)
             hooks.say(f"report: {s.report}", None)
     return Result(v, decision)

@@ -47,6 +47,7 @@ class Release:
     build: dict[str, Any] | None = None  # image id and build args, when swapctl built it
     uid: int | None = None  # the user and group it runs as (None: as swapctl's commands run, root)
     gid: int | None = None
+    says: str | None = None  # what the build said of itself (`--version`) when it was uploaded; None: nothing
 
     @property
     def id(self) -> str:
@@ -93,6 +94,9 @@ def trusted_release(d: object, dir_name: str) -> Release | None:
     if not all(d.get(k) is None or type(d.get(k)) is int for k in ("size", "uid", "gid")):
         return None
     if not all(d.get(k) is None or isinstance(d.get(k), str) for k in ("created", "by", "cwd", "status", "source")):
+        return None
+    says = d.get("says")  # shown in tables and reports: one printable line, as elf.says_of_itself keeps it
+    if says is not None and not (isinstance(says, str) and len(says) <= 120 and says.isprintable()):
         return None
     try:
         return Release.from_dict(d)

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import os
+import platform
+import signal
+import subprocess
+import tempfile
 from dataclasses import dataclass, replace
 
 from elftools.common.exceptions import ELFError
@@ -22,6 +26,7 @@ class LocalBinary:
     sha256: str
     size: int
     arch: str
+    says: str | None = None  # what it says of itself: its `--version` line, where it answers (says_of_itself)
 
 
 def inspect(path: str) -> LocalBinary:
@@ -71,7 +76,42 @@ def _read(path: str) -> LocalBinary:
         raise BadInput(f"{path} is an ELF {kind}, not an executable")
     if not os.access(path, os.X_OK):
         raise BadInput(f"{path} is not executable; `chmod +x {path}` if it is the right file")
-    return LocalBinary(path=path, sha256=digest.hexdigest(), size=size, arch=MACHINES.get(machine, machine))
+    arch = MACHINES.get(machine, machine)
+    return LocalBinary(path=path, sha256=digest.hexdigest(), size=size, arch=arch, says=says_of_itself(path, arch))
+
+
+VERSION_TIMEOUT_S = 3.0
+
+
+def says_of_itself(path: str, arch: str) -> str | None:
+    """The first line `PATH --version` prints, where the build answers (exit 0 within 3 s, a printable line
+    of at most 120 characters); None where it does not: cuzk-daemon's clap command has no version
+    (cuzk-daemon/src/main.rs:17-18) and refuses the flag. Run here, on the controller, for a binary of this
+    machine's kind only, never on the host, where a second process beside a 400 GB daemon is not free: in
+    an empty directory, with no input and an environment of PATH alone, in a process group of its own that
+    is killed at the limit (a build that ignores the flag and starts proving is gone in 3 s)."""
+    if arch != platform.machine():
+        return None
+    with tempfile.TemporaryDirectory(prefix="swapctl-version-") as cwd:
+        try:
+            proc = subprocess.Popen([os.path.abspath(path), "--version"], cwd=cwd, stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env={"PATH": os.defpath},
+                                    start_new_session=True)
+        except OSError:
+            return None
+        try:
+            out, _ = proc.communicate(timeout=VERSION_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            return None
+        finally:
+            if proc.stdout:
+                proc.stdout.close()
+    line = out.decode("utf-8", "replace").split("\n", 1)[0].strip()
+    if proc.returncode != 0 or not line or len(line) > 120 or not line.isprintable():
+        return None
+    return line
 
 
 def check_arch(binary: LocalBinary, host_arch: str, host: str) -> None:

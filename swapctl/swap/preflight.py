@@ -210,11 +210,11 @@ def new_release(ctx: Context, sit: Situation, binary: elf.LocalBinary, build: di
     """The release a deploy of `binary` runs: the playbook's command line, else the running daemon's."""
     cmd = playbook_command(ctx, sit)
     new = replace(cmd, sha256=binary.sha256, size=binary.size, name=PurePosixPath(ctx.spec.binary).name,
-                  created=now_iso(), by=who_am_i(), build=build)
+                  created=now_iso(), by=who_am_i(), build=build, says=binary.says)
     if new.id in sit.releases and sit.releases[new.id].sha256 == new.sha256:  # deployed before: keep its record
         old = sit.releases[new.id]
         new = replace(old, argv=new.argv, cwd=new.cwd, env=new.env, status="ok", build=build or old.build,
-                      uid=cmd.uid, gid=cmd.gid)
+                      uid=cmd.uid, gid=cmd.gid, says=binary.says or old.says)
     return new
 
 

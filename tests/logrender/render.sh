@@ -18,4 +18,8 @@ done
 # one GPU, NO_COLOR
 NO_COLOR=1 "$bin" gpus=1 jobs=2 partitions=6 seed=4 noise=3 manifest="$out/one-gpu-nocolor.manifest" \
   >> "$out/one-gpu-nocolor.log" 2>&1
+# the engine's start alone, in both shapes (which GPU workers a build runs): two GPUs with two pipeline
+# workers each, appended to by one GPU's monolithic worker, as a restart with pipeline.enabled = false does
+"$bin" starts=pipeline gpus=2 workers=2 >> "$out/engine-starts.log" 2>&1
+"$bin" starts=monolithic gpus=1 >> "$out/engine-starts.log" 2>&1
 wc -c "$out"/*

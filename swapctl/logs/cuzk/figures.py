@@ -85,6 +85,7 @@ class RunRow:
     gpus: dict[str, GpuShares]
     gpu_phase_share: float | None  # the mean over its GPUs
     timeline_share: float | None
+    gpu_workers: dict[str, int]  # the GPU workers its start logged, by engine shape: pipeline | monolithic
 
 
 @dataclass(frozen=True)
@@ -182,7 +183,7 @@ def _run_row(i: int, r: Run, gpus: dict[str, GpuShares]) -> RunRow:
         wall_ms=r.wall_ms, jobs=r.jobs, partitions=partitions,
         pageable_share=r.pageable / partitions if partitions else None, gpus=gpus,
         gpu_phase_share=_mean(g.gpu_phase_share for g in gpus.values()),
-        timeline_share=_mean(g.timeline_share for g in gpus.values()),
+        timeline_share=_mean(g.timeline_share for g in gpus.values()), gpu_workers=dict(r.gpu_workers),
     )
 
 

@@ -47,6 +47,9 @@ CUT_MARKS = (b"CUZK_", b"\x1b[", b"Z ")  # a C++ line, a coloured tracing line, 
 LINE_START = re.compile(rb"TIMELINE,|CUZK_TIMING: |CUZK_NTT_H: |\x1b\[2m\d{4}-|\d{4}-\d\d-\d\dT\d\d:")
 
 JOB_DONE = b"Phase 7: all partitions complete, proof assembled"  # a proof's end (engine.rs:506-512)
+# each GPU worker's first line: which engine shape the build runs, the two-stage pipeline (engine.rs:2958,
+# `pipeline.enabled`, the default) or the monolithic workers (engine.rs:3378)
+GPU_WORKER_STARTED = re.compile(rb"\b(pipeline|monolithic) GPU worker started")
 
 # tracing messages -> the prefix their `*_ms` fields get when two messages share a field name (None:
 # a repeat of another message's values, not counted again); the fields are those after the message

@@ -14,6 +14,7 @@ from .figures import RunReport, report
 from .patterns import (
     CUZK,
     GPU_SPAN,
+    GPU_WORKER_STARTED,
     JOB_DONE,
     MESSAGE_PATTERNS,
     MESSAGE_PREFIXES,
@@ -57,6 +58,7 @@ class Run:
     job_ends: list[datetime] = field(default_factory=list)  # each proof's `Phase 7: ... proof assembled` time
     since: datetime | None = None  # set by leaving its first proofs out: the end of the last one left out
     gpu_of: dict[bytes, bytes] = field(default_factory=dict)  # worker -> GPU, from gpu_worker spans
+    gpu_workers: dict[str, int] = field(default_factory=dict)  # pipeline | monolithic -> workers it started
     timeline: Timeline = field(default_factory=Timeline)
     calls: Calls = field(default_factory=Calls)
 
@@ -119,6 +121,9 @@ class Run:
             self.last_ts = timestamp(last.group(1))
         if JOB_DONE in chunk:
             self.job_ends.extend(_line_times(chunk, JOB_DONE))
+        if b"GPU worker started" in chunk:
+            for kind in GPU_WORKER_STARTED.findall(chunk):
+                self.gpu_workers[kind.decode()] = self.gpu_workers.get(kind.decode(), 0) + 1
         if b"gpu_worker" in chunk and (not self.gpu_of or not self.timeline.ended <= self.gpu_of.keys()):
             self.gpu_of.update(GPU_SPAN.findall(chunk))
         for prefix, pattern in zip(MESSAGE_PREFIXES, MESSAGE_PATTERNS, strict=False):
@@ -160,6 +165,8 @@ class Run:
         self.pageable += b.pageable
         self.jobs += b.jobs
         self.gpu_of.update(b.gpu_of)
+        for kind, n in b.gpu_workers.items():
+            self.gpu_workers[kind] = self.gpu_workers.get(kind, 0) + n
         self.first_ts = self.first_ts or b.first_ts
         self.last_ts = b.last_ts or self.last_ts
         self.epoch = self.epoch or b.epoch

@@ -217,6 +217,24 @@ pub fn gpu_prove_start(mutex: &Mutex<()>, plan: &[u64], pinned: bool) -> (u128, 
     (mutex_held_ms, total_fn_ms)
 }
 
+/// The engine's start as cuzk logs it (engine.rs:1244-1247), then each GPU worker's first line: the
+/// two-stage pipeline's (engine.rs:2958, `pipeline.enabled`, the default) or the monolithic one's (:3378).
+pub fn start_lines(pipeline_enabled: bool, gpus: u32, workers: u32) {
+    info!(pipeline_enabled = pipeline_enabled, "starting cuzk engine");
+    let mut worker_id = 0u32;
+    for gpu_ordinal in 0..gpus {
+        if pipeline_enabled {
+            for worker_sub_id in 0..workers {
+                info!(worker_id = worker_id, gpu = gpu_ordinal, sub_id = worker_sub_id, "pipeline GPU worker started");
+                worker_id += 1;
+            }
+        } else {
+            info!(worker_id = worker_id, gpu = gpu_ordinal, "monolithic GPU worker started");
+            worker_id += 1;
+        }
+    }
+}
+
 pub fn gpu_worker(worker_id: u32, gpu_ordinal: u32, mutex: Arc<Mutex<()>>, gpu_q: Arc<(Mutex<Vec<Item>>, Condvar)>,
               jobs: Arc<Jobs>, pinned: bool, done: mpsc::Sender<()>) {
     loop {
@@ -398,6 +416,12 @@ fn main() {
     info!(target: "cuzk_daemon", "cuzk-daemon starting");
     info!(target: "cuzk_daemon", listen = %addr, "configuration loaded");
     TIMELINE_EPOCH.get_or_init(Instant::now);
+    if let Some(shape) = kv.get("starts") {
+        // only the start (starts=pipeline|monolithic): engine.start() before the ready line (main.rs:119, :231)
+        engine::start_lines(shape == "pipeline", cfg.gpus as u32, cfg.workers as u32);
+        info!(target: "cuzk_daemon", "cuzk-daemon ready, serving on {}", addr);
+        return;
+    }
     info!(target: "cuzk_daemon", "cuzk-daemon ready, serving on {}", addr);
 
     let (tx, rx) = mpsc::channel();
