@@ -12,7 +12,7 @@ import time
 
 import pytest
 from curio_lab import Farm, curio_db, curio_farm, set_layer  # noqa: F401
-from test_drain import Daemon
+from test_drain import Daemon, snapshot
 
 from lab import swapctl_in_background, wait_until
 from test_deploy import journal
@@ -226,3 +226,71 @@ def test_a_database_that_does_not_answer_is_said_so_and_nothing_is_cordoned(box,
     assert "the harmony database did not answer" in said and "nothing was stopped" in said, said
     assert "not in harmony_machines" not in said
     assert old in box.daemons() and not c.unschedulable() and not c.cordon_file().exists()
+
+
+def test_a_cordon_over_its_limit_with_stop_swaps_anyway_says_what_was_lost_and_uncordons(
+        box, curio_farm, prover, prover_b):  # noqa: F811
+    """drain_timeout = "stop" (the default): a proof longer than drain_timeout_s is stopped with the daemon,
+    the stop says it lost it and the journal counts it, the new build runs and the node is uncordoned."""
+    c = Cordoned(box, curio_farm, synth_ms=8000, drain_timeout_s=2, drain_timeout="stop")
+    old = c.d.start(prover)
+    curio_farm.feed(mix="PoRep=1", count=1)
+    wait_until(lambda: curio_farm.owned(c.node) >= 1 and snapshot(c.d.url)["synthesis"]["active"] >= 1,
+               what="the node's proof in flight")
+    r = c.deploy(prover_b)
+    assert r.returncode == 0, r.stderr
+    entry = journal(box)[-1]
+    assert entry["outcome"] == "deployed" and entry["lost"] >= 1, entry
+    assert entry["cordon"]["uncordoned"] is True and entry["cordon"]["drain_s"] >= 2.0, entry["cordon"]
+    said = " ".join(r.stderr.split())
+    assert "lost" in said, said
+    assert old not in box.daemons() and box.daemons()
+    assert not c.unschedulable() and not c.cordon_file().exists()
+
+
+def _api(farm: Farm, secret: str | None = None) -> dict:
+    """[curio] for via = "api": the nodes' StorageRPCSecret in their base layer, and a token signed with
+    `secret` (the layer's own unless given): as `curio cli` signs one (images/curio/curio_rpc.py)."""
+    import base64
+
+    from swapctl.curio.curio_rpc import sign
+
+    own = base64.b64encode(os.urandom(32)).decode()
+    set_layer(farm.db, "base", f'[Apis]\nStorageRPCSecret = "{own}"\n')
+    return {"via": "api", "cli": "/nonexistent/curio",  # no curio CLI on the host: the API needs none
+            "env": {**{k: v for k, v in farm.db.env().items() if k.startswith("CURIO_DB_")},
+                    "CURIO_API_TOKEN": sign(secret or own)}}
+
+
+def test_a_cordon_through_the_nodes_api_loses_no_proof_and_needs_no_curio_on_the_host(
+        box, curio_farm, prover, prover_b):  # noqa: F811
+    """[curio] via = "api" (issue 43, item 1): the node's own Filecoin.Cordon and Filecoin.Uncordon, its admin
+    token from [curio] env sent in a header curl reads from stdin; the curio CLI named is not there."""
+    c = Cordoned(box, curio_farm, synth_ms=200, drain_timeout_s=60, curio=_api(curio_farm))
+    c.d.start(prover)
+    feeder = curio_farm.feed(mix="PoRep=3,UpdateProve=1", backlog=4)
+    wait_until(lambda: curio_farm.owned(c.node) >= 2, what="the node to own work")
+    r = c.deploy(prover_b)
+    assert r.returncode == 0, r.stderr
+    assert [f["method"] for _, _, f in c.node.events("rpc")] == ["Filecoin.Cordon", "Filecoin.Uncordon"]
+    assert not c.unschedulable() and not c.cordon_file().exists()
+    proves_on_and_lost_nothing(c, feeder)
+    entry = journal(box)[-1]
+    assert entry["outcome"] == "deployed" and entry["lost"] == 0 and entry["cordon"]["uncordoned"] is True
+    token = dict(c.curio["env"].items())["CURIO_API_TOKEN"]
+    assert token not in r.stdout + r.stderr and token not in json.dumps(entry)
+
+
+def test_a_token_the_node_refuses_stops_nothing_and_says_which_call(box, curio_farm, prover, prover_b):  # noqa: F811
+    """A token signed with another secret: the node answers 401, the swap refuses before any stop and names
+    the call that failed; the node was never cordoned, the old build runs on."""
+    c = Cordoned(box, curio_farm, synth_ms=100, curio=_api(curio_farm, secret="b3RoZXIgc2VjcmV0"))
+    old = c.d.start(prover)
+    r = c.deploy(prover_b)
+    assert r.returncode != 0
+    said = " ".join(r.stderr.split())
+    assert "Filecoin.Cordon" in said and "failed" in said and "nothing was stopped" in said, said
+    assert old in box.daemons() and not c.unschedulable()
+    assert [f["method"] for _, _, f in c.node.events("rpc")] == []  # no call got through
+    calls = [(method, said) for _, method, said in c.node.stop()["rpc"]]
+    assert calls[0] == ("Filecoin.Cordon", "401") and all(said == "401" for _, said in calls), calls

@@ -101,3 +101,21 @@ def test_the_plan_warns_where_another_host_is_fed_by_a_node_this_swap_cordons():
     assert line.startswith("warning: node 10.0.0.5:12300 also feeds gpu-b: this swap cordons it for them too")
     own = pb.parse(farm('curio_nodes = ["10.20.1.11:12300"]'), "farm.toml")
     assert shared_lines(own, "gpu-a") == () and shared_lines(own, "gpu-b") == ()
+
+
+@pytest.mark.parametrize("curio,fragment", [
+    (CURIO + 'via = "api"\n', 'curio.via: "api" calls each node\'s Filecoin.Cordon, which needs an admin token: '
+                              "put it in [curio] env as CURIO_API_TOKEN"),
+    (CURIO + 'via = "rpc"\n', "curio.via: 'rpc': \"cli\" cordons with `curio cli --machine NODE cordon` on the host, "
+                              '"api" through each node\'s JSON-RPC'),
+    (CURIO + 'env = { CURIO_API_KEY = "x" }\n', "curio.env: 'CURIO_API_KEY' is not one of Curio's database "
+                                               "variables (CURIO_DB_HOST,"),
+])
+def test_the_cordon_through_the_nodes_api_is_checked_at_load(curio, fragment):
+    """[curio] via = "api" (issue 43, item 1): one of two words, and the token it needs in env, said in one line
+    that names the key, before any host is asked."""
+    error = refused(farm(curio=curio))
+    assert fragment in str(error), error
+    book = pb.parse(farm(curio=CURIO + 'via = "api"\nenv = { CURIO_API_TOKEN = "eyJ.x.y" }\n'), "farm.toml")
+    assert book.curio.via == "api" and dict(book.curio.env) == {"CURIO_API_TOKEN": "eyJ.x.y"}
+    assert pb.parse(farm(), "farm.toml").curio.via == "cli"

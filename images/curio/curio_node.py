@@ -19,6 +19,9 @@ MaxFailures, the row deleted (the task dropped). A retried task waits RetryWait(
 update_time (harmonytask.go:492-502). All cuzk task types share one in-flight limit, MaxPending
 (tasks/seal/task_porep.go:198-205, lib/cuzk/client.go). On SIGTERM it writes its record (JSON) and exits.
 
+Its --listen address serves the node's JSON-RPC for the two methods a swap calls, `Filecoin.Cordon` and
+`Filecoin.Uncordon` (curio_rpc.py), checking a token against the layers' `[Apis] StorageRPCSecret`.
+
 `feed`: inserts tasks as AddTaskByName does (harmonytask.go:808-809): paced (one every --gap-s) or saturating
 (keeps --backlog unclaimed tasks waiting, Curio's MaxPending of them by default).
 """
@@ -26,6 +29,7 @@ update_time (harmonytask.go:492-502). All cuzk task types share one in-flight li
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import os
 import random
@@ -42,6 +46,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from curio_cli import add_db_flags, connect  # noqa: E402
+from curio_rpc import serve_rpc  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -87,6 +92,8 @@ class Node:
         self.ended: list[tuple[float, int, str, str]] = []  # (when, id, name, done | retry | dropped)
         self.owner_id = 0
         self.cuzk = ""
+        self.rpc_secret = b""  # [Apis] StorageRPCSecret, decoded
+        self.rpc: list[tuple[float, str, str]] = []  # (when, method, ok | an error) for each JSON-RPC call
 
     def db(self):
         return connect(self.args)
@@ -108,7 +115,10 @@ class Node:
             configs = dict(c.execute("SELECT title, config FROM harmony_config WHERE title = ANY(%s)",
                                      (layers,)).fetchall())
             for name in layers:
-                self.cuzk = tomllib.loads(configs.get(name, "")).get("Cuzk", {}).get("Address", self.cuzk)
+                layer = tomllib.loads(configs.get(name, ""))
+                self.cuzk = layer.get("Cuzk", {}).get("Address", self.cuzk)
+                secret = layer.get("Apis", {}).get("StorageRPCSecret")
+                self.rpc_secret = base64.b64decode(secret) if secret else self.rpc_secret
             c.execute("""INSERT INTO harmony_machine_details
                 (tasks, layers, startup_time, miners, machine_id, machine_name, version)
                 VALUES (%s, %s, %s, %s, %s, %s, %s)
@@ -236,7 +246,7 @@ class Node:
             totals = {k: sum(s[k] for s in self.stats.values()) for k in ("claimed", "done", "failed", "retries")}
             return {"machine_id": self.owner_id, "host_and_port": self.args.listen, "cuzk": self.cuzk,
                     "per_type": self.stats, "totals": totals, "running": sorted(self.running),
-                    "polls": self.polls, "claims": self.claims, "ended": self.ended}
+                    "polls": self.polls, "claims": self.claims, "ended": self.ended, "rpc": self.rpc}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -246,7 +256,9 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, lambda *_: node.stop.set())
     signal.signal(signal.SIGINT, lambda *_: node.stop.set())
     node.register()
+    rpc = serve_rpc(node, listener)
     node.serve()
+    rpc.shutdown()
     listener.close()
     write_record(args.record, node.report())
     return 0

@@ -75,7 +75,7 @@ def command(book: Playbook, host: str, lift: bool) -> Cmd:
 def command_of(cur: CurioSpec, state_dir: str, lift: bool) -> Cmd:
     """uncordon.sh for these nodes and this state directory (the Ansible modules call it with theirs)."""
     return scripts.command("uncordon.sh", dir=state_dir, lift="1" if lift else "",
-                           cordon_nodes=" ".join(cur.nodes), curio_cli=cur.cli, curio_sql=cur.sql,
+                           cordon_nodes=" ".join(cur.nodes), curio_via=cur.via, curio_cli=cur.cli, curio_sql=cur.sql,
                            curio_env=Secret("".join(f"{k}={shlex.quote(v)}\n" for k, v in cur.env)),
                            cuzk_tasks=",".join(cur.tasks))
 

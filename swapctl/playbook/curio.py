@@ -7,7 +7,7 @@ from typing import Any
 
 from . import spec as sp
 from .schema import Loader
-from .spec import DB_ENV, PROGRAM, TASK, node_ok
+from .spec import node_ok
 
 
 def check_nodes(ld: Loader, nodes: Iterable[str], table: str, key: str) -> tuple[str, ...]:
@@ -22,20 +22,6 @@ def check_nodes(ld: Loader, nodes: Iterable[str], table: str, key: str) -> tuple
 def curio(ld: Loader, doc: dict[str, Any], daemon: sp.DaemonSpec, hosts: dict[str, sp.HostSpec]) -> sp.CurioSpec:
     """[curio], checked against the daemon's stop mode: "cordon" needs nodes, [curio]'s or every host's own."""
     c = ld.section(ld.table(doc, "curio"), "curio", "curio")
-    check_nodes(ld, c.get("nodes", ()), "curio", "nodes")
-    for name in c.get("tasks", ()):
-        if not TASK.fullmatch(name):
-            raise ld.fail(f"{name!r} is not a Curio task name (e.g. PoRep, WdPost)", "curio", "tasks")
-    for key in ("cli", "sql"):
-        if key in c and not PROGRAM.fullmatch(c[key]):
-            raise ld.fail(f"{c[key]!r} is not a program's name or absolute path", "curio", key)
-    for name in c.get("env", {}):
-        if name not in DB_ENV:
-            raise ld.fail(f"{name!r} is not one of Curio's database variables ({', '.join(DB_ENV[:5])}, ...)",
-                          "curio", "env")
-    for key in ("poll_s", "post_wait_s", "max_cordon_s"):
-        if key in c and not (c[key] >= 0 if key == "post_wait_s" else c[key] > 0):
-            raise ld.fail(f"must be {'0 or more' if key == 'post_wait_s' else 'more than 0'} s", "curio", key)
     bare = [name for name, h in hosts.items() if not h.curio_nodes]
     if daemon.stop == "cordon" and not c.get("nodes") and (bare or not hosts):
         whose = f" (host {bare[0]!r} names no curio_nodes)" if bare and len(bare) < len(hosts) else ""
@@ -46,9 +32,9 @@ def curio(ld: Loader, doc: dict[str, Any], daemon: sp.DaemonSpec, hosts: dict[st
     c["tasks"] = tuple(c.get("tasks", sp.CUZK_TASKS))
     c["env"] = tuple(c.get("env", {}).items())
     spec = sp.CurioSpec(**c)
-    if (spec.nodes or len(bare) < len(hosts)) and spec.max_cordon_s < spec.poll_s:
-        raise ld.fail(f"must be at least poll_s ({spec.poll_s:g} s): a cordon shorter than one poll stops nothing",
-                      "curio", "max_cordon_s")
+    problem = sp.curio_problem(spec, nodes=bool(spec.nodes) or len(bare) < len(hosts))
+    if problem:
+        raise ld.fail(problem[1], "curio", problem[0])
     return spec
 
 

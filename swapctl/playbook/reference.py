@@ -106,11 +106,14 @@ DOCS: dict[str, dict[str, tuple[str, str]]] = {
     },
     "curio": {
         "nodes": ('["10.0.0.5:12300"]', "each node's `curio run --listen` host:port: cordoned around the swap"),
+        "via": ('"cli"', "how the host cordons a node: \"cli\", `curio cli --machine NODE cordon`; \"api\", the "
+                         "node's JSON-RPC (Filecoin.Cordon at http://NODE/rpc/v0, with curl; env's CURIO_API_TOKEN)"),
         "cli": ('"curio"', "the curio program on the host (an absolute path, or a name in /usr/local/bin, /usr/bin, "
                            "/bin): `curio cli --machine NODE cordon`"),
         "sql": ('"psql"', "a PostgreSQL client on the host (psql, or YugabyteDB's ysqlsh) that reads the nodes' tasks"),
         "env": ('{ CURIO_DB_HOST = "10.0.0.2" }', "the harmony database, as Curio reads it (CURIO_DB_HOST, _PORT, "
-                                                  "_NAME, _USER, _PASSWORD): sent on stdin, never printed"),
+                                                  "_NAME, _USER, _PASSWORD), and with via = \"api\" the nodes' "
+                                                  "admin token (CURIO_API_TOKEN): sent on stdin, never printed"),
         "poll_s": ("30", "Curio's poll (pollRarely): a node may claim work this long after the cordon"),
         "post_wait_s": ("120", "how long a swap waits for a node's WdPost or WinPost before it refuses"),
         "max_cordon_s": ("1800", "the host uncordons after this long, whatever the swap does (never sooner than "

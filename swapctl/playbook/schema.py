@@ -60,6 +60,7 @@ SCHEMA: dict[str, dict[str, tuple[str, bool]]] = {
     "gpu": {"nvidia_smi_timeout_s": ("num", False)},
     "curio": {
         "nodes": ("strlist", False),
+        "via": ("str", False),
         "cli": ("str", False),
         "sql": ("str", False),
         "env": ("strtable", False),

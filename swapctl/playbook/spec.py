@@ -128,6 +128,9 @@ NODE = re.compile(r"(?:[A-Za-z0-9][A-Za-z0-9.-]*|\[[0-9A-Fa-f:.]+\]):[0-9]{1,5}"
 TASK = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,15}")
 DB_ENV = tuple(f"CURIO_{p}_{k}" for p in ("DB", "HARMONYDB") for k in ("HOST", "HOSTS", "PORT", "NAME", "USER",
                                                                           "USERNAME", "PASSWORD"))
+API_TOKEN = "CURIO_API_TOKEN"  # via = "api": the nodes' admin token, with the database's variables in [curio] env
+CURIO_ENV = (*DB_ENV, API_TOKEN)
+VIA = ("cli", "api")  # how the host cordons a node: `curio cli --machine NODE cordon`, or the node's JSON-RPC
 PROGRAM = re.compile(r"/?[A-Za-z0-9._+-]+(?:/[A-Za-z0-9._+-]+)*")
 
 
@@ -141,13 +144,46 @@ class CurioSpec:
     (docs/curio.md). No nodes: no Curio around the daemon."""
 
     nodes: tuple[str, ...] = ()  # each node's `curio run --listen` host:port (harmony_machines.host_and_port)
+    via: str = "cli"  # cli: `curio cli --machine NODE cordon|uncordon` on the host; api: the node's JSON-RPC
     cli: str = "curio"  # the curio executable on the host: `curio cli --machine NODE cordon|uncordon`
     sql: str = "psql"  # a psql client on the host (psql, or YugabyteDB's ysqlsh) to read harmony_task
-    env: tuple[tuple[str, str], ...] = ()  # CURIO_DB_HOST/PORT/NAME/USER/PASSWORD: secrets, never printed
+    env: tuple[tuple[str, str], ...] = ()  # CURIO_DB_HOST/PORT/NAME/USER/PASSWORD, CURIO_API_TOKEN: secrets
     poll_s: float = 30  # Curio's pollRarely: a node may claim work this long after the cordon
     post_wait_s: float = 120  # how long a swap waits for the node's PoSt task before it refuses
     max_cordon_s: float = 1800  # the host uncordons after this long, whatever the swap does
     tasks: tuple[str, ...] = CUZK_TASKS  # the task types the node sends to this cuzk
+
+
+def curio_problem(c: CurioSpec, nodes: bool) -> tuple[str, str] | None:
+    """The first thing wrong in [curio] (its key, and what is wrong and what to do), else None: the playbook
+    loader and the Ansible modules both say it. `nodes`: some host has nodes to cordon."""
+    for node in c.nodes:
+        if not node_ok(node):
+            return "nodes", f"{node!r} is not a node's host:port (its `curio run --listen`, e.g. \"10.0.0.5:12300\")"
+    for name in c.tasks:
+        if not TASK.fullmatch(name):
+            return "tasks", f"{name!r} is not a Curio task name (e.g. PoRep, WdPost)"
+    for key in ("cli", "sql"):
+        if not PROGRAM.fullmatch(getattr(c, key)):
+            return key, f"{getattr(c, key)!r} is not a program's name or absolute path"
+    for name, _ in c.env:
+        if name not in CURIO_ENV:
+            return "env", (f"{name!r} is not one of Curio's database variables ({', '.join(DB_ENV[:5])}, ...) "
+                           f"or {API_TOKEN}")
+    if c.via not in VIA:
+        return "via", (f'{c.via!r}: "cli" cordons with `curio cli --machine NODE cordon` on the host, "api" '
+                       "through each node's JSON-RPC")
+    if c.via == "api" and API_TOKEN not in dict(c.env):
+        return "via", ("\"api\" calls each node's Filecoin.Cordon, which needs an admin token: put it in [curio] "
+                       f"env as {API_TOKEN} (docs/curio.md)")
+    for key in ("poll_s", "max_cordon_s"):
+        if getattr(c, key) <= 0:
+            return key, "must be more than 0 s"
+    if c.post_wait_s < 0:
+        return "post_wait_s", "must be 0 s or more"
+    if nodes and c.max_cordon_s < c.poll_s:
+        return "max_cordon_s", f"must be at least poll_s ({c.poll_s:g} s): a cordon shorter than one poll stops nothing"
+    return None
 
 
 @dataclass(frozen=True)

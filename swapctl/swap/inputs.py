@@ -133,7 +133,8 @@ def cordon_inputs(k: Knobs, old_sha: str | None) -> dict[str, Piece | int]:
     feed the new build."""
     cur, d = k.curio, k.daemon
     on = cordoning(k) and bool(old_sha)
-    return {"cordon_nodes": " ".join(cur.nodes) if on else "", "curio_cli": cur.cli, "curio_sql": cur.sql,
+    return {"cordon_nodes": " ".join(cur.nodes) if on else "", "curio_via": cur.via, "curio_cli": cur.cli,
+            "curio_sql": cur.sql,
             "curio_env": Secret("".join(f"{name}={shlex.quote(v)}\n" for name, v in cur.env)),
             "cuzk_tasks": ",".join(cur.tasks), "post_tasks": ",".join(POST_TASKS),
             "poll_ms": int(cur.poll_s * 1000), "post_wait_ms": int(cur.post_wait_s * 1000),

@@ -4,23 +4,24 @@
 # state directory while no swap runs (swap.lock is free) is a cordon whose swap script died before it could
 # lift it; with lift=1 its nodes are uncordoned, with swap.lock held meanwhile so that no swap begins then.
 # Inputs: dir (the state directory), lift (1: lift a cordon of swapctl's; empty: only read), cordon_nodes (the
-# playbook's [curio] nodes), curio_cli, curio_sql, curio_env (stdin only), cuzk_tasks (comma-separated).
+# playbook's [curio] nodes), curio_via, curio_cli, curio_sql, curio_env (stdin only), cuzk_tasks (comma-separated).
 # Prints, in this order (each value as read; swapctl/facts/cordon.py parses them, trusting none):
 #   STATE none|idle|swapping|unsafe   no state directory; a swap may begin; a swap runs now; not root's alone
 #   INFO pid since node...            cordon.info: a cordon of swapctl's (its swap's pid, since when, its nodes)
 #   BY {json}                         cordon.by: who ran that swap, since when, which action
-#   LIFTED ok|failed|refused|nocli node...  what lift did (refused: a word that is no host:port; nocli: no curio)
+#   LIFTED ok|failed|refused|nocli node...  what lift did (refused: a word that is no host:port; nocli: no curio,
+#                                     or with curio_via=api no curl)
 #   FLAG node true|false              each playbook node's harmony_machines.unschedulable
 #   DB ok|failed|nosql                whether the harmony database answered (nosql: no curio.sql on the host)
 #   TASK id:name:age_s                each cuzk task the nodes own now
-: "${dir?}" "${lift?}" "${cordon_nodes?}" "${curio_cli?}" "${curio_sql?}" "${curio_env?}" "${cuzk_tasks?}"
+: "${dir?}" "${lift?}" "${cordon_nodes?}" "${curio_via?}" "${curio_cli?}" "${curio_sql?}" "${curio_env?}" "${cuzk_tasks?}"
 # shellcheck source=lib.sh
 . ./lib.sh
 # shellcheck source=curio.sh
 . ./curio.sh
 say() { printf '%s\n' "$*"; }
 
-curio_clip=$(curio_find "$curio_cli") || curio_clip=""
+curio_clip=$(cordon_tool) || curio_clip=""
 curio_sqlp=$(curio_find "$curio_sql") || curio_sqlp=""
 
 enter_state "$dir"; entered=$?

@@ -4,7 +4,8 @@
 # cuzk-backed task (harmony_task.owner_id, as Curio's own restart check asks it: harmonytask.go:666-673)
 # and the daemon has nothing in flight, and they are uncordoned on every path by this host, not by the
 # controller. Needs lib.sh (now, json_str) and drain.sh (in_flight_line).
-# Inputs (the swap script's): cordon_nodes (host:port ..., empty: no cordon), curio_cli, curio_sql (a psql
+# Inputs (the swap script's): cordon_nodes (host:port ..., empty: no cordon), curio_via (cli: the curio CLI;
+# api: each node's JSON-RPC, see curio_rpc), curio_cli, curio_sql (a psql
 # client: psql or YugabyteDB's ysqlsh), curio_env (CURIO_DB_* assignments, one a line: stdin only),
 # cuzk_tasks and post_tasks (task names, comma-separated), poll_ms, post_wait_ms, max_cordon_ms.
 # Report words (swapctl/swap/words.py):
@@ -70,12 +71,42 @@ node_flags() {
 # task_line WORD BEGIN_MS: WORD, ms since BEGIN_MS, the count and the tasks (stdin) on one line
 task_line() { now; awk -v w="$1" -v ms=$(( NOW - $2 )) 'NF { n++; t = t " " $0 } END { print w " " ms " " n + 0 t }'; }
 
-# cordon_set WORD NODES: `curio cli --machine NODE WORD` for each of NODES (blank-separated, checked
-# host:port words, never globbed: [::1]:12300 is a pattern); returns 1 when one failed
+# cordon_set WORD NODES: `curio cli --machine NODE WORD`, or the node's RPC (curio_via=api), for each of NODES
+# (blank-separated, checked host:port words, never globbed: [::1]:12300 is a pattern); returns 1 when one failed
 cordon_set() {
   rc=0; set -f
-  for n in $2; do curio_run "$curio_clip" cli --machine "$n" "$1" >/dev/null 2>&1 || rc=1; done
+  for n in $2; do
+    if [ "$curio_via" = api ]; then curio_rpc "$n" "$1" || rc=1
+    else curio_run "$curio_clip" cli --machine "$n" "$1" >/dev/null 2>&1 || rc=1; fi
+  done
   set +f; return $rc
+}
+
+# curio_rpc NODE cordon|uncordon: the node's own JSON-RPC, Filecoin.Cordon or Filecoin.Uncordon at
+# http://NODE/rpc/v0 (cmd/curio/rpc/rpc.go:79-84, :376-390; perm admin, api/api_curio.go:28-29), with the
+# admin token (CURIO_API_TOKEN in curio_env) in an Authorization header that curl reads from its stdin, never
+# on a command line; succeeds on HTTP 200 with a JSON-RPC `result` (go-jsonrpc response.go:16-36: `error`
+# otherwise; a token that does not verify is a 401, auth/handler.go:28-42); 20 s at most
+curio_rpc() {
+  case $2 in cordon) m=Cordon ;; *) m=Uncordon ;; esac
+  got=$( ( set -a; eval "$curio_env"; set +a; printf 'Authorization: Bearer %s\n' "${CURIO_API_TOKEN:-}" ) |
+    timeout 20 curl -gsS --max-time 15 -o - -w '\n%{http_code}' -H @- -H 'Content-Type: application/json' \
+      --data-binary "{\"jsonrpc\":\"2.0\",\"method\":\"Filecoin.$m\",\"params\":[],\"id\":1}" \
+      "http://$1/rpc/v0" 2>/dev/null) || return 1
+  [ "${got##*
+}" = 200 ] || return 1
+  case $got in *'"error"'*) return 1 ;; *'"result"'*) return 0 ;; *) return 1 ;; esac
+}
+
+# cordon_tool: what cordons a node on this host (curio_via's curl, else curio_cli found); fails without it
+cordon_tool() {
+  if [ "$curio_via" = api ]; then command -v curl; else curio_find "$curio_cli"; fi
+}
+
+# cordon_how: the cordon as an engineer would type it, for a FAILED or UNCORDON line
+cordon_how() {
+  if [ "$curio_via" = api ]; then printf '%s' "the node's Filecoin.$1 (curl, http://NODE/rpc/v0, CURIO_API_TOKEN)"
+  else printf '%s' "\`curio cli --machine NODE $(printf '%s' "$1" | tr 'CU' 'cu')\`"; fi
 }
 
 # Whose cordon, since when: cordon.info holds `pid since_ms nodes...` of the swap that made it
@@ -93,7 +124,7 @@ uncordon_ours() {
     rm -f cordon.info; uncordoned=true; now
     [ -n "$cordon_begin" ] && cordon_ms=$(( NOW - cordon_begin ))
     say "UNCORDON ok $1"
-  else uncordoned=false; say "UNCORDON failed $1: \`curio cli --machine NODE uncordon\` did not succeed for $nodes"; fi
+  else uncordoned=false; say "UNCORDON failed $1: $(cordon_how Uncordon) did not succeed for $nodes"; fi
 }
 
 # cordon_watch SWAP_PID: in the background, the cordon's end when the swap script is gone (killed: it cannot
@@ -129,7 +160,8 @@ post_guard() {
 # harmonytask.go:32, :651-663), then until the nodes own no cuzk-backed task and the daemon has nothing in
 # flight and nothing queued. Returns 1 (FAILED said, every node uncordoned) when it refuses.
 cordon_drain() {
-  curio_clip=$(curio_find "$curio_cli") || { echo "FAILED curio: no $curio_cli on the host (curio.cli: an absolute path, or a name in /usr/local/bin, /usr/bin, /bin): nothing was stopped"; return 1; }
+  curio_clip=$(cordon_tool) || { if [ "$curio_via" = api ]; then echo "FAILED curio: no curl on the host (curio.via = \"api\" calls each node's Filecoin.Cordon with it): nothing was stopped"
+    else echo "FAILED curio: no $curio_cli on the host (curio.cli: an absolute path, or a name in /usr/local/bin, /usr/bin, /bin): nothing was stopped"; fi; return 1; }
   curio_sqlp=$(curio_find "$curio_sql") || { echo "FAILED curio: no $curio_sql on the host (curio.sql: psql or ysqlsh, to read the node's tasks): nothing was stopped"; return 1; }
   flags=$(node_flags); mine=""
   [ "${flags##*
@@ -152,7 +184,7 @@ cordon_drain() {
     "$action" > cordon.by
   cordoned=1
   ( cordon_watch "$$" ) < /dev/null &  # before the cordon: from the first node cordoned, one is there to lift it
-  cordon_set cordon "$mine" || { uncordon_ours refused; echo "FAILED curio: \`curio cli --machine NODE cordon\` failed for one of$mine: nothing was stopped"; return 1; }
+  cordon_set cordon "$mine" || { uncordon_ours refused; echo "FAILED curio: $(cordon_how Cordon) failed for one of$mine: nothing was stopped"; return 1; }
   tasks=$(node_tasks "$cuzk_tasks")
   line=$(printf '%s\n' "$tasks" | task_line CORDON "$cordon_begin"); say "$line"
   cordon_tasks=$(printf '%s\n' "$tasks" | awk -F: 'NF == 3 { o = o (o == "" ? "" : ", ") sprintf("{\"id\": %d, \"name\": \"%s\", \"age_s\": %d}", $1, $2, $3) }

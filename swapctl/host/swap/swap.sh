@@ -44,7 +44,7 @@
 #                                 its environment (as envq) and command line rendered once (quoted by swapctl's Cmd)
 #   lock_info                     what the deploy's lock.sh wrote in lock.info: the swap begins only while that
 #                                 lock is held, by that deploy (empty: no deploy lock to check, as under Ansible)
-#   cordon_nodes curio_cli curio_sql curio_env cuzk_tasks post_tasks poll_ms post_wait_ms max_cordon_ms up_re
+#   cordon_nodes curio_via curio_cli curio_sql curio_env cuzk_tasks post_tasks poll_ms post_wait_ms max_cordon_ms up_re
 #                                 Curio's cordon (curio.sh; an empty cordon_nodes: none); up_re: with a cordon
 #                                 and a proof as readiness, the log line after which the node is uncordoned to
 #                                 feed the new build its first proof (with a status_url: its status answers)
@@ -61,7 +61,7 @@
 : "${bad_re?}"
 : "${status_url?}" "${stop_mode?}" "${drain_ms?}" "${drain_fail?}" "${probe?}" "${fb_probe?}" "${fb_re?}"
 : "${fb_target?}" "${fb_sha?}" "${fb_cwd?}" "${fb_env?}" "${fb_cmd?}" "${lock_info?}"
-: "${cordon_nodes?}" "${curio_cli?}" "${curio_sql?}" "${curio_env?}" "${cuzk_tasks?}" "${post_tasks?}" "${poll_ms?}"
+: "${cordon_nodes?}" "${curio_via?}" "${curio_cli?}" "${curio_sql?}" "${curio_env?}" "${cuzk_tasks?}" "${post_tasks?}" "${poll_ms?}"
 : "${post_wait_ms?}" "${max_cordon_ms?}" "${up_re?}"
 : "${action?}" "${j_by?}" "${j_host?}" "${j_from?}" "${j_extra?}" "${j_steps?}" "${keep?}" "${cap_bytes?}"
 # shellcheck source=lib.sh

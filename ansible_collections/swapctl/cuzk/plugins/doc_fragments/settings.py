@@ -159,6 +159,12 @@ options:
         type: list
         elements: str
         default: []
+      via:
+        description: >-
+          How the host cordons a node - C(cli), C(curio cli --machine NODE cordon); C(api), the node's JSON-RPC
+          (C(Filecoin.Cordon) at C(http://NODE/rpc/v0) with curl, the admin token as C(CURIO_API_TOKEN) in I(env)).
+        type: str
+        default: cli
       cli:
         description: The curio executable on the host (an absolute path, or a name in the system's directories).
         type: str
@@ -168,7 +174,9 @@ options:
         type: str
         default: psql
       env:
-        description: Curio's database variables (C(CURIO_DB_HOST), C(CURIO_DB_PASSWORD), ...); never logged.
+        description: >-
+          Curio's database variables (C(CURIO_DB_HOST), C(CURIO_DB_PASSWORD), ...) and with I(via=api)
+          C(CURIO_API_TOKEN); never logged.
         type: dict
         default: {}
       poll_s:

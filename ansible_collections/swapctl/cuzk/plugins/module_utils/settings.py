@@ -10,14 +10,13 @@ from typing import Any
 from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.host import scripts, sh_texts
 from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.masking import looks_secret
 from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.playbook.spec import (
-    DB_ENV,
-    PROGRAM,
-    TASK,
     CurioSpec,
     DaemonSpec,
     GpuSpec,
     MemorySpec,
-    node_ok,
+)
+from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.playbook.spec import (
+    curio_problem as spec_curio_problem,
 )
 from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.swap import inputs as core
 
@@ -142,13 +141,5 @@ def curio_problem(c: CurioSpec, stop: str) -> str:
     if stop == "cordon" and not c.nodes:
         return ('daemon.stop "cordon" cordons the Curio nodes that feed the daemon: name them in curio.nodes '
                 '(each node\'s `curio run --listen` host:port)')
-    bad = [f"curio.nodes: {n!r} is not a node's host:port" for n in c.nodes if not node_ok(n)]
-    bad += [f"curio.tasks: {t!r} is not a Curio task name" for t in c.tasks if not TASK.fullmatch(t)]
-    bad += [f"curio.{k}: {getattr(c, k)!r} is not a program's name or absolute path" for k in ("cli", "sql")
-            if not PROGRAM.fullmatch(getattr(c, k))]
-    bad += [f"curio.env: {k!r} is not one of Curio's database variables" for k, _ in c.env if k not in DB_ENV]
-    bad += [f"curio.{k}: must be more than 0 s" for k in ("poll_s", "max_cordon_s") if getattr(c, k) <= 0]
-    bad += ["curio.post_wait_s: must be 0 s or more"] if c.post_wait_s < 0 else []
-    bad += [f"curio.max_cordon_s: must be at least poll_s ({c.poll_s:g} s): a cordon shorter than one poll stops "
-            f"nothing"] if c.nodes and 0 < c.max_cordon_s < c.poll_s else []
-    return bad[0] if bad else ""
+    problem = spec_curio_problem(c, nodes=bool(c.nodes))
+    return f"curio.{problem[0]}: {problem[1]}" if problem else ""
