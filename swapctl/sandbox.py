@@ -182,9 +182,11 @@ child_linger_ms = {child_linger_ms}
 
 def prover_config(memory_mib: int = 32, jobs: int = 1, start_delay_ms: int = 0, ignore_sigterm: bool = False,
                   child_hold_mib: int = 0, child_linger_ms: int = 0, partitions: int = 2, partition_mib: int = 4,
-                  synth_ms: int = 5, gpu_ms: int = 5, job_interval_ms: int = 0, status_listen: str = "") -> str:
+                  synth_ms: int = 5, gpu_ms: int = 5, job_interval_ms: int = 0, status_listen: str = "",
+                  listen: str = "") -> str:
     """The stand-in's config; `jobs = -1` with a `job_interval_ms` is its steady mode (a job, its proof, a
-    pause, the next), `status_listen` serves cuzk's GET /status. Those two lines only when given."""
+    pause, the next), `status_listen` serves cuzk's GET /status, `listen` takes proofs (as Curio sends them).
+    Those lines only when given."""
     text = PROVER_CONFIG.format(
         memory_mib=memory_mib, jobs=jobs, start_delay_ms=start_delay_ms,
         ignore_sigterm=str(ignore_sigterm).lower(), child_hold_mib=child_hold_mib,
@@ -193,7 +195,9 @@ def prover_config(memory_mib: int = 32, jobs: int = 1, start_delay_ms: int = 0, 
     text += f"job_interval_ms = {job_interval_ms}\n" if job_interval_ms else ""
     # under [daemon], where cuzk reads it (cuzk-core/src/config.rs:29-40), so what reads a cuzk config for it
     # (init --from, status's exposure) finds it; the stand-in reads its keys from any table
-    return text + (f'\n[daemon]\nstatus_listen = "{status_listen}"\n' if status_listen else "")
+    daemon = "".join(f'{key} = "{value}"\n' for key, value in (("listen", listen), ("status_listen", status_listen))
+                     if value)
+    return text + (f"\n[daemon]\n{daemon}" if daemon else "")
 
 
 # The sandbox's daemon proves steadily, fed by itself as a Curio with a pause between its tasks would feed it:
@@ -203,10 +207,9 @@ def prover_config(memory_mib: int = 32, jobs: int = 1, start_delay_ms: int = 0, 
 def sandbox_config(status_port: int, listen: int = 0) -> str:
     """The sandbox daemon's cuzk.toml: steady proofs, its status on 127.0.0.1:`status_port`; with `listen`,
     no proofs of its own: it proves what a Curio node sends to 127.0.0.1:`listen` (sandbox_curio)."""
-    text = prover_config(memory_mib=256, jobs=0 if listen else -1, job_interval_ms=0 if listen else 1000,
+    return prover_config(memory_mib=256, jobs=0 if listen else -1, job_interval_ms=0 if listen else 1000,
                          partitions=4, partition_mib=32, synth_ms=50, gpu_ms=400,
-                         status_listen=f"127.0.0.1:{status_port}")
-    return f'listen = "127.0.0.1:{listen}"  # where Curio sends its proofs\n' + text if listen else text
+                         status_listen=f"127.0.0.1:{status_port}", listen=f"127.0.0.1:{listen}" if listen else "")
 
 
 def start_daemon(binary: Path, config: Path, log: Path, cwd: Path) -> int:

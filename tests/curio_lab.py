@@ -227,8 +227,8 @@ class Farm:
         """The stand-in prover on the layer's [Cuzk] Address, once it logged its ready line."""
         config, log = self.dir / f"cuzk-{len(self.provers)}.toml", self.dir / f"cuzk-{len(self.provers)}.log"
         config.write_text(prover_config(memory_mib=8, jobs=0, partitions=partitions, partition_mib=1,
-                                        synth_ms=synth_ms, gpu_ms=max(1, synth_ms // 2))
-                          + f'listen = "127.0.0.1:{self.cuzk_port}"\nsrs_load_ms = 10\n')
+                                        synth_ms=synth_ms, gpu_ms=max(1, synth_ms // 2),
+                                        listen=f"127.0.0.1:{self.cuzk_port}") + "srs_load_ms = 10\n")
         proc = subprocess.Popen([str(self.prover_bin), "--config", str(config)], stdout=open(log, "ab"),
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=self.dir,
                                 start_new_session=True)

@@ -1,6 +1,7 @@
 """A random walk of 200 steps on the farm lab around cordoned swaps: the Curio node stand-in fed tasks,
 time passing, deploys that run to their end, and deploys whose controller is SIGKILLed, Ctrl-C'd once or
-twice, or whose host's sshd restarts, each at a random moment. After every step, once the host's swap has
+twice, cut off from the host for 1-20 s (every packet to its sshd dropped), or whose host's sshd restarts,
+each at a random moment. After every step, once the host's swap has
 ended (its swap.lock free), the invariant holds: the node is not left cordoned (by swapctl: no cordon.info,
 and its unschedulable flag false), no task failed (no Curio retry burned, no proof lost: no
 harmony_task_history row with result false), and a daemon runs. SWAPCTL_CORDON_SEED replays a walk."""
@@ -11,6 +12,7 @@ import fcntl
 import os
 import random
 import signal
+import subprocess
 import time
 
 import pytest
@@ -22,7 +24,8 @@ from lab import swapctl_in_background, wait_until
 pytestmark = pytest.mark.usefixtures("swapctl_env")
 STEPS = 200
 # step -> weight: half of them swaps, a third of those ended at a random moment
-WALK = {"feed": 5, "wait": 3, "deploy": 3, "kill": 2, "ctrl-c": 2, "ctrl-c-twice": 1, "sshd-restart": 1, "post": 1}
+WALK = {"feed": 5, "wait": 3, "deploy": 3, "kill": 2, "ctrl-c": 2, "ctrl-c-twice": 1, "sshd-restart": 1, "post": 1,
+        "link-cut": 1}
 
 
 def swap_free(c: Cordoned) -> bool:
@@ -74,6 +77,8 @@ class Walk:
             elif end == "sshd-restart":
                 self.box.server.stop()
                 self.box.server.start()
+            elif end == "link-cut":
+                self.cut(self.rng.uniform(1, 20))
         try:
             proc.wait(120)
         finally:
@@ -82,6 +87,17 @@ class Walk:
                 proc.wait()
         reader.join(5)
         self.log.append(f"{end} -> {proc.returncode}: {(lines or [''])[-1].strip()[:160]}")
+
+    def cut(self, seconds: float) -> None:
+        """The controller cut off from the host: every packet to the host's sshd (on loopback) dropped for
+        `seconds`, then let through again. Longer than the controller's keepalive (15 s) and its SSH session
+        is given up; shorter and TCP carries on. The database is on another port: the host still reaches it."""
+        rule = ["INPUT", "-i", "lo", "-p", "tcp", "--dport", str(self.box.server.port), "-j", "DROP"]
+        subprocess.run(["iptables", "-w", "-I", *rule], check=True)
+        try:
+            time.sleep(seconds)
+        finally:
+            subprocess.run(["iptables", "-w", "-D", *rule], check=True)
 
     def step(self, what: str) -> None:
         if what == "feed":

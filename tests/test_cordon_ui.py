@@ -9,7 +9,7 @@ import re
 import subprocess
 
 import pytest
-from curio_lab import curio_db, curio_farm  # noqa: F401
+from curio_lab import curio_db, curio_farm, set_layer  # noqa: F401
 from test_cordon import Cordoned
 
 from swapctl.facts import cordon
@@ -169,14 +169,22 @@ def test_the_plan_names_the_nodes_tasks_any_post_and_what_the_swap_waits_for(box
 
 
 def test_init_from_fills_curio_nodes_from_a_running_curio_run(box, curio_farm, prover, tmp_path):  # noqa: F811
+    """Each `curio run` on the host, kept as a node where its layers' [Cuzk] Address (read from harmony_config
+    with that process's own database settings, on the host) is the daemon's listen address; a node whose
+    layers name another cuzk is named in a comment and left out."""
     c = Cordoned(box, curio_farm)
     c.d.start(prover)
+    set_layer(curio_farm.db, "other", '[Cuzk]\nAddress = "10.9.9.9:9820"\n')
+    other = curio_farm.start_node(layers="base,other")
     out = tmp_path / "from-lab.toml"
     r = swapctl("init", str(out), "--from", "lab", "--match", re.escape(str(box.binary)),
                 env={"SWAPCTL_PLAYBOOK": str(box.playbook_path)})
     assert r.returncode == 0, r.stderr
     text = out.read_text()
     assert parse(text, str(out)).curio.nodes == (c.node.listen,)
+    assert f"# {c.node.listen}: layers base,cuzk give [Cuzk] Address 127.0.0.1:{c.d.port}: this daemon" in text
+    assert (f"# {other.listen}: layers base,other give [Cuzk] Address 10.9.9.9:9820, not this daemon "
+            f"(127.0.0.1:{c.d.port}): left out") in text, text
     assert curio_farm.db.env()["CURIO_DB_PASSWORD"] not in text  # never a credential
     assert not any(line.startswith("env") for line in text.splitlines())
 

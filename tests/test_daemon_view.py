@@ -248,3 +248,29 @@ def test_a_64_mib_answer_is_read_only_to_its_bound_and_within_the_drains_time():
         took = time.monotonic() - began
     assert line.startswith("NOSTATUS ") and "bytes" in line
     assert took < 10, took
+
+
+@pytest.mark.parametrize("argv, config, listen", [
+    (["cuzk", "--config", "c.toml"], '[daemon]\nlisten = "0.0.0.0:9820"  # gRPC\n', "0.0.0.0:9820"),
+    (["cuzk", "-l", "127.0.0.1:1"], '[daemon]\nlisten = "0.0.0.0:9820"\n', "127.0.0.1:1"),  # the flag wins
+    (["cuzk", "--listen=unix:///run/x.sock"], "", "unix:///run/x.sock"),
+    (["cuzk"], '[srs]\nlisten = "0.0.0.0:1"\n', "unix:///run/curio/cuzk.sock"),  # not the daemon's: the default
+])
+def test_where_the_daemon_listens_is_its_flag_else_its_configs_daemon_listen(argv, config, listen):
+    from swapctl.facts.daemon_view import listen_of
+    assert listen_of(argv, config) == listen
+
+
+@pytest.mark.parametrize("address, listen, fed", [
+    ("127.0.0.1:9820", "0.0.0.0:9820", True),
+    ("gpu-a:9820", "0.0.0.0:9820", True),  # how the playbook reaches the host
+    ("10.9.9.9:9820", "0.0.0.0:9820", False),  # another box's cuzk on the same port
+    ("127.0.0.1:9821", "0.0.0.0:9820", False),
+    ("10.0.0.5:9820", "10.0.0.5:9820", True),
+    ("127.0.0.1:9820", "10.0.0.5:9820", False),  # the daemon does not listen on loopback
+    ("unix:///run/curio/cuzk.sock", "unix:///run/curio/cuzk.sock", True),
+    ("unix:///run/other.sock", "unix:///run/curio/cuzk.sock", False),
+])
+def test_a_node_feeds_the_daemon_its_cuzk_address_reaches(address, listen, fed):
+    from swapctl.facts.curio_nodes import feeds
+    assert feeds(address, listen, ("gpu-a",)) is fed

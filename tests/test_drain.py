@@ -36,8 +36,8 @@ class Daemon:
         self.box, self.port, self.status_port = box, free_port(), free_port()
         self.url = f"http://127.0.0.1:{self.status_port}/status"
         self.config = (prover_config(memory_mib=8, jobs=0, partitions=partitions, partition_mib=1, synth_ms=synth_ms,
-                                     gpu_ms=synth_ms // 2) +
-                       f'listen = "127.0.0.1:{self.port}"\nstatus_listen = "127.0.0.1:{self.status_port}"\n'
+                                     gpu_ms=synth_ms // 2, listen=f"127.0.0.1:{self.port}",
+                                     status_listen=f"127.0.0.1:{self.status_port}") +
                        "srs_load_ms = 100\n")  # not a quarter of a 20 s proof: the first proof is not what is tested
         box.write_playbook(daemon={"status_url": self.url, **daemon})
 

@@ -15,11 +15,11 @@ import typer
 from .. import playbook as pb
 from ..errors import BadInput, UnknownHostKey
 from ..facts import daemon_view as view
+from ..facts.curio_nodes import CurioNode, feeds, running
 from ..facts.launch import Launch, launch_cmd, parse_launch, ready_proposal
 from ..facts.status import gather
 from ..facts.system import Process
 from ..playbook import examples
-from ..playbook.spec import NODE
 from ..remote import Cmd, Host, connect
 from .common import err, guarded, out, select_hosts, text
 
@@ -148,52 +148,46 @@ class _Found:
     exact: str  # a daemon.match that finds it and nothing else deploy would adopt
     config: str
     status_url: str | None
-    curio_nodes: tuple[str, ...] = ()  # each running `curio run --listen ADDR` (checked as [curio] nodes)
+    listen: str = view.DEFAULT_LISTEN  # where the daemon listens: what a node's [Cuzk] Address must name
+    curio_nodes: tuple[CurioNode, ...] = ()  # each running `curio run --listen ADDR` (checked as [curio] nodes)
 
 
 def _found(host: Host, name: str, match: str, user: str | None) -> _Found:
     daemon, launch, binary = _daemon_to_adopt(host, name, match, user)
     argv = launch.argv or tuple(daemon.args.split())
     config = view.config_path(argv)
-    status_url = view.status_url_of(host.run(Cmd("head", "-c", "1048576", "--", config), check=False).stdout)
+    config_text = host.run(Cmd("head", "-c", "1048576", "--", config), check=False).stdout
+    status_url, listen = view.status_url_of(config_text), view.listen_of(argv, config_text)
     # the program's path alone, else its whole command line: the first that finds it and nothing else
     # that deploy would adopt (a look-alike it matches too is named and left alone there)
     for exact in ("^" + re.escape(argv[0]) + "( |$)", "^" + re.escape(" ".join(argv)) + "$"):
         found = gather(host, pb.DaemonSpec(match=exact, binary=binary, user=user)).daemons
         if [p.pid for p in found] == [daemon.pid]:
-            return _Found(daemon, launch, binary, argv, exact, config, status_url, _curio_nodes(host))
+            return _Found(daemon, launch, binary, argv, exact, config, status_url, listen, tuple(running(host)))
     raise BadInput(f"{name}: no match finds pid {daemon.pid} alone; write [daemon] match by hand")
 
 
-CURIO_RUN = r"(^|[ /])curio[^ /]* run( |$)"  # `curio run ...`, by any path to a program named curio...
-
-
-def _curio_nodes(host: Host) -> tuple[str, ...]:
-    """The --listen of each `curio run` on the host (its /proc cmdline, read as the daemon's is): what [curio]
-    nodes names. Read from the host, so each is checked as the playbook checks a node, else left out."""
-    nodes: list[str] = []
-    for p in gather(host, pb.DaemonSpec(match=CURIO_RUN)).daemons:
-        words = p.args.split()
-        for i, w in enumerate(words):
-            addr = words[i + 1] if w == "--listen" and i + 1 < len(words) else w.removeprefix("--listen=")
-            if (w == "--listen" or w.startswith("--listen=")) and NODE.fullmatch(addr) \
-                    and 0 < int(addr.rsplit(":", 1)[1]) < 65536 and addr not in nodes:
-                nodes.append(addr)
-    return tuple(nodes)
-
-
-def _curio_lines(nodes: tuple[str, ...]) -> list[str]:
-    """[curio] as init writes it: the nodes found, else a hint; never the database's credentials."""
-    q = _value
-    if not nodes:
+def _curio_lines(found: _Found, host_address: str) -> list[str]:
+    """[curio] as init writes it: the nodes on the host whose layers' [Cuzk] Address is this daemon (and those
+    whose layers could not be read, said so), the others named and left out; never the database's credentials."""
+    q, c, listen = _value, _comment, found.listen
+    if not found.curio_nodes:
         return ["", "# [curio]                              # no `curio run --listen` runs on the host: where Curio",
                 '# nodes = ["10.0.0.5:12300"]           # nodes feed this daemon, name them (docs/curio.md)']
-    return ["", "[curio]",
-            f"nodes = [{', '.join(map(q, nodes))}]  # each running `curio run --listen`: check it is the address "
-            "harmony_machines.host_and_port has",
-            "# env = { CURIO_DB_HOST = \"...\", CURIO_DB_PASSWORD = \"...\" }  # how the host reaches the harmony "
-            "database (secrets: the playbook only)",
-            '# and stop = "cordon" under [daemon] to cordon the nodes around a swap (docs/curio.md)']
+    ours = [n for n in found.curio_nodes if n.address is None or feeds(n.address, listen, (host_address,))]
+    notes = [f"# {c(n.listen)}: layers {c(','.join(n.layers))} give [Cuzk] Address {c(n.address or '')}, not this "
+             f"daemon ({c(listen)}): left out" for n in found.curio_nodes if n not in ours]
+    notes += [f"# {c(n.listen)}: its layers ({c(','.join(n.layers))}) could not be read (database: {n.db}) or "
+              f"name no [Cuzk] Address: check it feeds this daemon ({c(listen)})" for n in ours if n.address is None]
+    notes += [f"# {c(n.listen)}: layers {c(','.join(n.layers))} give [Cuzk] Address {c(n.address or '')}: this daemon"
+              for n in ours if n.address is not None]
+    lines = ["", "[curio]"]
+    lines += [f"nodes = [{', '.join(q(n.listen) for n in ours)}]  # the `curio run --listen` of each node that "
+              "feeds this daemon (harmony_machines.host_and_port)"] if ours else ["# nodes = []  # none feeds it"]
+    return lines + notes + [
+        "# env = { CURIO_DB_HOST = \"...\", CURIO_DB_PASSWORD = \"...\" }  # how the host reaches the harmony "
+        "database (secrets: the playbook only)",
+        '# and stop = "cordon" under [daemon] to cordon the nodes around a swap (docs/curio.md)']
 
 
 def _playbook_text(target: str, spec: pb.HostSpec, found: _Found, user: str | None) -> str:
@@ -246,7 +240,7 @@ def _playbook_text(target: str, spec: pb.HostSpec, found: _Found, user: str | No
     ]
     if launch.stdout:
         lines += ["", "[logs]", f"paths = [{q(launch.stdout)}]"]
-    lines += _curio_lines(found.curio_nodes)
+    lines += _curio_lines(found, spec.address)
     return "\n".join(lines) + "\n"
 
 

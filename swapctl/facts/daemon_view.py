@@ -187,6 +187,27 @@ def config_path(argv: tuple[str, ...] | list[str]) -> str:
     return DEFAULT_CONFIG
 
 
+DEFAULT_LISTEN = "unix:///run/curio/cuzk.sock"  # cuzk-core/src/config.rs:43-45
+
+
+def listen_of(argv: tuple[str, ...] | list[str], config_text: str) -> str:
+    """Where a cuzk command line listens: `-l`/`--listen` (cuzk-daemon/src/main.rs:24-26, over the config),
+    else the config's `[daemon] listen`, else cuzk's default."""
+    for i, a in enumerate(argv):
+        if a in ("-l", "--listen") and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith("--listen="):
+            return a.split("=", 1)[1]
+    section = ""
+    for raw in config_text.splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if line.startswith("["):
+            section = line.strip("[] ")
+        elif section == "daemon" and re.match(r"listen\s*=", line):
+            return line.split("=", 1)[1].strip().strip("\"'")
+    return DEFAULT_LISTEN
+
+
 def status_url_of(config_text: str) -> str | None:
     """daemon.status_url from a cuzk config's `[daemon] status_listen = "HOST:PORT"` (cuzk.example.toml:13-16):
     read on the host itself, so an address that listens everywhere (0.0.0.0) is asked on 127.0.0.1."""
