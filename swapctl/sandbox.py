@@ -259,19 +259,21 @@ def status_port(port: int, hosts: int = 1) -> int:
 
 
 def up(base: Path, port: int = 40612, fresh: bool = False, hosts: int = 1, curio: bool = False,
-       sudo: bool = False) -> Up:
+       sudo: bool = False, systemd: bool = False) -> Up:
     """Starts the sandbox (sshd + a hand-started prover that proves steadily, or `hosts` of them, a farm)
     and writes its playbook. A sandbox deployed to before keeps its hosts' data (releases, journal, the
     current build) unless `fresh`; a playbook the user has edited is never lost (write_playbook)."""
-    from . import sandbox_curio, sandbox_hosts, sandbox_sudo  # they build on this module's parts
+    from . import sandbox_curio, sandbox_hosts, sandbox_sudo, sandbox_systemd  # they build on this module's parts
 
     if not 1 <= hosts <= MAX_HOSTS:
         raise BadInput(f"--hosts must be 1 to {MAX_HOSTS}, not {hosts}")
     if curio and hosts != 1:
         raise BadInput("--curio takes one sandbox host (a farm of Curio nodes is the tests': docs/curio.md)")
+    if systemd and (hosts != 1 or curio or sudo):
+        raise BadInput("--systemd takes one sandbox host, without --curio or --sudo")
     down(base)
     base = base.resolve()
-    taken = [port + i for i in range(hosts)] + ([status_port(port)] if hosts == 1 else [])
+    taken = [] if systemd else [port + i for i in range(hosts)] + ([status_port(port)] if hosts == 1 else [])
     taken += [port + 2, port + 3] if curio else []  # the daemon's listen for the node, the node's own
     for p in taken:  # before anything of the old sandbox is removed
         if holder := sandbox_hosts.port_holder(p):
@@ -279,7 +281,7 @@ def up(base: Path, port: int = 40612, fresh: bool = False, hosts: int = 1, curio
                           f"(the sandbox uses {port} to {taken[-1]})")
     if (why := sandbox_hosts.isolation_fails()) and hosts > 1:
         raise Refused(f"--hosts {hosts} needs namespaces for each host (root, unshare): {why}")
-    datas = [base / "data", *(base / f"data-{i}" for i in range(2, hosts + 1))]
+    datas = [base / ("data-systemd" if systemd else "data"), *(base / f"data-{i}" for i in range(2, hosts + 1))]
     keep = [not fresh and (d / ".swapctl").is_dir() for d in datas]
     for child in base.iterdir() if base.exists() else ():
         if child in datas and keep[datas.index(child)] or child.name == "builds" and any(keep) \
@@ -295,7 +297,9 @@ def up(base: Path, port: int = 40612, fresh: bool = False, hosts: int = 1, curio
         # written each time: its status port follows --port (docs/guide.md says how to change its load)
         (data / "cuzk.toml").write_text(sandbox_config(status_port(port, hosts), port + 2 if curio else 0))
     keys = sandbox_sudo.make(base) if sudo else ""  # where that login's key goes: a file it can read
-    if why:
+    if systemd:
+        text = sandbox_systemd.start(base, datas[0], status_port(port))
+    elif why:
         sandbox_hosts.up_one(base, port, keys)
     else:
         sandbox_hosts.start(base, port, datas, net=hosts > 1, more_keys=keys)
@@ -305,19 +309,20 @@ def up(base: Path, port: int = 40612, fresh: bool = False, hosts: int = 1, curio
         sandbox_curio.start(base, port + 2, port + 3)
     for data in datas:  # its first proof made (the SRS loaded): the first `status` shows a working daemon
         wait_ready(data / "cuzk.log", lambda: None, lines=FIRST_PROOF)
-    if hosts == 1:  # playbooks/sandbox.toml, the example people read, is the playbook the sandbox runs with
-        text = examples.render("sandbox", SANDBOX=str(base), PORT=str(port), STATUS_PORT=str(status_port(port)))
-    else:
-        text = sandbox_hosts.playbook(base, port, hosts)
+    if not systemd:  # one host: playbooks/sandbox.toml, the example people read, is the one it runs with
+        text = examples.render("sandbox", SANDBOX=str(base), PORT=str(port), STATUS_PORT=str(status_port(port))) \
+            if hosts == 1 else sandbox_hosts.playbook(base, port, hosts)
     text = sandbox_sudo.playbook(text) if sudo else text
     done = write_playbook(base, sandbox_curio.playbook(text, base, port + 3) if curio else text, fresh)
+    why = "" if systemd else why  # the container is a host of its own
     return Up(done.playbook, done.note, shared=why and f"the sandbox host is not a host of its own ({why}): "
                                                    "other sessions and processes on this machine show as its own")
 
 
 def _kept_host(child: Path, fresh: bool) -> bool:
     """A farm host's data with history, which a smaller sandbox leaves for a later `--hosts` to find."""
-    return not fresh and re.fullmatch(r"data-\d+", child.name) is not None and (child / ".swapctl").is_dir()
+    return not fresh and re.fullmatch(r"data-(\d+|systemd)|data", child.name) is not None \
+        and (child / ".swapctl").is_dir()
 
 
 PLAYBOOK_FILES = ("swapctl.toml", ".swapctl.toml")  # the playbook, its record, the copies beside it
@@ -358,9 +363,11 @@ def down(base: Path, timeout: float = 10) -> None:
     running from its data directory, and returns once they are gone (BadInput past `timeout`)."""
     from .sandbox_curio import stop as stop_curio
     from .sandbox_sudo import remove as remove_sudo
+    from .sandbox_systemd import stop_recorded as stop_systemd
 
     stop_curio(base)
     remove_sudo(base)
+    stop_systemd(base / "systemd")
     pids = []
     for pid_file in sorted(base.glob("sshd*/sshd.pid")):
         try:  # only a process of this sandbox: a pid file outlives a reboot, and its pid is reused

@@ -217,9 +217,9 @@ def test_too_few_proofs_in_the_window_is_no_verdict_with_exit_6_and_the_report_s
     assert "no verdict: B made" in page and "the verdict stands" not in page, page
     assert a in page and b in page and "B was rolled back: the build before it runs again" in page
     # each build by what it says of itself (B's --version, read when it was uploaded; the build started by hand
-    # was never uploaded, so nothing) and the GPU workers its start logged (the stand-in's pipeline worker)
-    assert re.search(r"before\s+" + a + r"\s+-\s+pipeline ×1\s+\d{4}-", page), page
-    assert re.search(r"B\s+" + b + r"\s+prover x-pinned\s+pipeline ×1\s+\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC\s+"
+    # was never uploaded, so nothing) and the GPU workers its start logged (the stand-in's two pipeline workers)
+    assert re.search(r"before\s+" + a + r"\s+-\s+pipeline ×2\s+\d{4}-", page), page
+    assert re.search(r"B\s+" + b + r"\s+prover x-pinned\s+pipeline ×2\s+\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC\s+"
                      r"\d+ s window\s+[01]\b", page), page
     assert "95% CI" not in page and "class=\"sig\"" not in report.read_text()
 

@@ -626,9 +626,11 @@ static std::string self_check(Engine& e, const Job& job) {
 // the proof is assembled and its client gets the result.
 static void gpu_worker(Engine& e, Gpu& g, char* bounce) {
     const Config& c = e.c;
-    // the stand-in is cuzk's two-stage pipeline (a synthesis thread feeding one GPU worker): its first line
-    // as engine.rs:2958 logs it
-    info("", {}, "cuzk_core::engine", "pipeline GPU worker started", {{"worker_id", "0"}, {"gpu", "0"}, {"sub_id", "0"}});
+    // the stand-in is cuzk's two-stage pipeline (a synthesis thread feeding the GPU), its WORKERS taking
+    // partitions in turn: each worker's first line as engine.rs:2958 logs it
+    for (int w = 0; w < WORKERS; w++)
+        info("", {}, "cuzk_core::engine", "pipeline GPU worker started",
+             {{"worker_id", std::to_string(w)}, {"gpu", "0"}, {"sub_id", std::to_string(w)}});
     for (;;) {
         Engine::Item item;
         {
