@@ -32,8 +32,8 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 # host test. `bash scripts/test --quick` runs the others (parsers, models, transcripts): `-m "not host"`.
 HOST_FIXTURES = {
     "lab_dir", "sshd", "box", "systemd_host", "prover", "prover_b", "prover_crash", "prover_noready",
-    "sudo_host", "netns_host", "gpu_host", "farm", "installed", "hostile_daemon", "base_image", "daemon_user",
-    "shared_dir", "two_hosts", "user_env",
+    "prover_selfcheck", "sudo_host", "netns_host", "gpu_host", "farm", "installed", "hostile_daemon", "base_image",
+    "daemon_user", "shared_dir", "two_hosts", "user_env",
 }
 
 
@@ -63,6 +63,12 @@ def prover(lab_dir) -> Path:
 def prover_b(lab_dir) -> Path:
     """A second build of the prover: another binary, another sha256."""
     return build_prover(lab_dir / "bin" / "prover-b", TIMING="1", TAG="b")
+
+
+@pytest.fixture(scope="session")
+def prover_selfcheck(lab_dir) -> Path:
+    """A build whose every proof fails cuzk's self-check (the stand-in's FAULT=selfcheck)."""
+    return build_prover(lab_dir / "bin" / "prover-selfcheck", FAULT="selfcheck", TAG="selfcheck")
 
 
 @pytest.fixture(scope="session")

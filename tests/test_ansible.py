@@ -386,6 +386,21 @@ def test_a_secret_never_shows_in_ansibles_output_or_the_hosts_command_lines(
         assert SECRET in s.exec(f"tr '\\0' '\\n' < /proc/{pid}/environ").stdout
 
 
+def test_the_farm_plays_proof_gate_counts_only_proofs_that_passed_their_self_check(
+        farm, inventory, collection, tmp_path, prover_selfcheck):
+    """cuzk logs `proof assembled` for every proof (engine.rs:506-512) before its self-check (:515-634): a
+    gate counting that line passed a canary whose every proof was rejected. The status module counts
+    `self-check PASSED` (engine.rs:529), so the play stops at the gate on that host, its proofs 0."""
+    r = play(collection, inventory, tmp_path, "--limit", "gpu-0", "-e", '{"swapctl_proof_wait_s": 8}',
+             builds={0: prover_selfcheck}, sha256={0: sha(prover_selfcheck)})
+    assert r.returncode != 0, r.stdout[-3000:]
+    assert re.search(r"TASK \[The new build made proofs.*?fatal: \[gpu-0\]: FAILED!", r.stdout, re.S), r.stdout[-3000:]
+    log = farm.servers[0].exec("cat /data/cuzk.log").stdout.rsplit("cuzk-daemon starting", 1)[1]  # since its start
+    assert "build=selfcheck" in log.replace("\x1b[0m", "").replace("\x1b[2m", "").splitlines()[0]
+    assert "proof assembled" in log and "self-check FAILED" in log and "self-check PASSED" not in log
+    assert re.search(r'"proofs": 0\b', r.stdout), r.stdout[-3000:]
+
+
 def test_rollback_module_goes_back_to_what_ran_before_and_status_says_so(
         farm, inventory, collection, tmp_path, prover, prover_b):
     r = play(collection, inventory, tmp_path, "--limit", "gpu-0", builds={0: prover_b}, sha256={0: sha(prover_b)})

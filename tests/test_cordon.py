@@ -156,13 +156,6 @@ def test_the_journal_line_records_the_tasks_at_the_cordon(box, curio_farm, prove
     assert json.dumps(cordon)  # whole JSON
 
 
-@pytest.fixture(scope="module")
-def prover_selfcheck(lab_dir):
-    """A build whose every proof fails cuzk's self-check (the stand-in's FAULT=selfcheck)."""
-    from lab import build_prover
-    return build_prover(lab_dir / "bin" / "prover-selfcheck", FAULT="selfcheck", TAG="selfcheck")
-
-
 def test_ready_proof_uncordons_once_the_new_build_is_up_and_waits_for_its_first_checked_proof(
         box, curio_farm, prover, prover_b):  # noqa: F811
     """Only Curio feeds the daemon: with ready = "proof" the node must feed the new build before it can make

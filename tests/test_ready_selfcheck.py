@@ -9,14 +9,13 @@ import re
 import subprocess
 import sys
 import urllib.request
-from pathlib import Path
 
 import pytest
 from loadgen import LoadGen
 from test_ansible import collection  # noqa: F401
 from test_drain import Daemon
 
-from lab import build_prover, free_port, prover_config, wait_until
+from lab import free_port, prover_config, wait_until
 from test_deploy import deploy, exe_sha, journal, sha
 
 PASSED = "Phase 7: PoRep proof self-check PASSED"
@@ -26,12 +25,6 @@ FAILED = "Phase 7: PoRep proof self-check FAILED \u2014 proof will NOT be return
 @pytest.fixture(autouse=True)
 def _state(swapctl_env):
     """Local history goes to the test's own XDG state directory."""
-
-
-@pytest.fixture(scope="session")
-def prover_selfcheck(lab_dir) -> Path:
-    """A build that runs, is ready and proves, and whose every PoRep proof fails cuzk's self-check."""
-    return build_prover(lab_dir / "bin" / "prover-selfcheck", FAULT="selfcheck", TAG="selfcheck")
 
 
 def since_start(box, offset: int) -> str:
