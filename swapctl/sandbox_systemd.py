@@ -114,12 +114,14 @@ class SystemdHost:
                                 known_hosts=known_hosts, data=self.data)
         self.proc: subprocess.Popen[bytes] | None = None
         self.cgroup = f"swapctl-lab/{name}"
+        self.made = False  # its network and cgroups are this instance's, for close() to remove
 
     def boot(self, image: Path, timeout: float = 60) -> None:
         """Boots the container and waits for sshd's banner, then trusts its key."""
         if Path(f"/run/netns/{self.name}").exists():
             raise Refused(f"a systemd host named {self.name} runs already (network namespace /run/netns/"
                           f"{self.name}): `swapctl sandbox down` in the sandbox that started it")
+        self.made = True  # from here on what exists of its network is this instance's
         self._netns()
         cgroups = self._cgroups()
 
@@ -174,7 +176,9 @@ class SystemdHost:
                 self.proc.kill()
                 self.proc.wait(10)
         self.proc = None
-        _remove(self.name, self.cgroup)
+        if self.made:  # never another instance's of the same name, which a refused boot() found running
+            _remove(self.name, self.cgroup)
+            self.made = False
 
     def _netns(self) -> None:
         ns, outer, inner, net = self.name, f"{self.name}h", "host0", self.net
@@ -223,6 +227,9 @@ def stop_recorded(base: Path, timeout: float = 20) -> None:
         alive = f"--machine={name}".encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         alive = False
+    if not alive and _running(name):
+        (base / "host.json").unlink(missing_ok=True)  # a stale record: that name is another sandbox's now
+        return
     if alive:
         leader = _leader(pid)
         os.kill(pid, signal.SIGTERM)
@@ -234,6 +241,18 @@ def stop_recorded(base: Path, timeout: float = 20) -> None:
                 os.kill(p, signal.SIGKILL)
     _remove(name, f"swapctl-lab/{name}")
     (base / "host.json").unlink(missing_ok=True)
+
+
+def _running(name: str) -> bool:
+    """Whether some systemd-nspawn runs the machine `name`."""
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            words = cmdline.read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if words and words[0].endswith(b"systemd-nspawn") and f"--machine={name}".encode() in words:
+            return True
+    return False
 
 
 def _remove(name: str, cgroup: str) -> None:

@@ -183,8 +183,8 @@ def test_init_from_fills_curio_nodes_from_a_running_curio_run(box, curio_farm, p
     text = out.read_text()
     assert parse(text, str(out)).curio.nodes == (c.node.listen,)
     assert f"# {c.node.listen}: layers base,cuzk give [Cuzk] Address 127.0.0.1:{c.d.port}: this daemon" in text
-    assert (f"# {other.listen}: layers base,other give [Cuzk] Address 10.9.9.9:9820, not this daemon "
-            f"(127.0.0.1:{c.d.port}): left out") in text, text
+    assert (f"# {other.listen}: layers base,other give [Cuzk] Address 10.9.9.9:9820: not this daemon "
+            f"(127.0.0.1:{c.d.port}), left out") in text, text
     assert curio_farm.db.env()["CURIO_DB_PASSWORD"] not in text  # never a credential
     assert not any(line.startswith("env") for line in text.splitlines())
 

@@ -264,13 +264,16 @@ def test_where_the_daemon_listens_is_its_flag_else_its_configs_daemon_listen(arg
 @pytest.mark.parametrize("address, listen, fed", [
     ("127.0.0.1:9820", "0.0.0.0:9820", True),
     ("gpu-a:9820", "0.0.0.0:9820", True),  # how the playbook reaches the host
+    ("10.0.0.7:9820", "0.0.0.0:9820", True),  # one of the host's own addresses (hostname -I)
     ("10.9.9.9:9820", "0.0.0.0:9820", False),  # another box's cuzk on the same port
+    ("prover-7:9820", "0.0.0.0:9820", None),  # a name DNS may make this host's: init says to check it
     ("127.0.0.1:9821", "0.0.0.0:9820", False),
     ("10.0.0.5:9820", "10.0.0.5:9820", True),
+    ("localhost:9820", "127.0.0.1:9820", True),  # loopback, spelled another way
     ("127.0.0.1:9820", "10.0.0.5:9820", False),  # the daemon does not listen on loopback
     ("unix:///run/curio/cuzk.sock", "unix:///run/curio/cuzk.sock", True),
     ("unix:///run/other.sock", "unix:///run/curio/cuzk.sock", False),
 ])
 def test_a_node_feeds_the_daemon_its_cuzk_address_reaches(address, listen, fed):
     from swapctl.facts.curio_nodes import feeds
-    assert feeds(address, listen, ("gpu-a",)) is fed
+    assert feeds(address, listen, ("gpu-a", "10.0.0.7")) is fed

@@ -145,12 +145,14 @@ def test_a_build_is_recorded_with_what_it_says_of_itself_and_nothing_where_it_do
                                              'getpid()); fclose(f); if (fork() == 0) for (;;) pause(); '
                                              'for (;;) pause(); }')
     garbled = _c_binary(tmp_path, "garbled", 'int main() { puts("v1\\x1b[2J"); }')
+    chatty = _c_binary(tmp_path, "chatty", 'int main() { for (;;) puts("v1"); }')  # 4 KiB read, never more
     assert elf.inspect(str(answers)).says == "cuzk-daemon 0.4.1 (e0294b0)"
     assert elf.inspect(str(refuses)).says is None
     began = time.monotonic()
     assert elf.inspect(str(ignores)).says is None
     assert time.monotonic() - began < elf.VERSION_TIMEOUT_S + 2
     assert elf.inspect(str(garbled)).says is None
+    assert elf.inspect(str(chatty)).says is None  # killed by its broken pipe once swapctl has read enough
     assert not any(p.isdigit() and "ignores" in _cmdline(p) for p in os.listdir("/proc")), "left running"
 
 

@@ -44,6 +44,9 @@ def test_the_systemd_sandbox_deploys_and_rolls_back_through_its_unit_and_down_po
         assert r.returncode == 0, r.stderr
         assert "a systemd container whose daemon is cuzk.service" in r.stdout, r.stdout
         assert 'unit = "cuzk.service"' in playbook.read_text()
+        other = swapctl("sandbox", "up", "--dir", str(tmp_path / "other"), "--port", str(free_port()), "--systemd",
+                        timeout=300)  # a second, while the first runs: refused, and the first untouched
+        assert other.returncode != 0 and "runs already" in other.stderr, other.stderr
         pid, exe, unit = _running(playbook)
         assert unit["name"] == "cuzk.service" and unit["active_state"] == "active" and unit["main_pid"] == pid, unit
         assert exe == "/data/cuzk"  # started by the unit, before any release

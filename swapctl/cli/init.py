@@ -168,19 +168,30 @@ def _found(host: Host, name: str, match: str, user: str | None) -> _Found:
 
 
 def _curio_lines(found: _Found, host_address: str) -> list[str]:
-    """[curio] as init writes it: the nodes on the host whose layers' [Cuzk] Address is this daemon (and those
-    whose layers could not be read, said so), the others named and left out; never the database's credentials."""
+    """[curio] as init writes it: the nodes on the host whose layers' [Cuzk] Address is this daemon, and those
+    it cannot tell (layers unread, a host name), each said so; the others named and left out; never the
+    database's credentials."""
     q, c, listen = _value, _comment, found.listen
     if not found.curio_nodes:
         return ["", "# [curio]                              # no `curio run --listen` runs on the host: where Curio",
                 '# nodes = ["10.0.0.5:12300"]           # nodes feed this daemon, name them (docs/curio.md)']
-    ours = [n for n in found.curio_nodes if n.address is None or feeds(n.address, listen, (host_address,))]
-    notes = [f"# {c(n.listen)}: layers {c(','.join(n.layers))} give [Cuzk] Address {c(n.address or '')}, not this "
-             f"daemon ({c(listen)}): left out" for n in found.curio_nodes if n not in ours]
-    notes += [f"# {c(n.listen)}: its layers ({c(','.join(n.layers))}) could not be read (database: {n.db}) or "
-              f"name no [Cuzk] Address: check it feeds this daemon ({c(listen)})" for n in ours if n.address is None]
-    notes += [f"# {c(n.listen)}: layers {c(','.join(n.layers))} give [Cuzk] Address {c(n.address or '')}: this daemon"
-              for n in ours if n.address is not None]
+    ours, notes = [], []
+    for n in found.curio_nodes:
+        said = f"# {c(n.listen)}: layers {c(','.join(n.layers))}"
+        fed = feeds(n.address, listen, (host_address, *n.host_addresses)) if n.address else False
+        if n.db != "ok":
+            ours.append(n)
+            notes.append(f"{said} could not be read (database: {n.db}): check it feeds this daemon ({c(listen)})")
+        elif not n.address:
+            notes.append(f"{said} give {'an empty' if n.address == '' else 'no'} [Cuzk] Address: it feeds no cuzk, "
+                         "left out")
+        elif fed is None:
+            ours.append(n)
+            notes.append(f"{said} give [Cuzk] Address {c(n.address)}: check it reaches this daemon ({c(listen)})")
+        else:
+            ours += [n] if fed else []
+            notes.append(f"{said} give [Cuzk] Address {c(n.address)}: "
+                         + ("this daemon" if fed else f"not this daemon ({c(listen)}), left out"))
     lines = ["", "[curio]"]
     lines += [f"nodes = [{', '.join(q(n.listen) for n in ours)}]  # the `curio run --listen` of each node that "
               "feeds this daemon (harmony_machines.host_and_port)"] if ours else ["# nodes = []  # none feeds it"]

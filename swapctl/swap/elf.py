@@ -5,9 +5,11 @@ from __future__ import annotations
 import hashlib
 import os
 import platform
+import select
 import signal
 import subprocess
 import tempfile
+import time
 from dataclasses import dataclass, replace
 
 from elftools.common.exceptions import ELFError
@@ -83,13 +85,28 @@ def _read(path: str) -> LocalBinary:
 VERSION_TIMEOUT_S = 3.0
 
 
+def _read_some(fd: int, timeout: float, limit: int = 4096) -> tuple[bytes, float]:
+    """Up to `limit` bytes from `fd` until its end or `timeout`; and the seconds it took."""
+    began, out = time.monotonic(), b""
+    while len(out) < limit and (left := timeout - (time.monotonic() - began)) > 0:
+        ready, _, _ = select.select([fd], [], [], left)
+        if not ready:
+            break
+        piece = os.read(fd, limit - len(out))
+        if not piece:
+            break
+        out += piece
+    return out, time.monotonic() - began
+
+
 def says_of_itself(path: str, arch: str) -> str | None:
     """The first line `PATH --version` prints, where the build answers (exit 0 within 3 s, a printable line
     of at most 120 characters); None where it does not: cuzk-daemon's clap command has no version
     (cuzk-daemon/src/main.rs:17-18) and refuses the flag. Run here, on the controller, for a binary of this
-    machine's kind only, never on the host, where a second process beside a 400 GB daemon is not free: in
-    an empty directory, with no input and an environment of PATH alone, in a process group of its own that
-    is killed at the limit (a build that ignores the flag and starts proving is gone in 3 s)."""
+    machine's kind only, not on the host, where a second process beside a 400 GB daemon is not free (unless
+    the controller is the host): in an empty directory, with no input, an environment of PATH alone and 4 KiB
+    of its output read, in a process group of its own that is killed at the limit (a build that ignores the
+    flag and starts proving is gone in 3 s; one that leaves that group is not)."""
     if arch != platform.machine():
         return None
     with tempfile.TemporaryDirectory(prefix="swapctl-version-") as cwd:
@@ -99,15 +116,16 @@ def says_of_itself(path: str, arch: str) -> str | None:
                                     start_new_session=True)
         except OSError:
             return None
+        assert proc.stdout is not None
+        with proc.stdout:
+            got = _read_some(proc.stdout.fileno(), VERSION_TIMEOUT_S)  # 4 KiB at most: an endless answer is none
         try:
-            out, _ = proc.communicate(timeout=VERSION_TIMEOUT_S)
+            proc.wait(max(0.0, VERSION_TIMEOUT_S - got[1]))
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
             return None
-        finally:
-            if proc.stdout:
-                proc.stdout.close()
+    out = got[0]
     line = out.decode("utf-8", "replace").split("\n", 1)[0].strip()
     if proc.returncode != 0 or not line or len(line) > 120 or not line.isprintable():
         return None

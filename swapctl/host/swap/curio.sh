@@ -86,11 +86,14 @@ cordon_set() {
 # http://NODE/rpc/v0 (cmd/curio/rpc/rpc.go:79-84, :376-390; perm admin, api/api_curio.go:28-29), with the
 # admin token (CURIO_API_TOKEN in curio_env) in an Authorization header that curl reads from its stdin, never
 # on a command line; succeeds on HTTP 200 with a JSON-RPC `result` (go-jsonrpc response.go:16-36: `error`
-# otherwise; a token that does not verify is a 401, auth/handler.go:28-42); 20 s at most
+# otherwise; a token that does not verify is a 401, auth/handler.go:28-42); 20 s at most. curl from the
+# system's directories (curio_clip, cordon_tool's), reading no ~/.curlrc (-q) and through no proxy the
+# environment names (--noproxy '*'): the header goes to the node and nowhere else
 curio_rpc() {
   case $2 in cordon) m=Cordon ;; *) m=Uncordon ;; esac
   got=$( ( set -a; eval "$curio_env"; set +a; printf 'Authorization: Bearer %s\n' "${CURIO_API_TOKEN:-}" ) |
-    timeout 20 curl -gsS --max-time 15 -o - -w '\n%{http_code}' -H @- -H 'Content-Type: application/json' \
+    timeout 20 "$curio_clip" -q --noproxy '*' -gsS --max-time 15 -o - -w '\n%{http_code}' -H @- \
+      -H 'Content-Type: application/json' \
       --data-binary "{\"jsonrpc\":\"2.0\",\"method\":\"Filecoin.$m\",\"params\":[],\"id\":1}" \
       "http://$1/rpc/v0" 2>/dev/null) || return 1
   [ "${got##*
@@ -98,9 +101,10 @@ curio_rpc() {
   case $got in *'"error"'*) return 1 ;; *'"result"'*) return 0 ;; *) return 1 ;; esac
 }
 
-# cordon_tool: what cordons a node on this host (curio_via's curl, else curio_cli found); fails without it
+# cordon_tool: what cordons a node on this host (curl for curio_via=api, else curio_cli), found as
+# curio_find finds a program: never from a PATH another user had a hand in; fails without it
 cordon_tool() {
-  if [ "$curio_via" = api ]; then command -v curl; else curio_find "$curio_cli"; fi
+  if [ "$curio_via" = api ]; then curio_find curl; else curio_find "$curio_cli"; fi
 }
 
 # cordon_how: the cordon as an engineer would type it, for a FAILED or UNCORDON line
