@@ -97,10 +97,13 @@ def test_a_drain_or_status_probe_without_status_url_is_one_clear_line(collection
     for extra, said in (({"stop": "drain"}, 'daemon.stop "drain" reads the daemon\'s own status'),
                         ({"ready": "status"}, 'daemon.ready "status" reads'),
                         ({"status_url": "file:///etc/shadow"}, "is not an http:// URL"),
-                        ({"lock_silence_s": 1}, "daemon.lock_silence_s 1 is out of range")):
+                        ({"lock_silence_s": 1}, "daemon.lock_silence_s 1 is out of range"),
+                        ({"unit": "cuzk;reboot"}, "daemon.unit 'cuzk;reboot.service' is not a systemd service name"),
+                        ({"unit": "-H evil.service"}, "is not a systemd service name")):
         with pytest.raises(engine.HostError, match=said):
             engine.Settings.of({"daemon": {**base, **extra}})
     assert engine.Settings.of({"daemon": {**base, "stop": "drain", "status_url": "http://127.0.0.1:9821/status"}})
+    assert engine.Settings.of({"daemon": {**base, "unit": "cuzk"}}).unit == "cuzk.service"  # as the loader takes it
 
 
 @pytest.mark.parametrize("curio,said", [

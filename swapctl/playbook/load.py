@@ -125,8 +125,8 @@ def _daemon(ld: Loader, doc: dict[str, Any]) -> sp.DaemonSpec:
         if key in d and not d[key].startswith("/") and not (key == "log" and d[key] == sp.JOURNAL):
             raise ld.fail(f"must be an absolute path on the host, not {d[key]!r}", "daemon", key)
     if "unit" in d:
-        d["unit"] = d["unit"] if d["unit"].endswith(".service") else f"{d['unit']}.service"  # as systemctl does
-        if not re.fullmatch(r"[A-Za-z0-9:_.@\\-]+\.service", d["unit"]):
+        d["unit"], ok = sp.service_name(d["unit"])
+        if not ok:
             raise ld.fail(f"{d['unit']!r} is not a systemd service name (e.g. \"cuzk.service\")", "daemon", "unit")
     _check_stop_and_ready(ld, d)
     d["args"] = tuple(d["args"]) if "args" in d else None

@@ -154,6 +154,16 @@ class CurioSpec:
     tasks: tuple[str, ...] = CUZK_TASKS  # the task types the node sends to this cuzk
 
 
+SERVICE = re.compile(r"[A-Za-z0-9:_.@\\-]+\.service")
+
+
+def service_name(unit: str) -> tuple[str, bool]:
+    """daemon.unit as systemctl names it (".service" added to a bare name, as systemctl adds it), and whether
+    that is a service name: the playbook loader and the Ansible modules both take it so."""
+    name = unit if unit.endswith(".service") else f"{unit}.service"
+    return name, SERVICE.fullmatch(name) is not None
+
+
 def curio_problem(c: CurioSpec, nodes: bool) -> tuple[str, str] | None:
     """The first thing wrong in [curio] (its key, and what is wrong and what to do), else None: the playbook
     loader and the Ansible modules both say it. `nodes`: some host has nodes to cordon."""

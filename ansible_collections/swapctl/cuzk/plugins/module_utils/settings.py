@@ -14,6 +14,7 @@ from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.playbook.spec
     DaemonSpec,
     GpuSpec,
     MemorySpec,
+    service_name,
 )
 from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.playbook.spec import (
     curio_problem as spec_curio_problem,
@@ -86,8 +87,11 @@ class Settings:
         for key in ("args", "keep_loader_env"):
             if key in d:
                 d[key] = tuple(str(a) for a in d[key])
-        if d.get("unit") and not d["unit"].endswith(".service"):
-            d["unit"] += ".service"
+        if d.get("unit"):
+            d["unit"], ok = service_name(str(d["unit"]))
+            if not ok:
+                raise HostError(f"daemon.unit {d['unit']!r} is not a systemd service name (e.g. \"cuzk.service\"); "
+                                "nothing changed")
         return cls(host=params.get("host") or socket.gethostname(), **d).checked()
 
     def checked(self) -> Settings:
