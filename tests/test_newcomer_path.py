@@ -95,7 +95,8 @@ def the_quick_start(sandbox: Path, port: int) -> None:
 
 def the_docs_experiment(clone: Path, a: str, b: str) -> None:
     """docs/commands.md's `swapctl experiment sandbox --binary .sandbox/builds/prover-b --report exp.html`
-    (with --yes: no terminal): a verdict, and a report that names both builds by sha256, B's window (when,
+    (with --yes: no terminal): a verdict, and a report that names both builds by sha256 (and what each says
+    of itself and the GPU workers it started), B's window (when,
     for how long, its proofs as the terminal said), that B was rolled back (`ask` with no terminal) and that
     the verdict stands."""
     began = time.time()
@@ -111,8 +112,10 @@ def the_docs_experiment(clone: Path, a: str, b: str) -> None:
 
     page = rendered_text(clone / "exp.html")
     assert verdict[1] in page, page
-    row = re.search(rf"\bbefore {a} ({UTC}) \d+ s of its log {proofs[1]} B {b} ({UTC}) (\d+) s window {proofs[2]} ",
-                    page)
+    # each build also by what it said of itself when uploaded (A was started by hand: nothing; B: the
+    # stand-in's `--version`) and the GPU workers its start logged (the stand-in's two pipeline workers)
+    row = re.search(rf"\bbefore {a} - pipeline ×2 ({UTC}) \d+ s of its log {proofs[1]} "
+                    rf"B {b} prover b pipeline ×2 ({UTC}) (\d+) s window {proofs[2]} ", page)
     assert row, page
     window_began = calendar.timegm(time.strptime(row[2], "%Y-%m-%d %H:%M:%S UTC"))
     assert began - 1 <= window_began <= ended and 0 < int(row[3]) <= ended - window_began + 1, (row[0], began)
@@ -134,7 +137,7 @@ def a_window_too_short_for_a_verdict(clone: Path, b: str) -> None:
 
     page = rendered_text(clone / "short.html")
     assert f"B was kept: it runs now; no verdict: {reason[1]}." in page, page
-    assert re.search(rf"\bB {b} {UTC} \d+ s window [01] ", page), page
+    assert re.search(rf"\bB {b} prover b pipeline ×2 {UTC} \d+ s window [01] ", page), page
     assert "the verdict stands" not in page and "95% CI" not in page
     assert 'class="sig"' not in (clone / "short.html").read_text()
 
