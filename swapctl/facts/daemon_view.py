@@ -179,12 +179,29 @@ DEFAULT_CONFIG = "/data/zk/cuzk.toml"  # cuzk-daemon's -c default (cuzk-daemon/s
 
 def config_path(argv: tuple[str, ...] | list[str]) -> str:
     """The config file a cuzk command line names (`-c FILE`, `--config FILE`, `--config=FILE`), else the default."""
+    return _flag(argv, "-c", "--config") or DEFAULT_CONFIG
+
+
+def _flag(argv: tuple[str, ...] | list[str], short: str, long: str) -> str | None:
+    """The value of a clap option (`short V`, `long V`, `long=V`), the first given."""
     for i, a in enumerate(argv):
-        if a in ("-c", "--config") and i + 1 < len(argv):
+        if a in (short, long) and i + 1 < len(argv):
             return argv[i + 1]
-        if a.startswith("--config="):
+        if a.startswith(long + "="):
             return a.split("=", 1)[1]
-    return DEFAULT_CONFIG
+    return None
+
+
+def _daemon_value(config_text: str, key: str) -> str | None:
+    """`key`'s value under a cuzk config's [daemon], its quotes and any comment dropped."""
+    section = ""
+    for raw in config_text.splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if line.startswith("["):
+            section = line.strip("[] ")
+        elif section == "daemon" and re.match(rf"{key}\s*=", line):
+            return line.split("=", 1)[1].strip().strip("\"'")
+    return None
 
 
 DEFAULT_LISTEN = "unix:///run/curio/cuzk.sock"  # cuzk-core/src/config.rs:43-45
@@ -193,34 +210,14 @@ DEFAULT_LISTEN = "unix:///run/curio/cuzk.sock"  # cuzk-core/src/config.rs:43-45
 def listen_of(argv: tuple[str, ...] | list[str], config_text: str) -> str:
     """Where a cuzk command line listens: `-l`/`--listen` (cuzk-daemon/src/main.rs:24-26, over the config),
     else the config's `[daemon] listen`, else cuzk's default."""
-    for i, a in enumerate(argv):
-        if a in ("-l", "--listen") and i + 1 < len(argv):
-            return argv[i + 1]
-        if a.startswith("--listen="):
-            return a.split("=", 1)[1]
-    section = ""
-    for raw in config_text.splitlines():
-        line = raw.split("#", 1)[0].strip()
-        if line.startswith("["):
-            section = line.strip("[] ")
-        elif section == "daemon" and re.match(r"listen\s*=", line):
-            return line.split("=", 1)[1].strip().strip("\"'")
-    return DEFAULT_LISTEN
+    return _flag(argv, "-l", "--listen") or _daemon_value(config_text, "listen") or DEFAULT_LISTEN
 
 
 def status_url_of(config_text: str) -> str | None:
     """daemon.status_url from a cuzk config's `[daemon] status_listen = "HOST:PORT"` (cuzk.example.toml:13-16):
     read on the host itself, so an address that listens everywhere (0.0.0.0) is asked on 127.0.0.1."""
-    section = ""
-    for raw in config_text.splitlines():
-        line = raw.split("#", 1)[0].strip()
-        if line.startswith("["):
-            section = line.strip("[] ")
-        elif section == "daemon" and re.match(r"status_listen\s*=", line):
-            value = line.split("=", 1)[1].strip().strip("\"'")
-            host, _, port = value.rpartition(":")
-            if not port.isdigit():
-                return None
-            host = "127.0.0.1" if host in ("", "0.0.0.0", "[::]", "::") else host
-            return f"http://{host}:{port}/status"
-    return None
+    host, _, port = (_daemon_value(config_text, "status_listen") or "").rpartition(":")
+    if not port.isdigit():
+        return None
+    host = "127.0.0.1" if host in ("", "0.0.0.0", "[::]", "::") else host
+    return f"http://{host}:{port}/status"

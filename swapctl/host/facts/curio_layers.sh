@@ -29,11 +29,12 @@ curio_sqlp=$(curio_find "$curio_sql") || { echo "DB nosql"; exit 0; }
 # shellcheck disable=SC2034
 curio_env=$(tr '\000' '\n' < "/proc/$pid/environ" 2>/dev/null | grep -E '^CURIO_(DB|HARMONYDB)_[A-Z]+=' |
   sed "s/'/'\\\\''/g; s/=/='/; s/\$/'/")
-got=$(curio_run "$curio_sqlp" -XAtq -F ' ' -v ON_ERROR_STOP=1 -c "SELECT title, CASE COALESCE(substring(config from
-  '\\[Cuzk\\][^\\[]*?Address\\s*=\\s*\"([^\"]*)\"'), '?') WHEN '' THEN '-' ELSE COALESCE(substring(config from
-  '\\[Cuzk\\][^\\[]*?Address\\s*=\\s*\"([^\"]*)\"'), '?') END FROM curio.harmony_config WHERE title IN
-  ($(sql_list "$layers"))" -c "select 'answered'" 2>/dev/null | tr -cd '0-9A-Za-z_.:/\[\] \n-' | head -1001)
+# each layer's Address: '-' where it is empty (cuzk off there), nothing where the layer names none
+got=$(curio_run "$curio_sqlp" -XAtq -F ' ' -v ON_ERROR_STOP=1 -c "SELECT title, CASE a WHEN '' THEN '-' ELSE a END
+  FROM (SELECT title, substring(config from '\\[Cuzk\\][^\\[]*?Address\\s*=\\s*\"([^\"]*)\"') AS a
+  FROM curio.harmony_config WHERE title IN ($(sql_list "$layers"))) AS l" -c "select 'answered'" 2>/dev/null |
+  tr -cd '0-9A-Za-z_.:/\[\] \n-' | head -1001)
 [ "${got##*
 }" = answered ] || { echo "DB failed"; exit 0; }
-printf '%s\n' "$got" | sed '$d' | awk 'NF == 2 && $2 != "?" { print "LAYER " $1 " " $2 }'
+printf '%s\n' "$got" | sed '$d' | awk 'NF == 2 { print "LAYER " $1 " " $2 }'
 echo "DB ok"
