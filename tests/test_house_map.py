@@ -52,11 +52,17 @@ def test_the_layouts_rules_are_what_the_linter_holds():
                        ("swapctl/gpu/x.py", "from ..swap.preflight import why_unsafe"),
                        ("swapctl/logs/cuzk/x.py", "from ...swap.plan import Plan"),
                        ("swapctl/swap/x.py", "from ..gpu.sampler import start_sampler"),
-                       ("swapctl/canary.py", "from .cli import app")):
+                       ("swapctl/canary.py", "from .cli import app"),
+                       ("swapctl/remote/x.py", "from ..playbook import load"),
+                       ("swapctl/facts/x.py", "from ..playbook.inventory import read_inventory"),
+                       ("swapctl/facts/x.py", "from ..playbook import resolve_host"),
+                       ("swapctl/logs/x.py", "from ..playbook.schema import Loader")):
         assert banned(path, line), (path, line)
     for path, line in (("swapctl/cli/x.py", "import rich"), ("swapctl/remote/x.py", "import paramiko"),
                        ("swapctl/build/x.py", "import docker"), ("swapctl/logs/x.py", "import matplotlib"),
                        ("swapctl/swap/x.py", "from ..facts import status"),
                        ("swapctl/logs/cuzk/x.py", "from ...facts.journal_entry import starts"),
+                       ("swapctl/remote/x.py", "from ..playbook.spec import HostSpec"),
+                       ("swapctl/facts/x.py", "from ..playbook import DaemonSpec"),
                        ("tests/x.py", "import rich")):
         assert not banned(path, line), (path, line)

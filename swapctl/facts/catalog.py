@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 from ..host import scripts
-from ..playbook import DaemonSpec
+from ..playbook.spec import DaemonSpec
 from ..remote import Host
 from . import journal_entry
 from .journal_entry import JOURNAL, JournalEntry, Start

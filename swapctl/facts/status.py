@@ -10,7 +10,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from ..host import scripts
-from ..playbook import DaemonSpec, GpuSpec
+from ..playbook.spec import DaemonSpec, GpuSpec
 from ..remote import Cmd, Host
 from . import cgroup, daemon_view, exposure, forks, journal_entry, nvidia, system
 from . import systemd as sd

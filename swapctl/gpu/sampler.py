@@ -21,7 +21,7 @@ from ..facts.status import HostStatus
 from ..facts.unsafe import why_unsafe
 from ..host import scripts
 from ..host.scripts import ReportWord
-from ..playbook import DaemonSpec
+from ..playbook.spec import DaemonSpec
 from ..remote import Host
 from .samples import DMON_GLOB, QUERY_FIELDS, QUERY_GLOB
 

@@ -12,7 +12,7 @@ from .cmd import Cmd, Piece, Secret
 from .host import Host, LocalHost, Prepared, Result
 
 if TYPE_CHECKING:  # not at run time: the playbook and ssh modules may pull in paramiko
-    from ..playbook import HostSpec
+    from ..playbook.spec import HostSpec
     from .ssh import SshHost
 
 __all__ = ["Cmd", "Piece", "Secret", "Host", "LocalHost", "Prepared", "Result", "SshHost", "connect"]

@@ -6,7 +6,7 @@ import threading
 from collections.abc import Callable
 from typing import TypeVar
 
-from ..playbook import HostSpec
+from ..playbook.spec import HostSpec
 from . import connect
 from .host import Host
 

@@ -13,7 +13,7 @@ from typing import BinaryIO
 
 from ..errors import Refused, RemoteTimeout, Unreachable
 from ..host import scripts
-from ..playbook import HostSpec
+from ..playbook.spec import HostSpec
 from . import become
 from .cmd import Cmd
 from .host import MAX_LINE, MAX_OUTPUT, Held, Host, Prepared, Progress, Result, keep_tail

@@ -53,7 +53,7 @@ _paramiko_without_invoke()
 import paramiko  # noqa: E402 (after its invoke is held back)
 
 from ..errors import BadInput, HostKeyError, Refused, RemoteTimeout, UnknownHostKey, Unreachable  # noqa: E402
-from ..playbook import SSH_CONFIGS, HostSpec  # noqa: E402
+from ..playbook.spec import SSH_CONFIGS, HostSpec  # noqa: E402
 from . import become  # noqa: E402
 from .host import keep_tail  # noqa: E402
 
