@@ -120,3 +120,38 @@ def _pop_runs_key(doc, key: str) -> list:
         for v in doc:
             found += _pop_runs_key(v, key)
     return found
+
+
+@pytest.mark.parametrize("how", ["option", "variable"])
+def test_the_inventory_reaches_the_verbs_playbook_through_its_context_not_the_process_environment(
+        tmp_path, monkeypatch, how):
+    """issue 46, item 2: `-i FILE` (or $SWAPCTL_INVENTORY) is the verb's, handed to it by the root command
+    (common.root); the root used to write it into os.environ for the loader to read back."""
+    from swapctl import playbook as pb
+
+    inventory = tmp_path / "hosts.ini"
+    inventory.write_text("[gpus]\ngpu-a ansible_host=192.0.2.7 ansible_port=2\n")
+    book = _playbook(tmp_path, GOOD)
+    seen, load = [], pb.load
+    monkeypatch.setattr(pb, "load", lambda *a, **kw: seen.append(os.environ.get("SWAPCTL_INVENTORY")) or load(*a, **kw))
+    argv, environ = (["-i", str(inventory)], {}) if how == "option" else ([], {"SWAPCTL_INVENTORY": str(inventory)})
+    ran = run([*argv, "rollback", "nohost", "-p", book], Environment(environ=environ))
+    assert ran.code == 2 and "unknown host 'nohost' (hosts in the playbook: gpu-a, lab)" in ran.stderr, ran.stderr
+    assert seen == [environ.get("SWAPCTL_INVENTORY")]  # the process's variables as the caller set them, no more
+    ran = run(["rollback", "nohost", "-p", book])  # the next run, without it: the playbook's hosts alone
+    assert ran.code == 2 and "(hosts in the playbook: lab)" in ran.stderr, ran.stderr
+
+
+def test_a_connect_timeout_is_every_hosts_of_the_playbook_and_of_a_host_argument(tmp_path):
+    from swapctl import playbook as pb
+
+    book = pb.load(_playbook(tmp_path, GOOD), connect_timeout_s=2.5)
+    adhoc = pb.resolve_host(book, "root@192.0.2.9:40612")
+    assert (book.hosts["lab"].connect_timeout_s, adhoc.connect_timeout_s) == (2.5, 2.5)
+    assert pb.load(_playbook(tmp_path, GOOD)).hosts["lab"].connect_timeout_s == pb.CONNECT_TIMEOUT_S == 15
+
+
+def test_a_connect_timeout_that_is_no_number_is_refused_before_any_host_is_asked(tmp_path):
+    ran = run(["status", "lab", "-p", _playbook(tmp_path, GOOD)],
+              Environment(environ={"SWAPCTL_CONNECT_TIMEOUT": "soon"}))
+    assert ran.code == 2 and "--connect-timeout" in ran.stderr and "'soon'" in ran.stderr, ran.stderr

@@ -161,22 +161,24 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
+    ctx: typer.Context,
     version: Annotated[bool, typer.Option("--version", "-V", callback=_version, is_eager=True,
                                           help="Print swapctl's version and exit.")] = False,
     inventory: Annotated[str | None, typer.Option(
         "--inventory", "-i", help="An Ansible inventory (INI or YAML) whose hosts and groups (@group) every "
                                   "command can name, as `swapctl -i hosts.ini status @gpus`. Default: "
                                   "$SWAPCTL_INVENTORY, else the playbook's `inventory` key.",
-        show_default=False)] = None,
+        envvar="SWAPCTL_INVENTORY", show_envvar=False, show_default=False)] = None,
     connect_timeout: Annotated[float | None, typer.Option(
         "--connect-timeout", metavar="SECONDS", min=0.1,
         help="How long a host may take to answer (TCP and sshd's banner; twice this for `sudo -n true` "
-             "where become = \"sudo\"); default 15, or $SWAPCTL_CONNECT_TIMEOUT.", show_default=False)] = None,
+             "where become = \"sudo\"); default 15, or $SWAPCTL_CONNECT_TIMEOUT.",
+        envvar="SWAPCTL_CONNECT_TIMEOUT", show_envvar=False, show_default=False)] = None,
 ) -> None:
-    if inventory is not None:  # read where the playbook is loaded, as -p's default $SWAPCTL_PLAYBOOK is
-        os.environ["SWAPCTL_INVENTORY"] = inventory
-    if connect_timeout is not None:  # read where a connection opens (remote/ssh_connection.py)
-        os.environ["SWAPCTL_CONNECT_TIMEOUT"] = str(connect_timeout)
+    from .common import RootOptions  # as the verbs import it: --help and --version need none of rich
+
+    # each verb reads them from its context (common.root), never from os.environ
+    ctx.obj = RootOptions(inventory, connect_timeout or RootOptions.connect_timeout_s)
 
 
 def main() -> None:

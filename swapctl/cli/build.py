@@ -9,7 +9,7 @@ import typer
 from .. import build as builder
 from .. import playbook as pb
 from ..errors import BadInput
-from .common import PlaybookOpt, err, guarded, out, text
+from .common import PlaybookOpt, err, guarded, load_playbook, out, root, text
 
 BuildArgOpt = Annotated[list[str] | None, typer.Option(
     "--build-arg", metavar="K=V",
@@ -18,6 +18,7 @@ VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Show the whol
 
 
 def build(
+    ctx: typer.Context,
     playbook: PlaybookOpt = None,
     build_arg: BuildArgOpt = None,
     output: Annotated[str, typer.Option("--output", "-o", help="Where the binary goes.")] = "build/cuzk",
@@ -25,7 +26,7 @@ def build(
 ) -> None:
     """Build the daemon's image from the playbook's [build] table and take the binary out."""
     def go() -> None:
-        run(pb.load(playbook), build_arg or [], output, verbose)
+        run(load_playbook(playbook, root(ctx)), build_arg or [], output, verbose)
 
     guarded(go)
 

@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, is_dataclass
+from dataclasses import asdict, dataclass, is_dataclass
 from types import FrameType
 from typing import Annotated, Any, NoReturn
 
@@ -31,6 +31,28 @@ PlaybookOpt = Annotated[
                  show_default=False),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="One JSON document on stdout, for scripts.")]
+
+
+@dataclass(frozen=True)
+class RootOptions:
+    """The options before the verb (`swapctl -i FILE --connect-timeout S VERB`, or their $SWAPCTL_ variables):
+    the root command's click context holds them (ctx.obj, which click hands each subcommand's context), so a
+    verb run in-process (cli/environment.py) reads its own (common.root), and nothing writes them into os.environ."""
+
+    inventory: str | None = None
+    connect_timeout_s: float = pb.CONNECT_TIMEOUT_S
+
+
+def root(ctx: typer.Context) -> RootOptions:
+    """The root command's options, as the verb's context finds them (its parent's ctx.obj)."""
+    found = ctx.find_object(RootOptions)
+    return found if found is not None else RootOptions()
+
+
+def load_playbook(path: str | None, opts: RootOptions, *, required: bool = True) -> pb.Playbook:
+    """The verb's playbook (-p, else $SWAPCTL_PLAYBOOK, else ./swapctl.toml) with the root options: the
+    inventory's hosts and groups, and every host's connect timeout."""
+    return pb.load(path, required=required, inventory=opts.inventory, connect_timeout_s=opts.connect_timeout_s)
 
 out = Console(highlight=False)
 err = Console(stderr=True, highlight=False, soft_wrap=True)  # an error stays one line

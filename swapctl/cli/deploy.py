@@ -29,12 +29,15 @@ from .common import (
     JsonOpt,
     LimitOpt,
     PlaybookOpt,
+    RootOptions,
     duration,
     err,
     fail,
     guarded,
+    load_playbook,
     out,
     print_json,
+    root,
     size,
     text,
     where,
@@ -60,6 +63,7 @@ from .fleet import (
 
 
 def deploy(
+    ctx: typer.Context,
     hosts: Annotated[list[str], typer.Argument(
         metavar="HOST", help="Host names, user@address:port, ssh_config aliases, or @group.")],
     binary: Annotated[str | None, typer.Option("--binary", "-b", help="The new daemon binary (a local file).")] = None,
@@ -93,7 +97,7 @@ def deploy(
                     limit=limit)  # what the command line leaves out comes from the playbook
     stop = None if drain is None else "drain" if drain else "term"
     guarded(lambda: _deploy(hosts, binary, playbook, yes, dry_run, restart, json, (build_arg or []) if build else None,
-                            verbose, fleet, ignore_gpu_hang, beside, stop))
+                            verbose, fleet, ignore_gpu_hang, beside, stop, root(ctx)))
 
 
 def env_lines(plan: Plan, secret_env: tuple[str, ...]) -> list[Text]:
@@ -239,9 +243,9 @@ def with_stop(book: pb.Playbook, stop: str | None) -> pb.Playbook:
 
 def _deploy(targets: list[str], binary: str | None, playbook_path: str | None, yes: bool, dry_run: bool,
             restart: bool, as_json: bool, build_args: list[str] | None, verbose: bool,
-            fleet_of: Callable[[pb.RolloutSpec], Fleet], ignore_gpu_hang: bool = False, beside: bool = False,
-            stop: str | None = None) -> int:
-    book = with_stop(pb.load(playbook_path), stop)
+            fleet_of: Callable[[pb.RolloutSpec], Fleet], ignore_gpu_hang: bool, beside: bool,
+            stop: str | None, opts: RootOptions) -> int:
+    book = with_stop(load_playbook(playbook_path, opts), stop)
     daemon = book.require_daemon()
     fleet = fleet_of(book.rollout)
     specs = select_fleet(book, targets, fleet, yes, dry_run, "swap the daemon on")

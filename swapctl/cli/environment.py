@@ -52,8 +52,8 @@ def run(argv: list[str], env: Environment | None = None) -> Ran:
 
 @contextmanager
 def _variables(environ: Mapping[str, str]) -> Iterator[None]:
-    """The process's variables with `environ` set over them, as they were afterwards (a verb sets some:
-    `-i` sets SWAPCTL_INVENTORY)."""
+    """The process's variables with `environ` set over them (the $SWAPCTL_ variables a user would export),
+    as they were afterwards. No verb writes one: the root options reach it through its context."""
     saved = dict(os.environ)
     os.environ.update(environ)
     try:

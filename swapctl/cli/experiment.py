@@ -16,13 +16,25 @@ from typing import Annotated
 
 import typer
 
-from .. import playbook as pb
 from ..errors import BadInput, ExitCode
 from ..experiment import MIN_PROOFS, Verdict
 from ..experiment.run import DEFAULT_PROOFS, Hooks, Settings, run
 from ..remote import connect
 from ..swap.interrupts import Interrupts
-from .common import JsonOpt, PlaybookOpt, ctrl_c, err, guarded, out, print_json, select_hosts, text
+from .common import (
+    JsonOpt,
+    PlaybookOpt,
+    RootOptions,
+    ctrl_c,
+    err,
+    guarded,
+    load_playbook,
+    out,
+    print_json,
+    root,
+    select_hosts,
+    text,
+)
 from .deploy import _confirm, show_plan
 
 
@@ -35,6 +47,7 @@ def seconds(value: str) -> float:
 
 
 def experiment(
+    ctx: typer.Context,
     host: Annotated[str, typer.Argument(help="One host: a name, user@address:port.")],
     binary: Annotated[str, typer.Option("--binary", "-b", help="The build to try (a local file).")],
     for_: Annotated[str | None, typer.Option(
@@ -69,7 +82,7 @@ def experiment(
         counted = proofs if proofs or for_ or resolve else DEFAULT_PROOFS  # by default the window counts proofs
         s = Settings(binary, seconds(for_ or "10m"), counted, seconds(baseline), min_proofs, warmup,
                      percent(resolve) if resolve else None, report, dest)
-        return _experiment(host, s, then, playbook, yes, json)
+        return _experiment(host, s, then, playbook, yes, json, root(ctx))
 
     guarded(checked)
 
@@ -90,8 +103,9 @@ def _decide(then: str, v: Verdict) -> str:
     return "keep" if typer.confirm("keep the new build?", err=True) else "rollback"
 
 
-def _experiment(target: str, s: Settings, then: str, playbook_path: str | None, yes: bool, as_json: bool) -> int:
-    book = pb.load(playbook_path)
+def _experiment(target: str, s: Settings, then: str, playbook_path: str | None, yes: bool, as_json: bool,
+                opts: RootOptions) -> int:
+    book = load_playbook(playbook_path, opts)
     book.require_daemon()
     specs = select_hosts(book, [target])
     if len(specs) != 1:

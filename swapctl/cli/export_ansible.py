@@ -8,24 +8,24 @@ from typing import Annotated
 import typer
 import yaml
 
-from .. import playbook as pb
 from ..errors import BadInput
 from ..localfiles import own_dir, write_new
 from ..playbook import export
-from .common import PlaybookOpt, guarded, out
+from .common import PlaybookOpt, RootOptions, guarded, load_playbook, out, root
 
 
 def export_ansible(
+    ctx: typer.Context,
     directory: Annotated[str, typer.Argument(metavar="DIR", help="Where inventory.ini and group_vars/ go.")],
     playbook: PlaybookOpt = None,
     group: Annotated[str, typer.Option("--group", help="The Ansible group of every host.")] = "cuzk",
 ) -> None:
     """Write the playbook's hosts and daemon as an Ansible inventory with group_vars (swapctl.cuzk)."""
-    guarded(lambda: _export(directory, playbook, group))
+    guarded(lambda: _export(directory, playbook, group, root(ctx)))
 
 
-def _export(directory: str, playbook_path: str | None, group: str) -> int:
-    book = pb.load(playbook_path)
+def _export(directory: str, playbook_path: str | None, group: str, opts: RootOptions) -> int:
+    book = load_playbook(playbook_path, opts)
     book.require_daemon()
     if not export.GROUP.fullmatch(group):
         raise BadInput(f"--group {group!r} is not an Ansible group name (letters, digits and _, not first a digit)")

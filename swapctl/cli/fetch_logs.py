@@ -15,11 +15,26 @@ from ..gpu.sampler import fetch_patterns
 from ..logs.fetch import Fetched, LogFetcher, fetch_journal
 from ..remote import Host
 from ..remote.group import on_hosts
-from .common import JsonOpt, PlaybookOpt, err, guarded, out, print_json, select_hosts, text, warn, worst
+from .common import (
+    JsonOpt,
+    PlaybookOpt,
+    RootOptions,
+    err,
+    guarded,
+    load_playbook,
+    out,
+    print_json,
+    root,
+    select_hosts,
+    text,
+    warn,
+    worst,
+)
 from .terminal import log_lines
 
 
 def fetch_logs(
+    ctx: typer.Context,
     hosts: Annotated[list[str], typer.Argument(metavar="HOST", help="Host names, user@address:port, or @group.")],
     dest: Annotated[Path, typer.Option("--dest", help="Local directory; files go to DIR/HOST/.")] = Path("logs"),
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep fetching new lines until Ctrl-C.")] = False,
@@ -29,7 +44,7 @@ def fetch_logs(
     json: JsonOpt = False,
 ) -> None:
     """Download the files that logs.paths names: incremental, resumable, compressed on the wire."""
-    guarded(lambda: _fetch(hosts, dest, follow, playbook, json, since_deploy))
+    guarded(lambda: _fetch(hosts, dest, follow, playbook, json, since_deploy, root(ctx)))
 
 
 def _since_deploy(host: Host, book: pb.Playbook) -> dict[str, tuple[int, str]]:
@@ -47,8 +62,8 @@ def _since_deploy(host: Host, book: pb.Playbook) -> dict[str, tuple[int, str]]:
 
 
 def _fetch(targets: list[str], dest: Path, follow: bool, playbook_path: str | None, as_json: bool,
-           since_deploy: bool = False) -> int:
-    book = pb.load(playbook_path)
+           since_deploy: bool, opts: RootOptions) -> int:
+    book = load_playbook(playbook_path, opts)
     unit = book.daemon.unit if book.daemon.journal else None  # its log is that unit's journal
     patterns = list(book.log_paths) or ([book.daemon.log] if book.daemon.log and not unit else [])
     if not patterns and not unit:

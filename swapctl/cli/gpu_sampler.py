@@ -20,7 +20,22 @@ from ..gpu.sampler import (
 )
 from ..remote import Host
 from ..remote.group import on_hosts
-from .common import JsonOpt, LimitOpt, PlaybookOpt, err, guarded, out, print_json, select_hosts, size, text, worst
+from .common import (
+    JsonOpt,
+    LimitOpt,
+    PlaybookOpt,
+    RootOptions,
+    err,
+    guarded,
+    load_playbook,
+    out,
+    print_json,
+    root,
+    select_hosts,
+    size,
+    text,
+    worst,
+)
 
 app = typer.Typer(help="The GPU sampler on the host: nvidia-smi dmon (and query-gpu) while the daemon runs.",
                   rich_markup_mode=None, no_args_is_help=True)  # help as written, as the other verbs
@@ -29,6 +44,7 @@ HostsArg = Annotated[list[str], typer.Argument(help="Host names, user@address:po
 
 @app.command()
 def start(
+    ctx: typer.Context,
     hosts: HostsArg,
     pid: Annotated[int | None, typer.Option(
         "--pid", help="Follow this pid (default: the daemon `status` finds).")] = None,
@@ -51,28 +67,32 @@ def start(
     def checked() -> int:
         if quiet_s <= 0 or max_mib <= 0 or (pid is not None and pid <= 1):
             raise BadInput("--quiet-s and --max-mib must be above 0, --pid above 1")
-        return _run(hosts, playbook, limit, json, one)
+        return _run(hosts, playbook, limit, json, one, root(ctx))
 
     guarded(checked)
 
 
 @app.command()
-def stop(hosts: HostsArg, playbook: PlaybookOpt = None, limit: LimitOpt = None, json: JsonOpt = False) -> None:
+def stop(ctx: typer.Context, hosts: HostsArg, playbook: PlaybookOpt = None, limit: LimitOpt = None,
+         json: JsonOpt = False) -> None:
     """Stop the sampler and the nvidia-smi it runs; its files stay for fetch-logs."""
     guarded(lambda: _run(hosts, playbook, limit, json,
-                         lambda host, book: stop_sampler(host, book.daemon.state_dir, book.daemon.user or "")))
+                         lambda host, book: stop_sampler(host, book.daemon.state_dir, book.daemon.user or ""),
+                         root(ctx)))
 
 
 @app.command()
-def status(hosts: HostsArg, playbook: PlaybookOpt = None, limit: LimitOpt = None, json: JsonOpt = False) -> None:
+def status(ctx: typer.Context, hosts: HostsArg, playbook: PlaybookOpt = None, limit: LimitOpt = None,
+           json: JsonOpt = False) -> None:
     """Whether the sampler runs, what it follows, its files on the host and its last note."""
     guarded(lambda: _run(hosts, playbook, limit, json,
-                         lambda host, book: sampler_status(host, book.daemon.state_dir, book.daemon.user or "")))
+                         lambda host, book: sampler_status(host, book.daemon.state_dir, book.daemon.user or ""),
+                         root(ctx)))
 
 
 def _run(targets: list[str], playbook_path: str | None, limit: str | None, as_json: bool,
-         fn: Callable[[Host, pb.Playbook], SamplerStatus]) -> int:
-    book = pb.load(playbook_path)
+         fn: Callable[[Host, pb.Playbook], SamplerStatus], opts: RootOptions) -> int:
+    book = load_playbook(playbook_path, opts)
     book.require_daemon()
     specs = select_hosts(book, targets, limit)
     results = on_hosts(specs, lambda host: fn(host, book))

@@ -7,26 +7,40 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from .. import playbook as pb
 from ..facts.catalog import catalog as read_catalog
 from ..facts.releases import releases_newest_first
 from ..remote import connect
-from .common import JsonOpt, PlaybookOpt, guarded, out, print_json, select_hosts, stacked, text, warn, when
+from .common import (
+    JsonOpt,
+    PlaybookOpt,
+    RootOptions,
+    guarded,
+    load_playbook,
+    out,
+    print_json,
+    root,
+    select_hosts,
+    stacked,
+    text,
+    warn,
+    when,
+)
 from .history_table import legend, releases_table, uploaded_from_here
 
 
 def history(
+    ctx: typer.Context,
     host: Annotated[str, typer.Argument(
         metavar="HOST", help="A host name, user@address:port, or an ssh_config alias.")],
     playbook: PlaybookOpt = None,
     json: JsonOpt = False,
 ) -> None:
     """Show a host's releases (numbered for `rollback --to`) and its deploy journal."""
-    guarded(lambda: _history(host, playbook, json))
+    guarded(lambda: _history(host, playbook, json, root(ctx)))
 
 
-def _history(target: str, playbook_path: str | None, as_json: bool) -> int:
-    book = pb.load(playbook_path)
+def _history(target: str, playbook_path: str | None, as_json: bool, opts: RootOptions) -> int:
+    book = load_playbook(playbook_path, opts)
     book.require_daemon()
     [spec] = select_hosts(book, [target])
     with connect(spec) as h:

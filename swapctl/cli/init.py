@@ -21,7 +21,7 @@ from ..facts.status import gather
 from ..facts.system import Process
 from ..playbook import examples
 from ..remote import Cmd, Host, connect
-from .common import err, guarded, out, select_hosts, text
+from .common import RootOptions, err, guarded, load_playbook, out, root, select_hosts, text
 
 TEMPLATE = '''\
 # swapctl playbook: where the GPU hosts are and how the daemon runs on them.
@@ -58,6 +58,7 @@ keep = 5
 
 
 def init(
+    ctx: typer.Context,
     path: Annotated[str, typer.Argument(help="Where to write it.")] = "swapctl.toml",
     address: Annotated[str, typer.Option(help="The GPU host's address.")] = "192.0.2.10",
     port: Annotated[int, typer.Option(help="Its SSH port.")] = 22,
@@ -88,7 +89,7 @@ def init(
     def run() -> int:
         target = Path(path)
         if from_host is not None:
-            body = from_running(from_host, match, user, Login(identity_file, known_hosts, accept_new))
+            body = from_running(from_host, match, user, Login(identity_file, known_hosts, accept_new), root(ctx))
         elif example is not None:
             # the sandbox's example names `swapctl sandbox up`'s default directory and port
             body = examples.render(example, SANDBOX=str(Path(".sandbox").resolve()), PORT="40612",
@@ -115,14 +116,14 @@ class Login:
     accept_new: bool = False
 
 
-def from_running(target: str, match: str, user: str | None = None, login: Login = Login()) -> str:
+def from_running(target: str, match: str, user: str | None, login: Login, opts: RootOptions) -> str:
     """A playbook for the daemon that runs on `target` now (found by `match`), as it was started. Only what
     deploy would adopt with that playbook counts: another user's look-alike is named, never written."""
     try:
         re.compile(match)
     except re.error as exc:
         raise BadInput(f"--match {match!r} is not a valid regular expression ({exc})") from None
-    book = pb.load(None, required=False)  # the HOST may be a playbook name, an ssh_config alias, user@host:port
+    book = load_playbook(None, opts, required=False)  # HOST: a playbook name, an ssh_config alias, user@host:port
     [spec] = select_hosts(book, [target])
     spec = replace(spec, identity_file=login.identity_file or spec.identity_file,
                    known_hosts=login.known_hosts or spec.known_hosts,

@@ -13,7 +13,7 @@ from ..gpu.sampler import start_after_swap
 from ..remote import connect
 from ..swap.deploy import EventSink, Interrupts, Outcome, Swap
 from ..swap.deploy import rollback as run_rollback
-from .common import JsonOpt, LimitOpt, PlaybookOpt, guarded
+from .common import JsonOpt, LimitOpt, PlaybookOpt, RootOptions, guarded, load_playbook, root
 from .deploy import _confirm, cordon_first, report, shown_only
 from .fleet import (
     CanaryOpt,
@@ -31,6 +31,7 @@ from .fleet import (
 
 
 def rollback(
+    ctx: typer.Context,
     hosts: Annotated[list[str], typer.Argument(
         metavar="HOST", help="Host names, user@address:port, ssh_config aliases, or @group.")],
     to: Annotated[str | None, typer.Option("--to", help="A sha256 prefix or an index from `swapctl history`.")] = None,
@@ -50,13 +51,13 @@ def rollback(
     """Go back to the previous known-good release (or --to one), started exactly as it ran."""
     fleet = partial(Fleet.of, parallel=parallel, canary=canary, canary_wait=canary_wait, max_fail=max_fail,
                     limit=limit)  # what the command line leaves out comes from the playbook
-    guarded(lambda: _rollback(hosts, to, playbook, yes, dry_run, fleet, json, ignore_gpu_hang, verbose))
+    guarded(lambda: _rollback(hosts, to, playbook, yes, dry_run, fleet, json, ignore_gpu_hang, verbose, root(ctx)))
 
 
 def _rollback(targets: list[str], to: str | None, playbook_path: str | None, yes: bool, dry_run: bool,
-              fleet_of: Callable[[pb.RolloutSpec], Fleet], as_json: bool, ignore_gpu_hang: bool = False,
-              verbose: bool = False) -> int:
-    book = pb.load(playbook_path)
+              fleet_of: Callable[[pb.RolloutSpec], Fleet], as_json: bool, ignore_gpu_hang: bool,
+              verbose: bool, opts: RootOptions) -> int:
+    book = load_playbook(playbook_path, opts)
     book.require_daemon()
     fleet = fleet_of(book.rollout)
     specs = select_fleet(book, targets, fleet, yes, dry_run, "roll back")

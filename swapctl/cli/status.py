@@ -22,12 +22,15 @@ from .common import (
     JsonOpt,
     LimitOpt,
     PlaybookOpt,
+    RootOptions,
     duration,
     err,
     gib,
     guarded,
+    load_playbook,
     out,
     print_json,
+    root,
     select_hosts,
     size,
     stacked,
@@ -38,6 +41,7 @@ from .common import (
 
 
 def status(
+    ctx: typer.Context,
     hosts: Annotated[list[str], typer.Argument(
         metavar="HOST", help="Host names, user@address:port, ssh_config aliases, or @group.")],
     playbook: PlaybookOpt = None,
@@ -45,11 +49,12 @@ def status(
     json: JsonOpt = False,
 ) -> None:
     """Show the daemon, memory, GPUs, other sessions, disk and releases of each host."""
-    guarded(lambda: _status(hosts, playbook, json, limit))
+    guarded(lambda: _status(hosts, playbook, json, limit, root(ctx)))
 
 
-def _status(targets: list[str], playbook_path: str | None, as_json: bool, limit: str | None = None) -> int:
-    book = pb.load(playbook_path, required=False)
+def _status(targets: list[str], playbook_path: str | None, as_json: bool, limit: str | None,
+            opts: RootOptions) -> int:
+    book = load_playbook(playbook_path, opts, required=False)
     specs = select_hosts(book, targets, limit)
     def read(host: Host) -> tuple[HostStatus, cordon.CordonView | None]:  # the cordon: with the host's nodes
         fed = bool(book.curio_of(host.name).nodes)

@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.table import Table
 
-from .. import playbook as pb
 from ..errors import BadInput
 from ..facts.catalog import catalog as read_catalog
 from ..logs import gpu
@@ -20,7 +19,20 @@ from ..logs.fetch import host_path
 from ..logs.gpu_figures import PARTS, GpuFigures, GpuReport, compare
 from ..logs.timings import PHASE_SHARE, ByteRange, ReleasePart, RunReport, by_release, parse, parse_files
 from ..remote import connect
-from .common import JsonOpt, PlaybookOpt, err, guarded, out, print_json, select_hosts, text, warn
+from .common import (
+    JsonOpt,
+    PlaybookOpt,
+    RootOptions,
+    err,
+    guarded,
+    load_playbook,
+    out,
+    print_json,
+    root,
+    select_hosts,
+    text,
+    warn,
+)
 
 if TYPE_CHECKING:
     from ..gpu.samples import Sample
@@ -29,6 +41,7 @@ BAR = 30
 
 
 def timings(
+    ctx: typer.Context,
     paths: Annotated[list[Path] | None, typer.Argument(
         metavar="LOG", help="Log files (stdout and stderr of the daemon).")] = None,
     compare_: Annotated[tuple[Path, Path] | None, typer.Option(
@@ -50,7 +63,7 @@ def timings(
     if run not in ("all", "last") and not run.isdigit():
         guarded(lambda: _bad(f"--run {run!r}: give a run's number (1 is the first), last, or all"))
     if by_release:
-        guarded(lambda: _by_release([str(p) for p in paths or []], dest, playbook, json))
+        guarded(lambda: _by_release([str(p) for p in paths or []], dest, playbook, json, root(ctx)))
     guarded(lambda: _timings(paths or [], compare_, all_phases, json, plot, run, samples))
 
 
@@ -58,10 +71,10 @@ def _bad(message: str) -> int:
     raise BadInput(message)
 
 
-def _by_release(targets: list[str], dest: Path, playbook_path: str | None, as_json: bool) -> int:
+def _by_release(targets: list[str], dest: Path, playbook_path: str | None, as_json: bool, opts: RootOptions) -> int:
     if len(targets) != 1:
         raise BadInput("--by-release takes one HOST (its log as fetch-logs saved it, and its journal)")
-    book = pb.load(playbook_path)
+    book = load_playbook(playbook_path, opts)
     [spec] = select_hosts(book, targets)
     if book.daemon.journal:
         raise BadInput(f"--by-release splits a log file by the byte offsets in the host's journal; this daemon logs "

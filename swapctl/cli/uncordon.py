@@ -6,21 +6,33 @@ from typing import Annotated
 
 import typer
 
-from .. import playbook as pb
 from ..errors import ExitCode, Refused
 from ..facts import cordon
 from ..remote.group import on_hosts
-from .common import LimitOpt, PlaybookOpt, err, guarded, out, select_hosts, text, worst
+from .common import (
+    LimitOpt,
+    PlaybookOpt,
+    RootOptions,
+    err,
+    guarded,
+    load_playbook,
+    out,
+    root,
+    select_hosts,
+    text,
+    worst,
+)
 
 
 def uncordon(
+    ctx: typer.Context,
     hosts: Annotated[list[str], typer.Argument(
         metavar="HOST", help="Host names, user@address:port, ssh_config aliases, or @group.")],
     playbook: PlaybookOpt = None,
     limit: LimitOpt = None,
 ) -> None:
     """Lift a Curio cordon that swapctl left on each host (never one it did not make, nor during a swap)."""
-    guarded(lambda: _uncordon(hosts, playbook, limit))
+    guarded(lambda: _uncordon(hosts, playbook, limit, root(ctx)))
 
 
 def lift(host_name: str, view: cordon.CordonView) -> str:
@@ -38,8 +50,8 @@ def lift(host_name: str, view: cordon.CordonView) -> str:
     return f"{host_name}: {said}"
 
 
-def _uncordon(targets: list[str], playbook_path: str | None, limit: str | None) -> int:
-    book = pb.load(playbook_path)
+def _uncordon(targets: list[str], playbook_path: str | None, limit: str | None, opts: RootOptions) -> int:
+    book = load_playbook(playbook_path, opts)
     book.require_daemon()
     specs = select_hosts(book, targets, limit)
     results = on_hosts(specs, lambda host: cordon.read(host, book, lift=True))

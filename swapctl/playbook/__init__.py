@@ -7,6 +7,7 @@ from ..errors import PlaybookError
 from .load import load, parse
 from .spec import (
     BECOME,
+    CONNECT_TIMEOUT_S,
     DEFAULT_PLAYBOOK,
     DRAIN_TIMEOUT,
     ENV_NAME,
@@ -29,6 +30,7 @@ from .targets import resolve_host, ssh_config_aliases
 
 __all__ = [
     "BECOME",
+    "CONNECT_TIMEOUT_S",
     "DEFAULT_PLAYBOOK",
     "DRAIN_TIMEOUT",
     "DaemonSpec",

@@ -20,21 +20,29 @@ from .inventory import load_inventory
 from .schema import TOP, Loader
 
 
-def load(path: str | os.PathLike[str] | None = None, *, required: bool = True) -> sp.Playbook:
+def load(path: str | os.PathLike[str] | None = None, *, required: bool = True, inventory: str | None = None,
+         connect_timeout_s: float = sp.CONNECT_TIMEOUT_S) -> sp.Playbook:
     """Reads and validates a playbook. Without `required`, a missing default file is an empty playbook.
-    $SWAPCTL_INVENTORY (`swapctl -i FILE`) names an Ansible inventory whose hosts and groups it adds."""
+    `inventory` (`swapctl -i FILE`) names an Ansible inventory whose hosts and groups it adds;
+    `connect_timeout_s` (`--connect-timeout`) is how long each of its hosts may take to answer."""
     explicit = path is not None or "SWAPCTL_PLAYBOOK" in os.environ
     path = str(path or os.environ.get("SWAPCTL_PLAYBOOK") or sp.DEFAULT_PLAYBOOK)
-    inventory = os.environ.get("SWAPCTL_INVENTORY") or None
     try:
         text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
         if not explicit and not required:
-            return replace(parse("", path, inventory=inventory), found=False)
+            book = replace(parse("", path, inventory=inventory), found=False)
+            return _with_connect_timeout(book, connect_timeout_s)
         raise PlaybookError(path, "no such playbook; run `swapctl init` to write one, or pass -p FILE") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise PlaybookError(path, f"cannot read: {exc}") from None
-    return parse(text, path, inventory=inventory)
+    return _with_connect_timeout(parse(text, path, inventory=inventory), connect_timeout_s)
+
+
+def _with_connect_timeout(book: sp.Playbook, seconds: float) -> sp.Playbook:
+    """`book` with every host's connect timeout `seconds`, and a HOST argument's (resolve_host) the same."""
+    hosts = {name: replace(spec, connect_timeout_s=seconds) for name, spec in book.hosts.items()}
+    return replace(book, hosts=hosts, connect_timeout_s=seconds)
 
 
 def _hosts_and_groups(ld: Loader, doc: dict[str, Any], inventory: str | None

@@ -11,6 +11,7 @@ from typing import Any
 from ..errors import PlaybookError
 
 DEFAULT_PLAYBOOK = "swapctl.toml"
+CONNECT_TIMEOUT_S = 15.0  # the TCP connect and sshd's banner; `swapctl --connect-timeout S` sets another
 SSH_CONFIGS = ("~/.ssh/config", "/etc/ssh/ssh_config")  # the files `ssh NAME` reads, as fabric does
 HOST_KEY_POLICIES = ("strict", "accept-new")
 TRANSPORTS = ("ssh", "local")
@@ -37,6 +38,7 @@ class HostSpec:
     transport: str = "ssh"
     become: str | None = None  # sudo | none; None: the playbook's top-level `become` (else none)
     curio_nodes: tuple[str, ...] = ()  # the Curio nodes that feed this host's cuzk; (): [curio] nodes
+    connect_timeout_s: float = CONNECT_TIMEOUT_S  # TCP and sshd's banner; twice this for `sudo -n true`
 
 
 @dataclass(frozen=True)
@@ -210,6 +212,7 @@ class Playbook:
     gpu: GpuSpec = GpuSpec()
     curio: CurioSpec = CurioSpec()
     become: str = "none"  # the top-level `become`: for every SSH host that does not say its own
+    connect_timeout_s: float = CONNECT_TIMEOUT_S  # `--connect-timeout`: every host's, a HOST argument's too
     found: bool = True  # False: no ./swapctl.toml and no $SWAPCTL_PLAYBOOK, so an empty playbook
 
     def require_daemon(self) -> DaemonSpec:

@@ -43,10 +43,12 @@ def resolve_host(playbook: Playbook, target: str, ssh_aliases: set[str] | None =
                 port=int(m["port"]) if m["port"] else None,
                 user=m["user"],
                 become=playbook.become,
+                connect_timeout_s=playbook.connect_timeout_s,
             )
         raise PlaybookError(playbook.path, f"host {target!r} is not user@address:port", key="HOST")
     if target in (ssh_config_aliases() if ssh_aliases is None else ssh_aliases):
-        return HostSpec(name=target, address=target, become=playbook.become)
+        return HostSpec(name=target, address=target, become=playbook.become,
+                        connect_timeout_s=playbook.connect_timeout_s)
     if not playbook.found and not playbook.hosts:
         raise BadInput(f"no ./{DEFAULT_PLAYBOOK} (or $SWAPCTL_PLAYBOOK); see `swapctl init` (and {target!r} is "
                        f"not user@address:port or a `Host` in ~/.ssh/config)")

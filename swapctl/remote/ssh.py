@@ -13,12 +13,11 @@ from typing import BinaryIO
 
 from ..errors import Refused, RemoteTimeout, Unreachable
 from ..host import scripts
-from ..playbook.spec import HostSpec
+from ..playbook.spec import CONNECT_TIMEOUT_S, HostSpec
 from . import become
 from .cmd import Cmd
 from .host import MAX_LINE, MAX_OUTPUT, Held, Host, Prepared, Progress, Result, keep_tail
 from .ssh_connection import (
-    CONNECT_TIMEOUT_S,
     STALL_S,
     WINDOW_SIZE,
     Connection,

@@ -52,7 +52,7 @@ _paramiko_without_invoke()
 
 import paramiko  # noqa: E402 (after its invoke is held back)
 
-from ..errors import BadInput, HostKeyError, Refused, RemoteTimeout, UnknownHostKey, Unreachable  # noqa: E402
+from ..errors import HostKeyError, Refused, RemoteTimeout, UnknownHostKey, Unreachable  # noqa: E402
 from ..playbook.spec import SSH_CONFIGS, HostSpec  # noqa: E402
 from . import become  # noqa: E402
 from .host import keep_tail  # noqa: E402
@@ -60,10 +60,9 @@ from .host import keep_tail  # noqa: E402
 if TYPE_CHECKING:
     import fabric
 
-__all__ = ["CONNECT_TIMEOUT_S", "STALL_S", "WINDOW_SIZE", "Connection", "broken", "close_quietly", "connect_timeout",
-           "fingerprint", "open_connection", "paramiko"]
+__all__ = ["STALL_S", "WINDOW_SIZE", "Connection", "broken", "close_quietly", "fingerprint", "open_connection",
+           "paramiko"]
 
-CONNECT_TIMEOUT_S = 15  # the TCP connect and sshd's banner; `swapctl --connect-timeout S` sets another
 # paramiko's transport thread logs a failed handshake with its traceback; swapctl says it in one line
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
 ACTIVE_CHECK_S = 1.0  # how often a connection's transport thread looks up from its socket
@@ -75,23 +74,11 @@ _handshakes = threading.BoundedSemaphore(MAX_HANDSHAKES)
 STALL_S = 60  # a transfer that moves no byte for this long has lost its connection
 
 
-def connect_timeout() -> float:
-    """How long a connection may take to reach sshd's banner: $SWAPCTL_CONNECT_TIMEOUT (`--connect-timeout`)."""
-    value = os.environ.get("SWAPCTL_CONNECT_TIMEOUT")
-    try:
-        seconds = float(value) if value else CONNECT_TIMEOUT_S
-    except ValueError:
-        seconds = 0
-    if not seconds > 0:
-        raise BadInput(f"--connect-timeout (SWAPCTL_CONNECT_TIMEOUT) {value!r}: give seconds, more than 0")
-    return seconds
-
-
-def _tcp(host: str, port: int) -> socket.socket:
+def _tcp(host: str, port: int, timeout: float) -> socket.socket:
     """A TCP connection with Nagle's algorithm off, as OpenSSH's ssh sets it. paramiko leaves it on: then
     each small request (open a channel, EOF) waits for the host's delayed ACK, 40 ms, so a trivial command
     took 48 ms on a zero-latency link instead of 5 ms, and the handshake 80 ms instead of 37."""
-    sock = socket.create_connection((host, port), timeout=connect_timeout())
+    sock = socket.create_connection((host, port), timeout=timeout)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     return sock
 
@@ -148,7 +135,8 @@ class _Direct:
     gateway = None
 
     def __init__(self, address: str, user: str | None, port: int | None, key_filename: list[str],
-                 ssh_config: paramiko.SSHConfigDict):
+                 ssh_config: paramiko.SSHConfigDict, timeout: float):
+        self.timeout = timeout  # the TCP connect and sshd's banner
         self.ssh_config = ssh_config
         self.host = ssh_config.get("hostname", address)
         self.user = user or ssh_config.get("user") or getpass.getuser()
@@ -163,9 +151,8 @@ class _Direct:
         return bool(transport and transport.is_active())
 
     def open(self) -> None:
-        limit = connect_timeout()
-        self.client.connect(hostname=self.host, port=self.port, username=self.user, timeout=limit,
-                            banner_timeout=limit, **self.connect_kwargs)
+        self.client.connect(hostname=self.host, port=self.port, username=self.user, timeout=self.timeout,
+                            banner_timeout=self.timeout, **self.connect_kwargs)
 
     def close(self) -> None:
         self.client.close()
@@ -186,10 +173,10 @@ def _open_with(spec: HostSpec) -> Connection:
     keys = [os.path.expanduser(spec.identity_file)] if spec.identity_file else []
     config = _ssh_config().lookup(spec.address)
     if "proxyjump" not in config and "proxycommand" not in config:
-        return _Direct(spec.address, spec.user, spec.port, keys, config)
+        return _Direct(spec.address, spec.user, spec.port, keys, config, spec.connect_timeout_s)
     import fabric  # a gateway: fabric walks the ProxyJump chain (and imports invoke)
 
-    return fabric.Connection(spec.address, user=spec.user, port=spec.port, connect_timeout=connect_timeout(),
+    return fabric.Connection(spec.address, user=spec.user, port=spec.port, connect_timeout=spec.connect_timeout_s,
                              connect_kwargs={"key_filename": keys} if keys else {})
 
 
@@ -281,7 +268,7 @@ def open_connection(spec: HostSpec) -> tuple[Connection, bool]:
     try:
         with _handshakes:
             if conn.gateway is None:  # direct: the socket is made here, to turn Nagle off first
-                conn.connect_kwargs["sock"] = _tcp(conn.host, conn.port)
+                conn.connect_kwargs["sock"] = _tcp(conn.host, conn.port, spec.connect_timeout_s)
             conn.open()
     except HostKeyError:
         raise
@@ -314,16 +301,16 @@ def open_connection(spec: HostSpec) -> tuple[Connection, bool]:
     transport.sock.settimeout(ACTIVE_CHECK_S)
     sudo = spec.become == "sudo" and conn.user != "root"
     if sudo:
-        _check_sudo(spec.name, conn, transport)
+        _check_sudo(spec, conn, transport)
     return conn, sudo
 
 
-def _check_sudo(host: str, conn: Connection, transport: paramiko.Transport) -> None:
+def _check_sudo(spec: HostSpec, conn: Connection, transport: paramiko.Transport) -> None:
     """`sudo -n true` before any other command: a sudo that would ask for a password refuses the host
     here, exit 3, before anything on it changed. One deadline for the whole call (twice the connect
     timeout): a limit per read let a sudo that kept talking hold the connection for ever."""
     what = f"the {become.PROBE.label} step"
-    limit = 2 * connect_timeout()
+    host, limit = spec.name, 2 * spec.connect_timeout_s
     late = RemoteTimeout(f"`{become.PROBE}` did not finish within {limit:g} s (twice --connect-timeout); run it "
                          f"there as {conn.user} to see what it waits for", host=host)
     deadline = time.monotonic() + limit
