@@ -23,6 +23,7 @@ from ..remote import Host, connect
 from ..swap import elf, environ
 from ..swap.deploy import DeployPlan, Event, EventSink, Interrupts, Outcome, Plan, Swap
 from ..swap.deploy import deploy as run_deploy
+from ..swap.ending import Ended
 from . import build as build_cli
 from .build import BuildArgOpt
 from .common import (
@@ -288,7 +289,7 @@ def report(results: dict[str, Any], why: str, as_json: bool) -> int:
     if as_json:
         print_json({"hosts": {n: ({"skipped": why} if isinstance(r, str) else
                                   {"error": str(r), "exit_code": int(r.exit_code)} if isinstance(r, SwapctlError)
-                                  else r.__dict__) for n, r in results.items()}, "stopped": why or None})
+                                  else r.as_dict()) for n, r in results.items()}, "stopped": why or None})
         return worst(codes)
     if len(results) == 1:
         [r] = results.values()
@@ -306,19 +307,19 @@ def report(results: dict[str, Any], why: str, as_json: bool) -> int:
 
 
 def _summary(o: Outcome) -> None:
-    if o.outcome == "unchanged":
+    if o.outcome is Ended.UNCHANGED:
         out.print(text(f"{o.host}: {o.message}"))
         return
-    if o.outcome == "dry-run":
+    if o.outcome is Ended.DRY_RUN:
         out.print(text(f"{o.host}: dry run, nothing changed"))
         return
     if o.action == "rollback":
         out.print(text(f"{o.host}: rolled back to {(o.new_sha or '')[:12]} as pid {o.pid}"), style="bold green")
         return
     steps = ", ".join(f"{k} {v:.2f}s" for k, v in o.steps.items())
-    up = o.upload or {}
-    rate = (f", upload by {up['method']}: {up['wire_bytes'] / 1e6:.2f} MB sent, {o.upload_mb_s:.1f} MB/s effective"
-            if o.upload_mb_s else f", upload: {up['method']}" if up else "")
+    up = o.upload
+    rate = (f", upload by {up.method}: {up.wire_bytes / 1e6:.2f} MB sent, {o.upload_mb_s:.1f} MB/s effective"
+            if up and o.upload_mb_s else f", upload: {up.method}" if up else "")
     lost = f"; the stop lost {o.lost} proof{'s' * (o.lost != 1)} in flight" if o.lost else ""
     out.print(text(f"{o.host}: {o.outcome} {(o.new_sha or '')[:12]} as pid {o.pid} ({steps}{rate}){lost}"),
               style="bold yellow" if lost else "bold green")

@@ -23,6 +23,7 @@ from ..fleet import roll_out as core_roll_out
 from ..playbook import HostSpec
 from ..playbook.curio import shared_nodes, shared_said
 from ..swap.deploy import EventSink, Interrupts, Outcome, Plan
+from ..swap.ending import Ended
 from ..swap.interrupts import Phase
 from .common import CtrlC, ctrl_c, err, out, select_hosts, text
 from .progress import FleetView, Reporter
@@ -106,7 +107,7 @@ def confirm_after_plans(book: pb.Playbook, specs: list[HostSpec], plan_one: Call
 
 
 def dry_run_outcome(plan: Plan, action: str) -> Outcome:
-    return Outcome(host=plan.host, action=action, outcome="dry-run",
+    return Outcome(host=plan.host, action=action, outcome=Ended.DRY_RUN,
                    old_sha=plan.daemon.sha256 if plan.daemon else None, new_sha=plan.new.sha256)
 
 
@@ -230,11 +231,10 @@ def summary(results: dict[str, Result | str], why_skipped: str) -> None:
         elif isinstance(r, SwapctlError):
             t.add_row(text(name), f"failed ({int(r.exit_code)})", "", "", "", text(r.message), style="red")
         else:
-            up = r.upload or {}
-            how = f"{up.get('method', '')}" + (f", {r.upload_mb_s:.0f} MB/s" if r.upload_mb_s else "")
+            how = (r.upload.method if r.upload else "") + (f", {r.upload_mb_s:.0f} MB/s" if r.upload_mb_s else "")
             mem = r.steps.get("memory")
             ready = r.steps.get("ready")
             t.add_row(text(name), r.outcome, text(how), "" if mem is None else f"{mem:.2f} s",
                       "" if ready is None else f"{ready:.2f} s", text(r.message),
-                      style="green" if r.outcome in ("deployed", "rolled-back") else None)
+                      style="green" if r.outcome in (Ended.DEPLOYED, Ended.ROLLED_BACK) else None)
     out.print(t)

@@ -22,6 +22,7 @@ from . import elf, journal, lock, preflight, steps, store, swaprun, upload
 from . import rollback as back
 from .context import Context
 from .describe import describe
+from .ending import Ended
 from .events import Event, EventSink, Interrupts, Outcome
 from .plan import Daemon, DeployPlan, Plan, Situation
 from .session import Session
@@ -164,7 +165,7 @@ def deploy(sw: Swap, plan: DeployPlan) -> Outcome:
     pruning), the upload's host side started before the lock. The caller starts the GPU sampler for the
     daemon it leaves running (gpu.sampler.start_after_swap): the swap stands whatever the sampler does."""
     if plan.unchanged:
-        return Outcome(host=plan.host, action="deploy", outcome="unchanged", old_sha=plan.new.sha256,
+        return Outcome(host=plan.host, action="deploy", outcome=Ended.UNCHANGED, old_sha=plan.new.sha256,
                        new_sha=plan.new.sha256, pid=plan.daemon.pid if plan.daemon else None,
                        message=f"the daemon already runs {plan.new.id}; --restart restarts it anyway")
     run = _Run(sw, plan)

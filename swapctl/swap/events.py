@@ -6,6 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ..facts.journal_entry import Upload
+from .ending import Ended
 from .interrupts import Interrupts
 
 __all__ = ["Event", "EventSink", "Interrupts", "Outcome"]  # Interrupts: where the swap's callers found it
@@ -28,12 +30,12 @@ EventSink = Callable[[Event], None]
 class Outcome:
     host: str
     action: str
-    outcome: str  # deployed | unchanged | rolled-back | failed | dry-run
+    outcome: Ended
     old_sha: str | None
     new_sha: str | None
     steps: dict[str, float] = field(default_factory=dict)  # seconds per step
     upload_mb_s: float | None = None
-    upload: dict[str, Any] | None = None  # how the binary got there (journal_entry.Upload.to_dict())
+    upload: Upload | None = None  # how the binary got there
     log_offset: int | None = None  # where the started daemon's output begins in its log
     pid: int | None = None
     message: str = ""
@@ -42,7 +44,11 @@ class Outcome:
     @property
     def started(self) -> int | None:
         """The pid of the daemon this swap started (None where it started none: unchanged, a dry run)."""
-        return None if self.outcome in ("unchanged", "dry-run") else self.pid
+        return None if self.outcome in (Ended.UNCHANGED, Ended.DRY_RUN) else self.pid
+
+    def as_dict(self) -> dict[str, Any]:
+        """As `--json` gives it: the upload as the journal writes it."""
+        return {**self.__dict__, "upload": self.upload.to_dict() if self.upload else None}
 
     def noted(self, note: str) -> Outcome:
         """This outcome with `note` after its message (itself when the note is empty)."""

@@ -9,6 +9,7 @@ from ..facts.journal_entry import JournalEntry, Upload, parse
 from ..facts.releases import Release
 from . import cordon, swaprun
 from .context import Context
+from .ending import Ending, done_as, ending
 from .events import Outcome
 from .interrupts import Phase
 from .journal import record_local
@@ -48,18 +49,18 @@ def swap_in(ctx: Context, plan: Plan, target: Release, action: str, fallback: Re
         raise swaprun.drain_refused(ctx, run)
     ctx.interrupts.enter(Phase.SWAPPED)
     line = _recorded(run)
-    if not run.outcome:
-        raise UnknownState(f"the swap script on the host ended without saying how the swap ended "
-                           f"({run.failure or 'no outcome'}); check `swapctl status {ctx.name}`", host=ctx.name)
-    if run.back_why:
-        raise failed(ctx, target, fallback, run, action, line, swaprun.unit_of(plan.daemon, plan.unit))
-    if run.outcome == "no-daemon":  # before any start: the memory wait timed out
+    end = ending(run, fallback is not None)
+    if end in (Ending.NO_OUTCOME, Ending.UNKNOWN):
+        said = f"said {run.outcome!r}" if run.outcome else f"did not say ({run.failure or 'no outcome'})"
+        raise UnknownState(f"the swap script on the host ended and {said} how the swap ended; check "
+                           f"`swapctl status {ctx.name}`", host=ctx.name)
+    if end is Ending.NO_DAEMON:  # before any start: the memory wait timed out
         raise swaprun.memory_error(ctx, run)
-    outcome = Outcome(host=ctx.name, action=action, outcome=run.outcome, old_sha=old_sha, new_sha=target.sha256,
-                      steps={**steps, **run.steps}, upload=upload.to_dict() if upload else None,
-                      log_offset=run.offset, pid=run.outcome_pid, message=_unjournaled(ctx, run),
-                      lost=line.stop.lost if line and line.stop else None)
-    return outcome
+    if end is not Ending.DONE:
+        raise failed(ctx, target, fallback, run, end, action, line, swaprun.unit_of(plan.daemon, plan.unit))
+    return Outcome(host=ctx.name, action=action, outcome=done_as(run), old_sha=old_sha, new_sha=target.sha256,
+                   steps={**steps, **run.steps}, upload=upload, log_offset=run.offset, pid=run.outcome_pid,
+                   message=_unjournaled(ctx, run), lost=line.stop.lost if line and line.stop else None)
 
 
 def _recorded(run: SwapReport) -> JournalEntry | None:
@@ -75,7 +76,7 @@ def _unjournaled(ctx: Context, run: SwapReport) -> str:
                                       f"the disk full?); `swapctl history` will not show this swap.")
 
 
-def failed(ctx: Context, target: Release, fallback: Release | None, run: SwapReport, action: str,
+def failed(ctx: Context, target: Release, fallback: Release | None, run: SwapReport, end: Ending, action: str,
            line: JournalEntry | None, unit: str = "") -> SwapctlError:
     """The error for a start that failed (or a second Ctrl-C), once the host has gone back by itself: 4 when
     the fallback runs again after a deploy, else 5. An interrupted build was not marked bad, and the error is
@@ -89,7 +90,7 @@ def failed(ctx: Context, target: Release, fallback: Release | None, run: SwapRep
     note = f" {_unjournaled(ctx, run)}" if not run.journal_ok else ""
     back = fallback.id if fallback else "-"
     tries = f" (after {run.retries + 1} starts)" if run.retries else ""
-    if run.outcome == "rolled-back":
+    if end is Ending.WENT_BACK:
         if interrupted:
             return RolledBack(f"interrupted (a second Ctrl-C): {target.id} was stopped (not marked bad); {back} "
                               f"runs again as pid {pid}{tries}.{note}", host=ctx.name)
@@ -98,10 +99,10 @@ def failed(ctx: Context, target: Release, fallback: Release | None, run: SwapRep
                                 f"as pid {pid}{tries}. Failed log: {log}{note}", host=ctx.name, detail=tail)
         return RolledBack(f"{target.id} failed ({why}); rolled back: {back} runs again as pid {pid}{tries}. Failed "
                           f"log: {log}{note}", host=ctx.name, detail=tail)
-    if fallback is None:
+    if end is Ending.NO_FALLBACK:
         return UnknownState(f"{target.id} failed ({why}) and there is no earlier release to go back to: no daemon "
                             f"runs now; its log: {log}{note}", host=ctx.name, detail=tail)
-    if run.outcome == "rollback-failed" and pid:
+    if end is Ending.FALLBACK_UNREADY:
         return UnknownState(f"{target.id} failed ({why}), and the rollback to {back} is not ready ({reason}); it "
                             f"runs as pid {pid}; logs: {log}{note}", host=ctx.name, detail=tail)
     return UnknownState(f"{target.id} failed ({why}), and the rollback to {back} failed too ({reason}); no daemon "

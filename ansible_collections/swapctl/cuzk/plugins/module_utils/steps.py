@@ -41,6 +41,7 @@ from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.host import s
 from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.remote.cmd import Secret
 from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.swap import environ, words
 from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.swap import inputs as core
+from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.swap.ending import Ended, Ending, done_as, ending
 
 # -- the steps ------------------------------------------------------------------------------------------------
 
@@ -119,21 +120,22 @@ def memory_error(s: Settings, got: words.SwapReport, **result: Any) -> HostError
 def swap_in(s: Settings, sit: Situation, target: Release, action: str, fb: Release | None,
             steps: dict[str, float]) -> dict[str, Any]:
     """Stops what runs, waits for memory, starts `target`; the host goes back to `fb` by itself when that
-    fails and writes the journal line (rollback.swap_in): this side reads how it ended."""
+    fails and writes the journal line (rollback.swap_in): this side reads how it ended (swap/ending.py)."""
     old_sha = sit.daemon.sha256 if sit.daemon else (fb.sha256 if fb else None)
     got = swap_once(s, sit.daemon, target, gpu_limits(s, [sit.daemon.pid] if sit.daemon else []), fb, action,
                     old_sha, steps)
     steps = {**steps, **got.steps}
     line = journal_entry.parse(got.journal) if got.journal else None  # the host's own line (JOURNAL)
-    if not got.outcome:
-        raise HostError(f"the swap script on the host ended without saying how the swap ended "
-                        f"({got.failure or 'no outcome'}); look at the host's journal and the daemon before running "
-                        f"again", steps=steps)
-    if got.back_why:
-        raise failed(s, target, fb, got, action, line, steps)
-    if got.outcome == "no-daemon":  # before any start: the memory wait timed out
+    end = ending(got, fb is not None)
+    if end in (Ending.NO_OUTCOME, Ending.UNKNOWN):
+        said = f"said {got.outcome!r}" if got.outcome else f"did not say ({got.failure or 'no outcome'})"
+        raise HostError(f"the swap script on the host ended and {said} how the swap ended; look at the host's "
+                        f"journal and the daemon before running again", steps=steps)
+    if end is Ending.NO_DAEMON:  # before any start: the memory wait timed out
         raise memory_error(s, got, journal=shown(line), steps=steps)
-    result = {"outcome": got.outcome, "pid": got.outcome_pid, "journal": shown(line), "steps": steps,
+    if end is not Ending.DONE:
+        raise failed(s, target, fb, got, end, action, line, steps)
+    result = {"outcome": str(done_as(got)), "pid": got.outcome_pid, "journal": shown(line), "steps": steps,
               "release": {"from": old_sha[:12] if old_sha else None, "to": target.id}}
     return {**result, "warnings": [unjournaled(s)]} if not got.journal_ok else result
 
@@ -154,9 +156,9 @@ def unjournaled(s: Settings) -> str:
             f"history will not show this swap")
 
 
-def failed(s: Settings, target: Release, fb: Release | None, got: words.SwapReport, action: str,
+def failed(s: Settings, target: Release, fb: Release | None, got: words.SwapReport, end: Ending, action: str,
            line: JournalEntry | None, steps: dict[str, float]) -> HostError:
-    """A start that failed, once the host has gone back by itself (rollback.failed): rolled_back when the
+    """A start that failed, once the host has gone back by itself (`end`, rollback.failed): rolled_back when the
     fallback runs again after a deploy; otherwise the state the host is in."""
     why, pid = got.back_why, got.outcome_pid
     log = f"journalctl -u {s.unit}" if s.log == "journal" else f"{s.log} from byte {got.offset}"
@@ -168,16 +170,16 @@ def failed(s: Settings, target: Release, fb: Release | None, got: words.SwapRepo
     tries = f" (after {got.retries + 1} starts)" if got.retries else ""
     common = {"journal": shown(line), "steps": steps, "log_tail": tail, "pid": pid,
               "release": {"from": target.id, "to": fb.id if fb else None}}
-    if got.outcome == "rolled-back":
+    if end is Ending.WENT_BACK:
         if action == "rollback":  # the host runs what it ran, but not what was asked for
             return HostError(f"the rollback to {target.id} failed ({why}); {back}, which ran before, runs again as "
                              f"pid {pid}{tries}. Failed log: {log}{note}", rolled_back=False, **common)
         return HostError(f"{target.id} failed ({why}); rolled back: {back} runs again as pid {pid}{tries}. Failed "
                          f"log: {log}{note}", rolled_back=True, **common)
-    if fb is None:
+    if end is Ending.NO_FALLBACK:
         return HostError(f"{target.id} failed ({why}) and there is no earlier release to go back to: no daemon runs "
                          f"now; its log: {log}{note}", rolled_back=False, **common)
-    if got.outcome == "rollback-failed" and pid:
+    if end is Ending.FALLBACK_UNREADY:
         return HostError(f"{target.id} failed ({why}), and the rollback to {back} is not ready ({reason}); it runs "
                          f"as pid {pid}; logs: {log}{note}", rolled_back=False, **common)
     return HostError(f"{target.id} failed ({why}), and the rollback to {back} failed too ({reason}); no daemon runs "
@@ -283,9 +285,9 @@ def deploy(s: Settings, src: str | None, sha256: str | None, release: str | None
     if warnings:
         result["warnings"] = warnings
     if unchanged:
-        return noted(sit, {**result, "outcome": "unchanged", "msg": f"the daemon already runs {new.id}"})
+        return noted(sit, {**result, "outcome": str(Ended.UNCHANGED), "msg": f"the daemon already runs {new.id}"})
     if check:
-        return noted(sit, {**result, "outcome": "dry-run", "command": command_for(s, new)})
+        return noted(sit, {**result, "outcome": str(Ended.DRY_RUN), "command": command_for(s, new)})
     needed = core.room_needed_kib(size, new.id in sit.releases)
     if src and sit.free_kib < needed:
         raise HostError(f"only {sit.free_kib // 1024} MiB free beside {s.binary}; the release and its backup need "
@@ -314,5 +316,5 @@ def rollback(s: Settings, to: str | None, check: bool) -> dict[str, Any]:
     if warnings:
         result["warnings"] = warnings
     if check:
-        return noted(sit, {**result, "outcome": "dry-run", "command": command_for(s, target)})
+        return noted(sit, {**result, "outcome": str(Ended.DRY_RUN), "command": command_for(s, target)})
     return noted(sit, {**result, **changing(s, sit, target, "rollback", fb)})

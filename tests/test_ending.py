@@ -1,0 +1,44 @@
+"""How a swap ended, decided once for the controller and the Ansible modules (swap/ending.py, issue 46 item 1):
+the swap script's last words (host/swap/swap.sh's `finish`, each shape below) read through the real parser."""
+
+import pytest
+
+from swapctl.swap.ending import Ended, Ending, done_as, ending
+from swapctl.swap.words import parse_swap
+
+
+def report(*said: str):
+    return parse_swap([(0.1 * i, line) for i, line in enumerate(said)])
+
+
+@pytest.mark.parametrize("said, has_fallback, end", [
+    (["STARTED 41 0", "READY 41", "OUTCOME deployed 41"], True, Ending.DONE),  # swap.sh:509, a deploy
+    (["STARTED 41 0", "READY 41", "OUTCOME rolled-back 41"], True, Ending.DONE),  # :509, a rollback's own target
+    (["OUTCOME no-daemon -"], True, Ending.NO_DAEMON),  # :492, memory not back
+    (["ROLLBACK it exited before it was ready", "OUTCOME rolled-back 52"], True, Ending.WENT_BACK),  # :422
+    (["ROLLBACK not ready after 1 s", "OUTCOME no-daemon -"], False, Ending.NO_FALLBACK),  # :407
+    (["ROLLBACK it exited", "OUTCOME rollback-failed 52"], True, Ending.FALLBACK_UNREADY),  # :428, it runs
+    (["ROLLBACK it exited", "OUTCOME rollback-failed -"], True, Ending.FALLBACK_FAILED),  # :419, :429
+    (["ROLLBACK it exited", "OUTCOME no-daemon -"], True, Ending.FALLBACK_FAILED),  # :409, :414
+    (["STARTED 41 0"], True, Ending.NO_OUTCOME),  # cut off before `finish`
+    (["OUTCOME deployed; reboot 41"], True, Ending.UNKNOWN),  # a word no swapctl knows: never taken as done
+    (["OUTCOME unchanged 41"], True, Ending.UNKNOWN),  # the controller's own word, which the host never says
+], ids=["deployed", "rolled-back", "no-daemon", "went-back", "no-fallback", "fallback-unready", "fallback-failed",
+        "fallback-not-started", "no-outcome", "forged", "not-the-hosts"])
+def test_every_way_a_swap_report_ends(said, has_fallback, end):
+    assert ending(report(*said), has_fallback) is end
+
+
+def test_a_done_swap_is_the_outcome_the_journal_names():
+    assert done_as(report("OUTCOME deployed 41")) is Ended.DEPLOYED
+    assert done_as(report("OUTCOME rolled-back 41")) is Ended.ROLLED_BACK
+    assert Ended.DEPLOYED == "deployed" and f"{Ended.DRY_RUN}" == "dry-run"  # as --json and the journal write them
+
+
+def test_both_sides_import_the_one_decision():
+    """The Ansible modules call the module swapctl ships them, not a copy of the branching (steps.py)."""
+    from pathlib import Path
+
+    utils = Path(__file__).parent.parent / "ansible_collections/swapctl/cuzk/plugins/module_utils"
+    steps = (utils / "steps.py").read_text()
+    assert "swapctl.swap.ending import" in steps and '"rollback-failed"' not in steps and '"no-daemon"' not in steps
