@@ -336,12 +336,13 @@ def test_resolve_that_cannot_plan_says_what_the_window_does_and_only_with_resolv
     whole --for, and says so; without --resolve nobody asked, and nothing is said of a 3% change (it was,
     on every experiment: "a 3% change in ntt_kernels is under what this daemon's spread lets any window
     resolve")."""
+    from swapctl.experiment.judge import Decision
     from swapctl.experiment.run import Hooks, Settings, _Baseline, _plan
 
     runs = _stand_in_runs(builds["pageable"], tmp_path, {**STEADY, "jobs": 10})
     said: list[str] = []
     hooks = Hooks(say=lambda line, style: said.append(line), show_plan=print, confirm=print, verdict=print,
-                  decide=lambda v: "rollback")
+                  decide=lambda v: Decision.ROLLBACK)
     for s, line in ((Settings("b", 240), None),
                     (Settings("b", 240, resolve=0.01), "runs the whole --for (240 s)"),
                     (Settings("b", 240, proofs=20, resolve=0.01), "runs until B has 20 proofs or the whole --for")):

@@ -16,6 +16,7 @@ import pytest
 from swapctl.cli.experiment import percent
 from swapctl.errors import BadInput
 from swapctl.experiment import need, verdict
+from swapctl.experiment.judge import Decision
 from swapctl.logs import power
 from swapctl.logs.stats import ALPHA, compare, moves
 from swapctl.logs.timings import parse_files
@@ -284,7 +285,7 @@ def test_the_early_looks_and_the_verdict_judge_b_against_the_same_a(monkeypatch)
                                                             real_moved(a, b_))[1])
     monkeypatch.setattr(experiment, "POLL_S", 0.0)
     verdicts: list = []
-    hooks = SimpleNamespace(say=lambda line, style: None, verdict=verdicts.append, decide=lambda v: "keep")
+    hooks = SimpleNamespace(say=lambda line, style: None, verdict=verdicts.append, decide=lambda v: Decision.KEEP)
     # no Ctrl-C in the swap; a host whose `date` says nothing: the window's end is the controller's clock
     host = SimpleNamespace(name="lab", run=lambda cmd, **kw: SimpleNamespace(stdout=""))
     sw = SimpleNamespace(host=host, interrupts=Interrupts())

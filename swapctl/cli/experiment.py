@@ -18,6 +18,7 @@ import typer
 
 from ..errors import BadInput, ExitCode
 from ..experiment import MIN_PROOFS, Verdict
+from ..experiment.judge import Decision
 from ..experiment.run import DEFAULT_PROOFS, Hooks, Settings, run
 from ..remote import connect
 from ..swap.interrupts import Interrupts
@@ -77,7 +78,7 @@ def experiment(
 ) -> None:
     """Swap B in, let it work, and say what changed against the build before it; keep it or roll back."""
     def checked() -> int:
-        if then not in ("keep", "rollback", "ask"):
+        if then not in (*Decision, "ask"):
             raise BadInput(f"--then {then!r}: keep, rollback or ask")
         counted = proofs if proofs or for_ or resolve else DEFAULT_PROOFS  # by default the window counts proofs
         s = Settings(binary, seconds(for_ or "10m"), counted, seconds(baseline), min_proofs, warmup,
@@ -95,12 +96,13 @@ def percent(value: str) -> float:
     return float(m[1]) / 100
 
 
-def _decide(then: str, v: Verdict) -> str:
+def _decide(then: str, v: Verdict) -> Decision:
+    """--then's answer: keep or rollback as given; ask at a terminal, else roll back."""
     if then != "ask":
-        return then
+        return Decision(then)
     if not sys.stdin.isatty():
-        return "rollback"
-    return "keep" if typer.confirm("keep the new build?", err=True) else "rollback"
+        return Decision.ROLLBACK
+    return Decision.KEEP if typer.confirm("keep the new build?", err=True) else Decision.ROLLBACK
 
 
 def _experiment(target: str, s: Settings, then: str, playbook_path: str | None, yes: bool, as_json: bool,

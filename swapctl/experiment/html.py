@@ -15,7 +15,7 @@ from ..gpu.samples import Sample
 from ..logs import plot
 from ..logs.gpu import PARTS
 from ..logs.timings import ByteRange, Run
-from .judge import Side, Verdict
+from .judge import Decision, Side, Verdict
 
 STYLE = """body{font:14px/1.4 system-ui,sans-serif;margin:2em;max-width:1200px}
 table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:.25em .6em;text-align:right}
@@ -32,7 +32,7 @@ class Facts:
     after_sha: str
     began: float  # B's window, UTC seconds since the epoch
     seconds: float
-    decision: str  # keep | rollback
+    decision: Decision
     warmup: int
     before_says: str | None = None  # what each build said of itself when it was uploaded (`--version`)
     after_says: str | None = None
@@ -92,7 +92,7 @@ def _what_ran(v: Verdict, f: Facts, before: list[Run], after: list[Run]) -> str:
     body = "".join(f"<tr><td>{n}</td><td><code>{html.escape(sha)}</code></td><td>{html.escape(says or '-')}</td>"
                    f"<td>{html.escape(gpu)}</td><td>{when}</td><td>{long}</td><td>{proofs}</td></tr>"
                    for n, sha, says, gpu, when, long, proofs in rows)
-    kept = ("B was kept: it runs now" if f.decision == "keep"
+    kept = ("B was kept: it runs now" if f.decision == Decision.KEEP
             else "B was rolled back: the build before it runs again")
     stands = f"no verdict: {html.escape(v.withheld)}" if v.withheld else "the verdict stands"
     head = "".join(f"<th>{h}</th>" for h in ("build", "sha256", "says of itself (--version)",

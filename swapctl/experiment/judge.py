@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
+from enum import StrEnum
 from typing import Any
 
 from ..gpu.samples import Sample
@@ -20,6 +21,13 @@ from ..logs.timings import Log, Run
 # the phases a verdict line names first, when they changed: what cuzk's GPU path spends its time in
 HEADLINE = ("ntt_kernels", "coset_intt_sync", "gpu_total_ms", "mutex_held_ms", "synth_ms", "job_total_ms")
 MIN_PROOFS = 3
+
+
+class Decision(StrEnum):
+    """What becomes of B once the window ends (the journal's `decision`, `--then`'s answer)."""
+
+    KEEP = "keep"  # B runs on
+    ROLLBACK = "rollback"  # the build before B runs again
 # A window planned for a change (--resolve) is looked at LOOKS times, at each quarter of its proofs, and ends
 # at the first look where a headline phase moved at ALPHA / LOOKS: Bonferroni over the looks keeps the chance
 # of calling noise a change at ALPHA or less however the looks fall, and the planned length is the one whose

@@ -23,7 +23,7 @@ from ..swap.deploy import Daemon, DeployPlan, Outcome, Swap
 from ..swap.deploy import deploy as run_deploy
 from ..swap.deploy import rollback as run_rollback
 from ..swap.interrupts import Interrupts, Phase
-from .judge import LOOKS, MIN_PROOFS, Verdict, moved, need, verdict, withhold, without_warmup
+from .judge import LOOKS, MIN_PROOFS, Decision, Verdict, moved, need, verdict, withhold, without_warmup
 from .window import Window, side_runs
 
 POLL_S = 2.0
@@ -53,19 +53,19 @@ class Settings:
 @dataclass(frozen=True)
 class Hooks:
     """The caller's side: progress lines (and their style), the plan shown, its confirmation (raising stops
-    before anything changes), the verdict, and the decision for B ("keep" or "rollback")."""
+    before anything changes), the verdict, and the decision for B."""
 
     say: Callable[[str, str | None], None]
     show_plan: Callable[[DeployPlan], None]
     confirm: Callable[[DeployPlan], None]
     verdict: Callable[[Verdict], None]
-    decide: Callable[[Verdict], str]
+    decide: Callable[[Verdict], Decision]
 
 
 @dataclass(frozen=True)
 class Result:
     verdict: Verdict | None  # None: interrupted in the window (rolled back); its `withheld`: no verdict
-    decision: str
+    decision: Decision
 
 
 @dataclass
@@ -191,11 +191,11 @@ def _counted(runs: list[Run], warmup: int) -> int:
 
 
 def _judge(sw: Swap, win: Window, s: Settings, hooks: Hooks, base: _Baseline, new_start: int, running: Daemon,
-           outcome: Outcome, span: Span | None = None) -> tuple[Verdict | None, str]:
+           outcome: Outcome, span: Span | None = None) -> tuple[Verdict | None, Decision]:
     """B's window, the verdict (withheld where a side made too few proofs) and the decision; whatever ends
     the window (Ctrl-C too), B is kept or the baseline runs again."""
     v: Verdict | None = None
-    decision = "rollback"
+    decision = Decision.ROLLBACK
     span = span if span is not None else Span()
     when = "in the window"
     try:
@@ -222,9 +222,9 @@ def _judge(sw: Swap, win: Window, s: Settings, hooks: Hooks, base: _Baseline, ne
         decision = hooks.decide(v)
     except KeyboardInterrupt:
         hooks.say(f"interrupted {when}: rolling back to the build before B", "bold yellow")
-        decision, v = "rollback", None
+        decision, v = Decision.ROLLBACK, None
     finally:
-        if decision == "rollback":
+        if decision == Decision.ROLLBACK:
             with sw.interrupts.finishing("rolling back to the build before B"):
                 hooks.say(f"{sw.host.name}: rolled back; {_restore(sw, running)}", "bold")
         else:
