@@ -94,10 +94,12 @@ def test_engine_settings_defaults_are_the_playbooks(collection):  # noqa: F811
 def test_a_drain_or_status_probe_without_status_url_is_one_clear_line(collection):  # noqa: F811
     engine = imported(collection, "module_utils.engine")
     base = {"binary": "/data/cuzk", "log": "/data/cuzk.log"}
-    for extra, said in (({"stop": "drain"}, 'daemon.stop "drain" reads the daemon\'s own status'),
-                        ({"ready": "status"}, 'daemon.ready "status" reads'),
-                        ({"status_url": "file:///etc/shadow"}, "is not an http:// URL"),
-                        ({"lock_silence_s": 1}, "daemon.lock_silence_s 1 is out of range"),
+    for extra, said in (({"stop": "drain"}, 'daemon.stop: "drain" reads the daemon\'s own status'),
+                        ({"ready": "status"}, 'daemon.ready: "status" reads'),
+                        ({"status_url": "file:///x"}, "daemon.status_url: 'file:///x' is not an http:// URL"),
+                        ({"lock_silence_s": 1}, "daemon.lock_silence_s: must be between 5 and 3600 seconds, not 1"),
+                        ({"drain_timeout_s": 0}, "daemon.drain_timeout_s: must be more than 0 s"),
+                        ({"match": "cuzk("}, "daemon.match: not a valid regular expression"),
                         ({"unit": "cuzk;reboot"}, "daemon.unit 'cuzk;reboot.service' is not a systemd service name"),
                         ({"unit": "-H evil.service"}, "is not a systemd service name")):
         with pytest.raises(engine.HostError, match=said):

@@ -42,3 +42,20 @@ def test_both_sides_import_the_one_decision():
     utils = Path(__file__).parent.parent / "ansible_collections/swapctl/cuzk/plugins/module_utils"
     steps = (utils / "steps.py").read_text()
     assert "swapctl.swap.ending import" in steps and '"rollback-failed"' not in steps and '"no-daemon"' not in steps
+
+
+def test_gpu_max_one_formula_for_both_sides_on_a_real_h200_status():
+    """swap.sh's gpu_max (swap/inputs.gpu_max), which the controller (swaprun.gpu_limits, from `status`) and the
+    modules (plan.gpu_limits, from nvidia-smi on the host) both call: what the H200 held, less the daemon's own,
+    plus the slack. The status is a real one (tests/data/h200-run/status.json: cuzk held 1542 of 1551 MiB)."""
+    import json
+    from pathlib import Path
+
+    from swapctl.swap.inputs import gpu_max
+
+    [host] = json.loads((Path(__file__).parent / "data/h200-run/status.json").read_text())["hosts"].values()
+    gpus = [(g["index"], g["uuid"], g["memory_used_mib"]) for g in host["gpus"]]
+    apps = [(a["pid"], a["gpu_uuid"], a["used_mib"]) for a in host["gpu_processes"]]
+    assert gpu_max(gpus, apps, [573], 1024) == "0:1033"  # 1551 - 1542 + 1024
+    assert gpu_max(gpus, apps, [999], 1024) == "0:2575"  # another process's memory stays counted
+    assert gpu_max([], apps, [573], 1024) == ""  # no GPU: no limit to wait for

@@ -10,7 +10,8 @@ from swapctl.facts.journal_entry import JournalEntry
 from swapctl.facts.releases import Release
 from swapctl.fleet import fail_budget
 from swapctl.logs.timings import release_segments
-from swapctl.swap.plan import Backup, cgroup_unit, config_paths
+from swapctl.swap.command import config_paths
+from swapctl.swap.plan import Backup, cgroup_unit
 
 
 @pytest.mark.parametrize("argv, paths", [
@@ -20,7 +21,7 @@ from swapctl.swap.plan import Backup, cgroup_unit, config_paths
     (("/data/cuzk", "--listen", "0.0.0.0:9820"), []),
 ])
 def test_config_paths(argv, paths):
-    assert config_paths(argv) == paths
+    assert config_paths(argv) == tuple(paths)
 
 
 @pytest.mark.parametrize("cgroup, unit", [

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import difflib
 import os
-import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -91,41 +90,9 @@ def _hosts_and_groups(ld: Loader, doc: dict[str, Any], inventory: str | None
     return hosts, groups
 
 
-def _check_daemon(ld: Loader, d: dict[str, Any]) -> None:
-    """[daemon]'s match, gone_before_stop and lock_silence_s."""
-    if "match" in d:
-        try:
-            re.compile(d["match"])
-        except re.error as exc:
-            raise ld.fail(f"not a valid regular expression ({exc})", "daemon", "match") from None
-    if d.get("gone_before_stop", "refuse") not in sp.GONE_BEFORE_STOP:
-        raise ld.fail(f"must be one of {', '.join(sp.GONE_BEFORE_STOP)}, not {d['gone_before_stop']!r}", "daemon",
-                      "gone_before_stop")
-    if not 5 <= d.get("lock_silence_s", 30) <= 3600:
-        raise ld.fail(f"must be between 5 and 3600 seconds, not {d['lock_silence_s']!r}", "daemon", "lock_silence_s")
-def _check_stop_and_ready(ld: Loader, d: dict[str, Any]) -> None:
-    """stop, drain_timeout and ready take one of their words; drain and ready beyond the log need status_url."""
-    for key, words in (("stop", sp.STOP_MODES), ("drain_timeout", sp.DRAIN_TIMEOUT), ("ready", sp.READY_MODES)):
-        if key in d and d[key] not in words:
-            raise ld.fail(f"must be one of {', '.join(words)}, not {d[key]!r}", "daemon", key)
-    url = d.get("status_url")
-    if url is not None and not re.fullmatch(r"http://[A-Za-z0-9.\-\[\]:]+(:\d+)?/\S*", url):
-        raise ld.fail(f'{url!r} is not an http:// URL (e.g. "http://127.0.0.1:9821/status", the daemon\'s '
-                      f'status_listen)', "daemon", "status_url")
-    if d.get("drain_timeout_s", 1) <= 0:
-        raise ld.fail("must be more than 0 s (the longest proof the daemon runs, e.g. 300)", "daemon",
-                      "drain_timeout_s")
-    # "proof" without it: the Phase 7 line; "cordon" without it: the node's tasks alone
-    for key, needs in (("stop", "drain"), ("ready", "status")):
-        if d.get(key) == needs and not url:
-            raise ld.fail(f'"{needs}" reads the daemon\'s own status: add `status_url = '
-                          f'"http://127.0.0.1:9821/status"` under [daemon] (cuzk\'s status_listen)', "daemon", key)
-
-
 def _daemon(ld: Loader, doc: dict[str, Any]) -> sp.DaemonSpec:
     """[daemon], checked, with its paths absolute, its unit a service name and its lists tuples."""
     d = ld.section(ld.table(doc, "daemon"), "daemon", "daemon")
-    _check_daemon(ld, d)
     if d.get("log") == sp.JOURNAL and "unit" not in d:
         raise ld.fail('"journal" needs the unit whose journal it is: add `unit = "cuzk.service"` under [daemon]',
                       "daemon", "log")
@@ -136,7 +103,6 @@ def _daemon(ld: Loader, doc: dict[str, Any]) -> sp.DaemonSpec:
         d["unit"], ok = sp.service_name(d["unit"])
         if not ok:
             raise ld.fail(f"{d['unit']!r} is not a systemd service name (e.g. \"cuzk.service\")", "daemon", "unit")
-    _check_stop_and_ready(ld, d)
     d["args"] = tuple(d["args"]) if "args" in d else None
     for key in ("env", "secret_env", "keep_loader_env"):  # names the daemon's environment gets: checked here
         for name in d.get(key, ()):
@@ -146,7 +112,10 @@ def _daemon(ld: Loader, doc: dict[str, Any]) -> sp.DaemonSpec:
     d["env"] = tuple(d.get("env", {}).items())
     d["secret_env"] = tuple(d.get("secret_env", ()))
     d["keep_loader_env"] = tuple(d.get("keep_loader_env", ()))
-    return sp.DaemonSpec(**d)
+    daemon = sp.DaemonSpec(**d)
+    if problem := sp.daemon_problem(daemon):  # the keys that need each other or a range: as the modules say
+        raise ld.fail(problem[1], "daemon", problem[0])
+    return daemon
 
 
 def parse(text: str, path: str = sp.DEFAULT_PLAYBOOK, inventory: str | None = None) -> sp.Playbook:

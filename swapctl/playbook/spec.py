@@ -12,6 +12,7 @@ from ..errors import PlaybookError
 
 DEFAULT_PLAYBOOK = "swapctl.toml"
 CONNECT_TIMEOUT_S = 15.0  # the TCP connect and sshd's banner; `swapctl --connect-timeout S` sets another
+KEEP_RELEASES = 5  # [releases] keep: the current release, the rollback target and three more
 SSH_CONFIGS = ("~/.ssh/config", "/etc/ssh/ssh_config")  # the files `ssh NAME` reads, as fabric does
 HOST_KEY_POLICIES = ("strict", "accept-new")
 TRANSPORTS = ("ssh", "local")
@@ -166,6 +167,36 @@ def service_name(unit: str) -> tuple[str, bool]:
     return name, SERVICE.fullmatch(name) is not None
 
 
+STATUS_URL = re.compile(r"http://[A-Za-z0-9.\-\[\]:]+(:\d+)?/\S*")
+
+
+def daemon_problem(d: DaemonSpec) -> tuple[str, str] | None:
+    """The first thing wrong among [daemon]'s keys that need each other or a range (its key, and what is
+    wrong and what to do), else None: the playbook loader and the Ansible modules both say it."""
+    if d.match is not None:
+        try:
+            re.compile(d.match)
+        except re.error as exc:
+            return "match", f"not a valid regular expression ({exc})"
+    for key, words in (("stop", STOP_MODES), ("drain_timeout", DRAIN_TIMEOUT), ("ready", READY_MODES),
+                       ("gone_before_stop", GONE_BEFORE_STOP)):
+        if getattr(d, key) not in words:
+            return key, f"must be one of {', '.join(words)}, not {getattr(d, key)!r}"
+    if not 5 <= d.lock_silence_s <= 3600:
+        return "lock_silence_s", f"must be between 5 and 3600 seconds, not {d.lock_silence_s!r}"
+    if d.status_url is not None and not STATUS_URL.fullmatch(d.status_url):
+        return "status_url", (f'{d.status_url!r} is not an http:// URL (e.g. "http://127.0.0.1:9821/status", the '
+                              f"daemon's status_listen)")
+    if d.drain_timeout_s <= 0:
+        return "drain_timeout_s", "must be more than 0 s (the longest proof the daemon runs, e.g. 300)"
+    # "proof" without it: the Phase 7 line; "cordon" without it: the node's tasks alone
+    for key, needs in (("stop", "drain"), ("ready", "status")):
+        if getattr(d, key) == needs and not d.status_url:
+            return key, (f'"{needs}" reads the daemon\'s own status: add `status_url = '
+                         f'"http://127.0.0.1:9821/status"` under [daemon] (cuzk\'s status_listen)')
+    return None
+
+
 def curio_problem(c: CurioSpec, nodes: bool) -> tuple[str, str] | None:
     """The first thing wrong in [curio] (its key, and what is wrong and what to do), else None: the playbook
     loader and the Ansible modules both say it. `nodes`: some host has nodes to cordon."""
@@ -206,7 +237,7 @@ class Playbook:
     daemon: DaemonSpec = DaemonSpec()
     memory: MemorySpec = MemorySpec()
     log_paths: tuple[str, ...] = ()
-    keep_releases: int = 5
+    keep_releases: int = KEEP_RELEASES
     build: dict[str, Any] = field(default_factory=dict[str, Any])  # the [build] table, read by swapctl.build
     rollout: RolloutSpec = RolloutSpec()
     gpu: GpuSpec = GpuSpec()

@@ -79,3 +79,18 @@ def command_for(binary: str, state: str, rel: Release) -> list[str]:
     if rel.uid:  # not root: setpriv drops to it (its groups from /etc/group) before the daemon starts
         command = ["setpriv", f"--reuid={rel.uid}", f"--regid={rel.gid or 0}", "--init-groups", *command]
     return command
+
+
+CONFIG_FLAGS = ("-c", "--config")
+
+
+def config_paths(argv: tuple[str, ...]) -> tuple[str, ...]:
+    """The config files a daemon's command line names (`--config FILE`, `-c FILE`, `--config=FILE`): what a
+    swap checks is there before the stop, on both sides."""
+    paths = []
+    for i, arg in enumerate(argv):
+        if arg in CONFIG_FLAGS and i + 1 < len(argv):
+            paths.append(argv[i + 1])
+        elif arg.startswith("--config="):
+            paths.append(arg.split("=", 1)[1])
+    return tuple(paths)

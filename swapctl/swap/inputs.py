@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ..facts.journal_entry import CAP_BYTES, KEEP
@@ -70,6 +71,17 @@ def env_block(rel: Release) -> Secret:
         if not NAME.fullmatch(k):  # never pasted into the shell: the release's manifest was checked already
             raise ValueError(f"{k!r} is not an environment variable name")
     return Secret("".join(f"{k}={shlex.quote(v)}\n" for k, v in rel.env or ()))
+
+
+def gpu_max(gpus: Iterable[tuple[int | str, str, float]], apps: Iterable[tuple[int, str, float]], pids: list[int],
+            slack_mib: float) -> str:
+    """swap.sh's gpu_max: per GPU (index, uuid, MiB used), the most memory it may still use once the daemon's
+    own (the compute apps (pid, uuid, MiB) among `pids`) is released, with `slack_mib`; "" without GPUs."""
+    held: dict[str, float] = {}
+    for pid, uuid, used in apps:
+        if pid in pids:
+            held[uuid] = held.get(uuid, 0) + used
+    return ",".join(f"{index}:{int(used - held.get(uuid, 0) + slack_mib)}" for index, uuid, used in gpus)
 
 
 def deadline_s(k: Knobs) -> float:

@@ -18,8 +18,6 @@ from ..facts.status import HostStatus
 from . import elf
 from .environ import carried
 
-CONFIG_FLAGS = ("-c", "--config")
-
 
 @dataclass(frozen=True)
 class Daemon:
@@ -191,17 +189,6 @@ def cgroup_unit(text: str) -> str | None:
         if m and not m.group(1).startswith(("user@", "session-")):
             return m.group(1)
     return None
-
-
-def config_paths(argv: tuple[str, ...]) -> list[str]:
-    """The config files a daemon's command line names (`--config FILE`, `-c FILE`, `--config=FILE`)."""
-    paths = []
-    for i, arg in enumerate(argv):
-        if arg in CONFIG_FLAGS and i + 1 < len(argv):
-            paths.append(argv[i + 1])
-        elif arg.startswith("--config="):
-            paths.append(arg.split("=", 1)[1])
-    return paths
 
 
 def read_daemon(status: HostStatus, facts: dict[str, str], keep: tuple[str, ...] = ()) -> Daemon | None:

@@ -19,11 +19,11 @@ from ..facts.unsafe import why_unsafe
 from ..host import scripts
 from . import elf, room, session
 from .command import as_it_starts as starts_as
-from .command import release_command
+from .command import config_paths, release_command
 from .context import Context
 from .environ import carried
 from .inputs import room_needed_kib
-from .plan import DeployPlan, Plan, Situation, config_paths, read_situation
+from .plan import DeployPlan, Plan, Situation, read_situation
 from .store import gone as store_gone
 
 P = TypeVar("P", bound=Plan)
@@ -107,7 +107,7 @@ def situation(ctx: Context, again: bool = False) -> Situation:
                       host=ctx.name)
     pid = str(status.daemons[0].pid) if status.daemons else ""
     # with args in the playbook the config files are known now: checked here, not in a command of their own
-    configs = tuple(config_paths(ctx.spec.args)) if ctx.spec.args is not None else ()
+    configs = config_paths(ctx.spec.args) if ctx.spec.args is not None else ()
     out = ctx.run(scripts.command("inspect.sh", *configs, pid=pid, bin=ctx.spec.binary, state=ctx.state,
                                  user=ctx.spec.user or "")).stdout
     facts = split_sections(out)
@@ -167,7 +167,7 @@ def check_configs(ctx: Context, sit: Situation, argv: tuple[str, ...]) -> None:
     if not paths:
         return
     missing = list(sit.configs_missing)
-    if tuple(paths) != sit.configs_checked:  # the arguments came from the running daemon: check its files now
+    if paths != sit.configs_checked:  # the arguments came from the running daemon: check its files now
         missing = ctx.run(scripts.command("check_files.sh", *paths, label="configs")).stdout.splitlines()
     if missing:
         raise BadInput(f"config file {missing[0]} named in the daemon's arguments is missing on the host "

@@ -59,14 +59,9 @@ def journal_inputs(ctx: Context, record: Record) -> dict[str, Piece | int]:
 
 def gpu_limits(ctx: Context, status: HostStatus, pids: list[int]) -> str:
     """Per GPU, the most memory it may still use once the daemon's own is released."""
-    if not status.gpus:
-        return ""
-    held: dict[str, float] = {}
-    for app in status.gpu_processes:
-        if app.pid in pids:
-            held[app.gpu_uuid] = held.get(app.gpu_uuid, 0) + (app.used_mib or 0)
-    slack = ctx.book.memory.gpu_slack_mib
-    return ",".join(f"{g.index}:{int((g.memory_used_mib or 0) - held.get(g.uuid, 0) + slack)}" for g in status.gpus)
+    return inputs.gpu_max(((g.index, g.uuid, g.memory_used_mib or 0) for g in status.gpus),
+                          ((a.pid, a.gpu_uuid, a.used_mib or 0) for a in status.gpu_processes), pids,
+                          ctx.book.memory.gpu_slack_mib)
 
 
 def knobs(ctx: Context) -> inputs.Knobs:

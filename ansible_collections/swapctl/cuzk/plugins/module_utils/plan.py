@@ -84,7 +84,8 @@ def swap_inputs(s: Settings, old: Daemon | None, target: Release, gpu_max: str, 
 
 
 def gpu_limits(s: Settings, pids: list[int]) -> str:
-    """Per GPU, the most memory it may still use once the daemon's own is released (swaprun.gpu_limits)."""
+    """Per GPU, the most memory it may still use once the daemon's own is released: nvidia-smi read here,
+    the formula swapctl's (inputs.gpu_max)."""
     smi = shutil.which("nvidia-smi")
     if not smi:
         return ""
@@ -98,12 +99,13 @@ def gpu_limits(s: Settings, pids: list[int]) -> str:
             return []
         return [[x.strip() for x in line.split(",")] for line in r.stdout.splitlines() if line.strip()]
 
-    held: dict[str, float] = {}
-    for pid, uuid, used in query("compute-apps", "pid,gpu_uuid,used_memory"):
-        if pid.isdigit() and int(pid) in pids and used.replace(".", "").isdigit():
-            held[uuid] = held.get(uuid, 0) + float(used)
-    return ",".join(f"{i}:{int(float(used) - held.get(uuid, 0) + s.gpu_slack_mib)}"
-                    for i, uuid, used in query("gpu", "index,uuid,memory.used") if used.replace(".", "").isdigit())
+    def mib(v: str) -> bool:
+        return v.replace(".", "", 1).isdigit()
+
+    apps = [(int(pid), uuid, float(used)) for pid, uuid, used in query("compute-apps", "pid,gpu_uuid,used_memory")
+            if pid.isdigit() and mib(used)]
+    gpus = [(i, uuid, float(used)) for i, uuid, used in query("gpu", "index,uuid,memory.used") if mib(used)]
+    return core.gpu_max(gpus, apps, pids, s.gpu_slack_mib)
 
 
 def shown_command(s: Settings, rel: Release | Daemon | None) -> str:

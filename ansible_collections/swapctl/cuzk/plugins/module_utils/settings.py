@@ -2,7 +2,6 @@
 # names), checked as the playbook loader checks them, and the error every step raises.
 from __future__ import annotations
 
-import re
 import socket
 from dataclasses import dataclass
 from typing import Any
@@ -10,10 +9,12 @@ from typing import Any
 from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.host import scripts, sh_texts
 from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.masking import looks_secret
 from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.playbook.spec import (
+    KEEP_RELEASES,
     CurioSpec,
     DaemonSpec,
     GpuSpec,
     MemorySpec,
+    daemon_problem,
     service_name,
 )
 from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.playbook.spec import (
@@ -34,37 +35,41 @@ class HostError(Exception):
         self.message, self.result = message, result
 
 
+_D, _M, _G = DaemonSpec(), MemorySpec(), GpuSpec()  # the playbook's defaults: the one home of each
+
+
 @dataclass(frozen=True)
 class Settings:
-    """The playbook's [daemon], [memory], [gpu] and [releases] as the modules take them (same names)."""
+    """The playbook's [daemon], [memory], [gpu] and [releases] as the modules take them (same names), each
+    default the playbook's own (spec.py)."""
 
     binary: str
     log: str
-    args: tuple[str, ...] | None = None
-    match: str | None = None
-    ready_log: str = "cuzk-daemon ready"
-    ready_port: int | None = None
-    ready_timeout_s: float = 600
-    ready_stable_s: float = 0
-    stop_grace_s: float = 30
-    cwd: str | None = None
-    env: tuple[tuple[str, str], ...] = ()
+    args: tuple[str, ...] | None = _D.args
+    match: str | None = _D.match
+    ready_log: str = _D.ready_log
+    ready_port: int | None = _D.ready_port
+    ready_timeout_s: float = _D.ready_timeout_s
+    ready_stable_s: float = _D.ready_stable_s
+    stop_grace_s: float = _D.stop_grace_s
+    cwd: str | None = _D.cwd
+    env: tuple[tuple[str, str], ...] = _D.env
     secret_env: tuple[tuple[str, str], ...] = ()  # name -> value, never logged (the module's no_log option)
-    unit: str = ""
-    keep_loader_env: tuple[str, ...] = ()
-    min_available_gib: float = 0
-    release_timeout_s: float = 900
-    gpu_slack_mib: float = 1024
-    nvidia_smi_timeout_s: float = 10
-    keep_releases: int = 5
+    unit: str = ""  # "": none (DaemonSpec's None)
+    keep_loader_env: tuple[str, ...] = _D.keep_loader_env
+    min_available_gib: float = _M.min_available_gib
+    release_timeout_s: float = _M.release_timeout_s
+    gpu_slack_mib: float = _M.gpu_slack_mib
+    nvidia_smi_timeout_s: float = _G.nvidia_smi_timeout_s
+    keep_releases: int = KEEP_RELEASES
     status_url: str = ""  # the daemon's GET /status ("": none)
-    stop: str = "term"
-    drain_timeout_s: float = 300
-    drain_timeout: str = "stop"
-    ready: str = "log"
-    lock_silence_s: float = 30
-    gone_before_stop: str = "refuse"
-    user: str = ""
+    stop: str = _D.stop
+    drain_timeout_s: float = _D.drain_timeout_s
+    drain_timeout: str = _D.drain_timeout
+    ready: str = _D.ready
+    lock_silence_s: float = _D.lock_silence_s
+    gone_before_stop: str = _D.gone_before_stop
+    user: str = ""  # "": root or the binary's owner (DaemonSpec's None)
     host: str = ""  # the name the journal gives the host (the inventory's)
     curio: CurioSpec = CurioSpec()  # the Curio nodes that feed this cuzk, which stop "cordon" cordons
 
@@ -95,19 +100,10 @@ class Settings:
         return cls(host=params.get("host") or socket.gethostname(), **d).checked()
 
     def checked(self) -> Settings:
-        """Itself, once the keys that need each other agree (as the playbook loader holds them): a drain or a
-        status probe reads the daemon's status_url, which must be an http:// URL."""
-        if self.status_url and not re.fullmatch(r"http://[A-Za-z0-9.\-\[\]:]+(:\d+)?/\S*", self.status_url):
-            raise HostError(f"daemon.status_url {self.status_url!r} is not an http:// URL (e.g. "
-                            f"\"http://127.0.0.1:9821/status\", the daemon's status_listen); nothing changed")
-        for key, needs in (("stop", "drain"), ("ready", "status")):
-            if getattr(self, key) == needs and not self.status_url:
-                raise HostError(f"daemon.{key} \"{needs}\" reads the daemon's own status: set daemon.status_url "
-                                f"(cuzk's status_listen, e.g. \"http://127.0.0.1:9821/status\"); nothing changed")
-        if not 5 <= self.lock_silence_s <= 3600 or self.drain_timeout_s <= 0:
-            key = "lock_silence_s" if self.drain_timeout_s > 0 else "drain_timeout_s"
-            raise HostError(f"daemon.{key} {getattr(self, key):g} is out of range (lock_silence_s: 5 to 3600 s; "
-                            f"drain_timeout_s: more than 0 s); nothing changed")
+        """Itself, once the keys that need each other or a range agree, as the playbook loader holds them (the
+        same function says what is wrong: spec.daemon_problem)."""
+        if wrong := daemon_problem(self.knobs().daemon):
+            raise HostError(f"daemon.{wrong[0]}: {wrong[1]}; nothing changed")
         if problem := curio_problem(self.curio, self.stop):
             raise HostError(f"{problem}; nothing changed")
         return self
@@ -127,9 +123,8 @@ class Settings:
 
     @property
     def state(self) -> str:
-        """Where releases, the journal and the lock live, as DaemonSpec.state_dir."""
-        head, name = self.binary.rsplit("/", 1) if "/" in self.binary else ("", self.binary)
-        return f"{head}/.swapctl/{name}"
+        """Where releases, the journal and the lock live (DaemonSpec.state_dir: beside the binary)."""
+        return DaemonSpec(binary=self.binary).state_dir
 
     @property
     def environment(self) -> tuple[tuple[str, str], ...]:

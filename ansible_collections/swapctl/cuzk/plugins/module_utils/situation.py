@@ -223,17 +223,6 @@ def situation(s: Settings, configs: tuple[str, ...] = (), again: bool = False) -
                      notes=(journal_entry.skipped_note(f"{s.host}:{s.state}/{JOURNAL}", skipped),) if skipped else ())
 
 
-def config_paths(args: tuple[str, ...]) -> tuple[str, ...]:
-    """The config files a command line names (swap.plan.config_paths)."""
-    out = []
-    for i, a in enumerate(args):
-        if a in ("-c", "--config") and i + 1 < len(args):
-            out.append(args[i + 1])
-        elif a.startswith("--config="):
-            out.append(a.split("=", 1)[1])
-    return tuple(out)
-
-
 def cordon_view(s: Settings, lift: bool) -> cordon.CordonView:
     """Curio's cordon as this host sees it (uncordon.sh, one call, parsed as `swapctl status` parses it); with
     `lift`, a cordon swapctl left lifted first."""

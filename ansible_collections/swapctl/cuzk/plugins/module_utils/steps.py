@@ -23,7 +23,6 @@ from ansible_collections.swapctl.cuzk.plugins.module_utils.settings import HostE
 from ansible_collections.swapctl.cuzk.plugins.module_utils.situation import (
     Daemon,
     Situation,
-    config_paths,
     cordon_view,
     situation,
 )
@@ -41,6 +40,7 @@ from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.host import s
 from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.remote.cmd import Secret
 from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.swap import environ, words
 from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.swap import inputs as core
+from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.swap.command import config_paths
 from ansible_collections.swapctl.cuzk.plugins.module_utils.swapctl.swap.ending import Ended, Ending, done_as, ending
 
 # -- the steps ------------------------------------------------------------------------------------------------
