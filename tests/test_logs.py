@@ -293,7 +293,7 @@ def test_a_log_parsed_in_pieces_on_several_cores_says_what_one_pass_says(parts, 
 def test_byte_ranges_of_one_open_file_made_together_each_read_their_own_bytes(tmp_path):
     """timings --by-release reads a release's starts as one log: ranges made before any is read. Each read
     from where the last range made had left the file, so a release started twice was counted wrong."""
-    from swapctl.logs.format import ByteRange
+    from swapctl.logs.streams import ByteRange
 
     path = tmp_path / "log"
     path.write_bytes(b"0123456789abcdef")

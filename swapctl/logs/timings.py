@@ -13,7 +13,7 @@ from .cuzk.log import Log
 from .cuzk.mender import lines
 from .cuzk.patterns import RESTART_MS, START, WHOLE
 from .cuzk.run import GpuTime, Run
-from .format import ByteRange, Readable
+from .streams import ByteRange, Readable
 
 PARALLEL_MIN = files.PARALLEL_MIN  # files this large are read in pieces on every core (tests set it lower)
 

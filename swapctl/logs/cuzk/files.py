@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ...facts.journal_entry import JournalEntry, starts
-from ..format import ByteRange, Readable
+from ..streams import ByteRange, Readable
 from .fields import VALUE
 from .figures import RunReport
 from .log import Log

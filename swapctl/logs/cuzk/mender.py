@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from ..format import Readable
+from ..streams import Readable
 from .patterns import CUT_MARKS, LINE_START, TIMELINE, WHOLE
 
 CHUNK = 8 << 20  # bytes read at a time
