@@ -12,6 +12,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from . import playbook as pb
 from .errors import BadInput, SwapctlError
@@ -20,6 +21,33 @@ from .swap.deploy import Outcome
 
 Result = Outcome | SwapctlError
 SKIPPED = "skipped"
+
+
+class Halt(StrEnum):
+    """Why a rollout stopped before every host had its turn."""
+
+    MAX_FAIL = "max-fail"  # more hosts failed than --max-fail allows
+    CANARY_FAILED = "canary-failed"  # a canary's swap failed
+    CANARY_DOWN = "canary-down"  # a canary swapped, then no longer ran the new build
+    NOT_CONFIRMED = "not-confirmed"  # the canaries were shown and the rollout was not confirmed
+    INTERRUPTED = "interrupted"  # Ctrl-C
+
+
+class Stop(str):
+    """A rollout's stop: the words said (it is that string: printed, compared and written to --json as it),
+    and its `halt`, which callers branch on."""
+
+    halt: Halt
+
+    def __new__(cls, halt: Halt, said: str) -> Stop:
+        stop = super().__new__(cls, said)
+        stop.halt = halt
+        return stop
+
+
+def halt_of(why: str) -> Halt | None:
+    """The Halt of a rollout's stop (None: it did not stop, or a caller's own words)."""
+    return why.halt if isinstance(why, Stop) else None
 
 
 @dataclass(frozen=True)
@@ -90,7 +118,8 @@ class Rollout:
         if isinstance(result, SwapctlError):
             self.failures += 1
             if self.budget is not None and self.failures > self.budget and not self.stopped:
-                self.stopped = f"{self.failures} hosts failed, more than --max-fail {self.budget}"
+                self.stopped = Stop(Halt.MAX_FAIL, f"{self.failures} hosts failed, more than --max-fail "
+                                                   f"{self.budget}")
 
 
 @dataclass(frozen=True)
@@ -122,7 +151,7 @@ class CanaryGate:
     def verdict(self, results: dict[str, Result | str]) -> str:
         """Why the rollout stops after its canaries, or "" to go on."""
         if any(isinstance(r, SwapctlError) for r in results.values()):
-            return "the canary failed"
+            return Stop(Halt.CANARY_FAILED, "the canary failed")
         if self.wait_s:
             self.waiting(self.wait_s)
         canaries = []
@@ -131,9 +160,9 @@ class CanaryGate:
                 continue
             found = self.check(self.book, name, outcome)
             if isinstance(found, str):
-                return found
+                return Stop(Halt.CANARY_DOWN, found)
             canaries.append(found)
-        return "" if self.confirm(canaries) else "stopped after the canary"
+        return "" if self.confirm(canaries) else Stop(Halt.NOT_CONFIRMED, "stopped after the canary")
 
 
 Batch = Callable[[Rollout, list[HostSpec]], None]

@@ -124,3 +124,18 @@ def test_an_unreachable_host_counts_as_failed():
 
     results, why = roll_out(HOSTS, one, Fleet(max_fail="0"), gate())
     assert why == "1 hosts failed, more than --max-fail 0" and words(results)[:3] == ["deployed", "failed", "skipped"]
+
+
+def test_each_stop_says_its_halt_beside_its_words():
+    """issue 46, item 2: a caller branches on why a rollout stopped (fleet.Halt), not on its words."""
+    from swapctl.fleet import Halt, halt_of
+
+    one, _ = host({"gpu-0"})
+    assert halt_of(roll_out(HOSTS, one, Fleet(canary=1), gate())[1]) is Halt.CANARY_FAILED
+    assert halt_of(roll_out(HOSTS, one, Fleet(max_fail="0"), gate())[1]) is Halt.MAX_FAIL
+    one, _ = host()
+    assert halt_of(roll_out(HOSTS, one, Fleet(canary=1), gate(check=lambda b, n, o: f"canary {n} went down"))[1]) \
+        is Halt.CANARY_DOWN
+    assert halt_of(roll_out(HOSTS, one, Fleet(canary=1), gate(confirm=lambda c: False))[1]) is Halt.NOT_CONFIRMED
+    _, why = roll_out(HOSTS, one, Fleet(), gate())
+    assert why == "" and halt_of(why) is None

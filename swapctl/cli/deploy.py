@@ -17,6 +17,7 @@ from rich.text import Text
 from .. import playbook as pb
 from ..errors import BadInput, ExitCode, Refused, SwapctlError
 from ..facts import cordon
+from ..fleet import halt_of
 from ..gpu.sampler import start_after_swap
 from ..playbook.curio import shared_nodes
 from ..remote import Host, connect
@@ -289,7 +290,8 @@ def report(results: dict[str, Any], why: str, as_json: bool) -> int:
     if as_json:
         print_json({"hosts": {n: ({"skipped": why} if isinstance(r, str) else
                                   {"error": str(r), "exit_code": int(r.exit_code)} if isinstance(r, SwapctlError)
-                                  else r.as_dict()) for n, r in results.items()}, "stopped": why or None})
+                                  else r.as_dict()) for n, r in results.items()}, "stopped": why or None,
+                    "halt": halt_of(why)})
         return worst(codes)
     if len(results) == 1:
         [r] = results.values()

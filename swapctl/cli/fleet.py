@@ -18,7 +18,7 @@ from rich.table import Table
 from .. import playbook as pb
 from ..canary import check_canary
 from ..errors import BadInput, Refused, SwapctlError, UnknownState
-from ..fleet import SKIPPED, Canary, CanaryGate, Fleet, Result, Rollout, fail_budget
+from ..fleet import SKIPPED, Canary, CanaryGate, Fleet, Halt, Result, Rollout, Stop, fail_budget, halt_of
 from ..fleet import roll_out as core_roll_out
 from ..playbook import HostSpec
 from ..playbook.curio import shared_nodes, shared_said
@@ -48,7 +48,7 @@ MaxFailOpt = Annotated[str | None, typer.Option(
     "--max-fail", help="Start no new host once more than N (or P%) hosts failed. Default: [rollout] max_fail.")]
 
 
-INTERRUPTED = "interrupted (Ctrl-C)"
+INTERRUPTED = Stop(Halt.INTERRUPTED, "interrupted (Ctrl-C)")
 
 
 def confirm_fleet(question: str) -> None:
@@ -193,9 +193,9 @@ def roll_out(book: pb.Playbook, specs: list[HostSpec], one: One, fleet: Fleet, y
         finally:  # the verb's report is still to print: a Ctrl-C from now on says so
             if run.changed:
                 run.keys.verb.enter(Phase.FINISHED)
-    if why == "the canary failed":
+    if halt_of(why) is Halt.CANARY_FAILED:
         err.print("the canary failed: no other host was touched", style="bold red")
-    elif why.startswith("canary "):
+    elif halt_of(why) is Halt.CANARY_DOWN:
         err.print(text(why), style="bold red")
     return results, why
 
