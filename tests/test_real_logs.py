@@ -195,12 +195,11 @@ def test_gaps_between_partitions_count_only_time_a_worker_had_nothing_on_the_gpu
     assert sum(map(len, expected)) == (1 if name == "one-gpu-nocolor" else 42)  # 9 and 42 counted before
 
 
-def test_the_cuzk_format_reads_what_the_parser_reads_and_its_typed_report_is_the_json():
-    from swapctl.logs.cuzk import FORMAT
+def test_a_file_read_in_pieces_on_two_cores_reads_as_one_stream_and_its_typed_report_is_the_json():
+    from swapctl.logs.cuzk import files
 
-    with open(DATA / "two-gpu-three-runs.log", "rb") as f:
-        log = FORMAT.parse([f])
-    assert FORMAT.name == "cuzk" and _same(log.report(), read("two-gpu-three-runs").report())
+    log = files.parse_files([str(DATA / "two-gpu-three-runs.log")], workers=2, parallel_min=1)
+    assert _same(log.report(), read("two-gpu-three-runs").report())
     figures = read("two-gpu-three-runs").figures("last")
     assert figures.as_dict() == read("two-gpu-three-runs").report("last")
     assert figures.runs[0].gpus["1"].gpu_phase_share == figures.as_dict()["runs"][0]["gpus"]["1"]["gpu_phase_share"]
