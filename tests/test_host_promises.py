@@ -314,7 +314,7 @@ def test_a_disk_that_fills_after_the_upload_refuses_the_backup_with_nothing_chan
     running daemon failed on the full disk and the deploy ended as an error of swapctl's (exit 1). Nothing
     has stopped at that step: it is a refusal (exit 3), and the release store keeps no half-made release."""
     from swapctl.errors import Refused
-    from swapctl.swap import store
+    from swapctl.swap import save
 
     box = small_disk
     box.log = tmp_path / "cuzk.log"  # the daemon logs elsewhere; the state directory's disk is the one that fills
@@ -327,7 +327,7 @@ def test_a_disk_that_fills_after_the_upload_refuses_the_backup_with_nothing_chan
             subprocess.run(["dd", "if=/dev/zero", f"of={box.data / 'other-job.out'}", "bs=1M"], capture_output=True)
             subprocess.run(["dd", "if=/dev/zero", f"of={box.data / 'last-bytes'}", "bs=1"], capture_output=True)
             with pytest.raises(Refused) as refused:
-                store.backup(sw.ctx, plan)
+                save.backup(sw.ctx, plan)
         finally:
             sw.unlock()
             sw.discard_upload()

@@ -65,7 +65,7 @@ def test_a_finishing_stretch_says_what_goes_on_and_counts_no_press(phase):
 
 def test_a_press_counted_before_the_stop_aborts_it_and_none_after():
     """A swap on a worker thread (a parallel rollout) is not unwound by the handler: it reads the press at
-    the stop (rollback.swap_in) and between upload chunks (session)."""
+    the stop (swap_in.swap_in) and between upload chunks (send)."""
     i = Interrupts()
     i.checkpoint()
     i.stop_begins()

@@ -99,7 +99,7 @@ def test_patch_against_a_base_changed_on_the_host_falls_back_to_a_full_upload(bo
 
 
 def test_the_plan_chooses_the_upload_method_once_and_the_deploy_and_dry_run_follow_it(box, prover, big_b, tmp_path):
-    # issue 32: one rule (session.choose), read by the preflight work, the receive started before the lock,
+    # issue 32: one rule (send.choose), read by the preflight work, the receive started before the lock,
     # the upload and --dry-run alike
     box.start_by_hand(prover)
     book = load(box.playbook_path)

@@ -18,14 +18,13 @@ from ..facts.catalog import Catalog, catalog
 from ..facts.journal_entry import Upload
 from ..playbook import Playbook
 from ..remote.host import Held, Host, Prepared
-from . import elf, journal, lock, preflight, steps, store, swaprun, upload
-from . import rollback as back
+from . import elf, journal, lock, preflight, save, steps, swap_in, swaprun, upload
 from .context import Context
 from .describe import describe
 from .ending import Ended
 from .events import Event, EventSink, Interrupts, Outcome
 from .plan import Daemon, DeployPlan, Plan, Situation
-from .session import Session
+from .send import Session
 
 __all__ = ["Catalog", "Daemon", "DeployPlan", "Event", "EventSink", "Interrupts", "Outcome", "Plan", "Situation",
            "Swap", "deploy", "rollback"]
@@ -82,7 +81,7 @@ class Swap:
         self.session.prepare(plan)
 
     def upload(self, plan: DeployPlan) -> Upload:
-        return self.session.send(plan, lambda rel: store.write_manifest(self.ctx, rel))
+        return self.session.send(plan, lambda rel: save.write_manifest(self.ctx, rel))
 
     def discard_upload(self) -> None:
         self.session.discard()
@@ -128,20 +127,20 @@ class _Run:
                 self.cached = cached  # only once started: a Ctrl-C before it leaves nothing to join
             case steps.Save():
                 self.epilogue = journal.epilogue(ctx)  # its shell starts beside the backup and the swap
-                self.plan = store.backup(ctx, plan)  # the daemon may have exited by itself since the preflight
+                self.plan = save.backup(ctx, plan)  # the daemon may have exited by itself since the preflight
                 self.times["backup"] = round(time.monotonic() - self.t, 3)
             case steps.SwapIn():
                 for rel in (step.target, step.fallback):  # what it starts with is its record from now on
                     if rel and rel.id in plan.filled_ids:
-                        store.write_manifest(ctx, rel)
+                        save.write_manifest(ctx, rel)
                 sent = (self.sent.sent_from(os.path.abspath(plan.binary.path))  # `history` shows it to its uploader
                         if self.sent and isinstance(plan, DeployPlan) else None)
-                outcome = back.swap_in(ctx, plan, step.target, step.action, step.fallback, self.times, sent)
+                outcome = swap_in.swap_in(ctx, plan, step.target, step.action, step.fallback, self.times, sent)
                 if self.sent and self.sent.wire_bytes:
                     outcome = replace(outcome, upload_mb_s=plan.new.size / 1e6 / max(self.sent.seconds, 1e-6))
                 self.outcome = outcome
             case steps.Prune():
-                _, prune = store.prune_cmd(ctx, {r.id: r for r in step.releases}, set(step.protect), step.stale)
+                _, prune = save.prune_cmd(ctx, {r.id: r for r in step.releases}, set(step.protect), step.stale)
                 journal.then(ctx, self.epilogue, (prune,) if prune else ())
             case _:
                 raise AssertionError(f"a step this plan cannot run: {step}")

@@ -4,10 +4,10 @@ from the same `Cmd`s (secrets masked); the CLI shows the commands with --verbose
 from __future__ import annotations
 
 from ..remote.cmd import Cmd
-from . import lock, steps, store, swaprun
+from . import lock, save, steps, swaprun
 from .context import Context
 from .plan import DeployPlan, Plan
-from .session import Session
+from .send import Session
 
 
 def describe(ctx: Context, plan: Plan, session: Session) -> list[tuple[str, str]]:
@@ -30,14 +30,14 @@ def said(ctx: Context, plan: Plan, session: Session, step: steps.Step) -> list[t
                     if method.kind == "sftp" else f"receive {method.said()} into {sender.tmp}{method.resumed()}; {sha}")
             return [(what, sender.first_cmd(method))]
         case steps.Save(backups=backups):
-            return [(f"backup ({b.release.source}): cp {b.source} {b.release.path(st)}", store.backup_cmd(ctx, b))
+            return [(f"backup ({b.release.source}): cp {b.source} {b.release.path(st)}", save.backup_cmd(ctx, b))
                     for b in backups]
         case steps.SwapIn():
             return [(_swap_said(ctx, plan, step), swaprun.swap_cmd(
                 ctx, plan.daemon, step.target, swaprun.gpu_limits(ctx, plan.status, [plan.daemon.pid] if plan.daemon
                                                                   else []), step.fallback, plan.unit))]
         case steps.Prune():
-            gone, cmd = store.prune_cmd(ctx, {r.id: r for r in step.releases}, set(step.protect), step.stale)
+            gone, cmd = save.prune_cmd(ctx, {r.id: r for r in step.releases}, set(step.protect), step.stale)
             what = (f"remove releases {', '.join(gone)} (beyond releases.keep = {ctx.book.keep_releases})"
                     if gone else "no release to remove")
             return [(f"then, once the swap went well, {what}" + (f" and {len(step.stale)} interrupted upload(s)"

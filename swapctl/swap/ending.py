@@ -1,5 +1,5 @@
 """How a swap ended, read from the swap script's report once, for both sides: the controller
-(swap/rollback.py) and the Ansible modules (module_utils/steps.py) each word and code an ending their own
+(swap/swap_in.py) and the Ansible modules (module_utils/steps.py) each word and code an ending their own
 way, but never decide it twice. Standard library only: scripts/build_collection.py ships it."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """What a Ctrl-C means, decided in one place: by the phase the swap (or the verb around it) is in.
 
 The CLI's one SIGINT handler forwards each press to `Interrupts.press` and does what the answer says; the
-swap moves the phase on as it goes (rollback.swap_in), checks for a press between steps (`checkpoint`),
+swap moves the phase on as it goes (swap_in.swap_in), checks for a press between steps (`checkpoint`),
 and tells the host's swap script to roll back once `second` is set (swaprun)."""
 
 from __future__ import annotations

@@ -149,7 +149,7 @@ class Base:
 
 @dataclass(frozen=True)
 class Method:
-    """How the new release reaches the host, chosen once, in the plan (session.choose): nothing to send
+    """How the new release reaches the host, chosen once, in the plan (send.choose): nothing to send
     (present); a zstd patch against `base`, a release the host has (patch); a zstd stream (zstd), or SFTP
     where the host has no zstd (sftp), each resuming after the `offset` bytes an interrupted upload left."""
 
@@ -174,7 +174,7 @@ class DeployPlan(Plan):
     """A deploy's plan: the local binary to upload as the new release, and how."""
 
     binary: elf.LocalBinary
-    upload: Method  # chosen by session.choose in preflight.plan_deploy: no default that would skip the upload
+    upload: Method  # chosen by send.choose in preflight.plan_deploy: no default that would skip the upload
 
     def way_back(self) -> Release | None:
         """What a failed start goes back to: what runs now, else the current release, else the last good one."""

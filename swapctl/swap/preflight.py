@@ -17,14 +17,14 @@ from ..facts.status import HostStatus, gather, split_sections
 from ..facts.system import Process
 from ..facts.unsafe import why_unsafe
 from ..host import scripts
-from . import elf, room, session
+from . import elf, room, send
 from .command import as_it_starts as starts_as
 from .command import config_paths, release_command
 from .context import Context
 from .environ import carried
 from .inputs import room_needed_kib
 from .plan import DeployPlan, Plan, Situation, read_situation
-from .store import gone as store_gone
+from .save import gone as store_gone
 
 P = TypeVar("P", bound=Plan)
 
@@ -237,7 +237,7 @@ def plan_deploy(ctx: Context, sit: Situation, binary: elf.LocalBinary, restart: 
     # the binary path's own build saved as itself would overwrite the upload's record with none
     sit = replace(sit, to_save=tuple(b for b in sit.to_save if b.release.id != new.id))
     plan: DeployPlan = DeployPlan.of(sit, binary=binary, new=new, unchanged=unchanged,
-                                     upload=session.choose(ctx, sit, new))
+                                     upload=send.choose(ctx, sit, new))
     return with_commands(ctx, sit, plan)
 
 

@@ -25,7 +25,7 @@ class Lock:
 
 @dataclass(frozen=True)
 class Send:
-    """The new release put on the host by the method the plan chose (session.choose)."""
+    """The new release put on the host by the method the plan chose (send.choose)."""
 
     method: Method
 

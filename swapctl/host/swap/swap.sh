@@ -3,7 +3,7 @@
 # one's start, whatever the host's shell start-up costs (a .bashrc running `conda init` is common). It
 # runs under bash when the readiness check is a port (/dev/tcp is bash's). It streams what happens
 # (the words are swapctl/swap/words.py's Word):
-#   SWAP pid                                  this script's pid, first (a second Ctrl-C: sh/interrupt.sh)
+#   SWAP pid                                  this script's pid, first (a second Ctrl-C: interrupt.sh)
 #   KIDS pids | SIGKILL | STOPPED ms          stop (daemon.sh's stop_daemon)
 #   R ms avail_kib[/room_kib] alive gpu_used | DONE ms | TIMEOUT ms
 #                                             wait until they are gone, GPU memory is back, the least of

@@ -120,7 +120,7 @@ def memory_error(s: Settings, got: words.SwapReport, **result: Any) -> HostError
 def swap_in(s: Settings, sit: Situation, target: Release, action: str, fb: Release | None,
             steps: dict[str, float]) -> dict[str, Any]:
     """Stops what runs, waits for memory, starts `target`; the host goes back to `fb` by itself when that
-    fails and writes the journal line (rollback.swap_in): this side reads how it ended (swap/ending.py)."""
+    fails and writes the journal line (swap_in.swap_in): this side reads how it ended (swap/ending.py)."""
     old_sha = sit.daemon.sha256 if sit.daemon else (fb.sha256 if fb else None)
     got = swap_once(s, sit.daemon, target, gpu_limits(s, [sit.daemon.pid] if sit.daemon else []), fb, action,
                     old_sha, steps)
@@ -158,7 +158,7 @@ def unjournaled(s: Settings) -> str:
 
 def failed(s: Settings, target: Release, fb: Release | None, got: words.SwapReport, end: Ending, action: str,
            line: JournalEntry | None, steps: dict[str, float]) -> HostError:
-    """A start that failed, once the host has gone back by itself (`end`, rollback.failed): rolled_back when the
+    """A start that failed, once the host has gone back by itself (`end`, swap_in.failed): rolled_back when the
     fallback runs again after a deploy; otherwise the state the host is in."""
     why, pid = got.back_why, got.outcome_pid
     log = f"journalctl -u {s.unit}" if s.log == "journal" else f"{s.log} from byte {got.offset}"

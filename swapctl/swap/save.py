@@ -1,4 +1,4 @@
-"""The host's release store, before the stop and at the end of a deploy. Backups made before the stop, manifests,
+"""The Save step, and the release store's upkeep at the end of a deploy. Backups made before the stop, manifests,
 releases marked bad, and pruning beyond `releases.keep`."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from ..host import scripts
 from ..remote.cmd import Cmd
 from .context import Context
 from .plan import Backup, Situation
-from .session import manifest
+from .send import manifest
 from .words import Word
 
 S = TypeVar("S", bound=Situation)

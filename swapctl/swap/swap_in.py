@@ -1,6 +1,7 @@
-"""Steps 5 to 9 with their way back, in one place: swap a release in and, when its start fails, the host
-goes back to the fallback by itself (host/swap/swap.sh), marks the failed release bad and journals what it did.
-This side reads what the host says and turns it into an outcome or an error."""
+"""The SwapIn step, a deploy's and a rollback's alike: stop, memory wait, start and readiness, and, when the
+start fails, the host's own way back: it goes back to the fallback by itself (host/swap/swap.sh), marks the
+failed release bad and journals what it did. This side reads what the host says (swap/ending.py) and turns
+it into an outcome or an error."""
 
 from __future__ import annotations
 

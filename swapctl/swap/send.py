@@ -1,4 +1,4 @@
-"""The upload session: the cheapest method the host allows, chosen once for the plan (choose);
+"""The Send step, the upload session: the cheapest method the host allows, chosen once for the plan (choose);
 what it sends made during the preflight, its host side started before the lock, and the binary put in
 place as a release by it (see upload.py)."""
 
