@@ -5,7 +5,9 @@ The swap module runs swapctl's own host scripts and parsers on the host. Ansible
 Python (module_utils), so this puts into the collection, as generated files (git ignores them):
 - plugins/module_utils/swapctl/: copies of the swapctl modules the host side needs, which import nothing
   beyond the standard library (no typer, rich, paramiko, tomlkit): SHIPPED below;
-- plugins/module_utils/swapctl/host/sh_texts.py: the text of every swapctl/host/*/*.sh, by name.
+- plugins/module_utils/swapctl/host/sh_texts.py: the text of every swapctl/host/*/*.sh, by name;
+- plugins/doc_fragments/settings.py: the options' documentation, from the playbook's schema, spec and reference
+  (swapctl/playbook/ansible_doc.py), as docs/playbook.md is made.
 One source: the scripts and parsers are swapctl's, never a second hand-written copy. Then, unless
 --no-build, `ansible-galaxy collection build` writes swapctl-cuzk-VERSION.tar.gz into --output (dist/).
 
@@ -51,6 +53,12 @@ def generate() -> list[Path]:
     out = GENERATED / "host" / "sh_texts.py"
     out.write_text(HEADER.format(src="host/*/*.sh") + '"""The host scripts\' texts, by file name."""\n\n'
                    f"TEXTS = {{\n{texts}}}\n")
+    written.append(out)
+    sys.path.insert(0, str(ROOT))  # this checkout's swapctl, whichever Python runs this
+    from swapctl.playbook.ansible_doc import fragment
+
+    out = COLLECTION / "plugins" / "doc_fragments" / "settings.py"
+    out.write_text(fragment())
     written.append(out)
     return written
 

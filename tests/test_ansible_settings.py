@@ -127,3 +127,24 @@ def test_a_cordon_the_module_cannot_make_safely_is_one_clear_line_and_changes_no
     assert said in info.value.message and info.value.message.endswith("; nothing changed"), info.value.message
     ok = engine.Settings.of({"daemon": daemon, "curio": {"nodes": ["10.0.0.5:12300", "[fd00::1]:12301"]}})
     assert ok.curio.nodes == ("10.0.0.5:12300", "[fd00::1]:12301")
+
+
+def test_the_doc_fragment_says_each_key_in_the_playbook_references_words(collection):  # noqa: F811
+    """issue 46: the fragment is generated (swapctl/playbook/ansible_doc.py), each line docs/playbook.md's own
+    (reference.DOCS, `code` as ansible-doc's C(code)); it was a third hand-written copy of every key's default
+    and kind. Only where a module takes a key otherwise (secret_env's values) are the words its own."""
+    import re
+
+    from swapctl.playbook.ansible_doc import OWN
+    from swapctl.playbook.reference import DOCS
+
+    fragment = imported(collection, "doc_fragments.settings").ModuleDocFragment
+    documented = yaml.safe_load(fragment.DOCUMENTATION)["options"]
+    for table in TABLES:
+        assert set(documented[table]["suboptions"]) == set(DOCS[table]), table
+        for key, doc in documented[table]["suboptions"].items():
+            words = OWN.get((table, key)) or re.sub(r"`([^`]+)`", r"C(\1)", DOCS[table][key][1])
+            assert doc["description"] in (words, f"{words}."), (table, key, doc["description"])
+    said = documented["daemon"]["suboptions"]
+    assert said["ready_log"]["description"] == "extended regex: this line in the log after the start means ready."
+    assert "the secret values travel apart" in said["secret_env"]["description"]
