@@ -58,6 +58,7 @@ def generate() -> list[Path]:
     from swapctl.playbook.ansible_doc import fragment
 
     out = COLLECTION / "plugins" / "doc_fragments" / "settings.py"
+    out.parent.mkdir(exist_ok=True)  # the fragment is all it holds: a clean clone has no such folder
     out.write_text(fragment())
     written.append(out)
     return written
