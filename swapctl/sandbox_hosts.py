@@ -197,7 +197,7 @@ def port_holder(port: int) -> str:
     if not inodes:
         return ""
     for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
+        if not proc.name.isdecimal():
             continue
         try:
             if any(os.readlink(fd) in inodes for fd in (proc / "fd").iterdir()):

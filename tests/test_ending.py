@@ -2,6 +2,8 @@
 the swap script's last words (host/swap/swap.sh's `finish`, each shape below) read through the real parser."""
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from swapctl.swap.ending import Ended, Ending, done_as, ending
 from swapctl.swap.words import parse_swap
@@ -59,3 +61,23 @@ def test_gpu_max_one_formula_for_both_sides_on_a_real_h200_status():
     assert gpu_max(gpus, apps, [573], 1024) == "0:1033"  # 1551 - 1542 + 1024
     assert gpu_max(gpus, apps, [999], 1024) == "0:2575"  # another process's memory stays counted
     assert gpu_max([], apps, [573], 1024) == ""  # no GPU: no limit to wait for
+
+
+def test_a_pid_in_digits_int_refuses_is_no_pid_not_a_traceback():
+    """'²'.isdigit() is true and int('²') raises: every reader of a host's numbers asks isdecimal() now."""
+    r = report("SWAP ²", "KIDS ² 3", "OUTCOME deployed ²")
+    assert (r.script_pid, r.kids, r.outcome_pid) == (None, (3,), None)
+    assert ending(r, True) is Ending.DONE and done_as(r) is Ended.DEPLOYED
+
+
+WORDS = ["SWAP", "KIDS", "STOPPED", "STARTED", "READY", "ROLLBACK", "RETRY", "OUTCOME", "JOURNAL", "TAIL", "LOG",
+         "INFLIGHT", "R", "DONE", "ALIVE", "EXITED", "NOTREADY", "MARKED", "CORDON", "UNCORDON", "DRAINED"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(WORDS), st.text(max_size=40)), max_size=12), st.booleans())
+def test_no_report_a_host_sends_makes_the_parser_or_the_ending_raise(lines, has_fallback):
+    """Anything read from a host ends as a value: each word with any text after it (digits int() refuses,
+    control characters, words cut short) parses, and has an ending."""
+    r = report(*(f"{word} {rest}" for word, rest in lines))
+    assert ending(r, has_fallback) in Ending

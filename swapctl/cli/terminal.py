@@ -36,11 +36,11 @@ def _colours(params: str) -> str:
     parts = params.split(";") if params else ["0"]
     i = 0
     while i < len(parts):
-        p = int(parts[i]) if parts[i].isdigit() else -1
+        p = int(parts[i]) if parts[i].isdecimal() else -1
         if p in (38, 48) and i + 1 < len(parts):  # 256-colour (5;N) or truecolour (2;R;G;B)
             n = {"5": 2, "2": 4}.get(parts[i + 1], 0)
             group = parts[i:i + 1 + n]
-            if n and len(group) == n + 1 and all(x.isdigit() and int(x) < 256 for x in group[2:]):
+            if n and len(group) == n + 1 and all(x.isdecimal() and int(x) < 256 for x in group[2:]):
                 kept += group
             i += 1 + n if n else 1
             continue

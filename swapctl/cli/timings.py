@@ -60,7 +60,7 @@ def timings(
     json: JsonOpt = False,
 ) -> None:
     """Phase times (count, p50, p95, max), GPU phase share per GPU and starvation signs from cuzk logs."""
-    if run not in ("all", "last") and not run.isdigit():
+    if run not in ("all", "last") and not run.isdecimal():
         guarded(lambda: _bad(f"--run {run!r}: give a run's number (1 is the first), last, or all"))
     if by_release:
         guarded(lambda: _by_release([str(p) for p in paths or []], dest, playbook, json, root(ctx)))

@@ -65,7 +65,7 @@ class Cgroups:
 
 
 def _kib(word: str) -> int | None:
-    return int(word) if word.isascii() and word.isdigit() and len(word) <= 18 else None
+    return int(word) if word.isascii() and word.isdecimal() and len(word) <= 18 else None
 
 
 def _path(word: str) -> str | None:

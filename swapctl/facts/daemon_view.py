@@ -217,7 +217,7 @@ def status_url_of(config_text: str) -> str | None:
     """daemon.status_url from a cuzk config's `[daemon] status_listen = "HOST:PORT"` (cuzk.example.toml:13-16):
     read on the host itself, so an address that listens everywhere (0.0.0.0) is asked on 127.0.0.1."""
     host, _, port = (_daemon_value(config_text, "status_listen") or "").rpartition(":")
-    if not port.isdigit():
+    if not port.isdecimal():
         return None
     host = "127.0.0.1" if host in ("", "0.0.0.0", "[::]", "::") else host
     return f"http://{host}:{port}/status"

@@ -78,7 +78,7 @@ def parse_listen(text: str) -> tuple[Listening, ...]:
     found = []
     for line in text.split("\n"):
         parts = line.split()
-        if len(parts) == 2 and parts[0].isdigit() and (address := _hex_address(parts[1])):
+        if len(parts) == 2 and parts[0].isdecimal() and (address := _hex_address(parts[1])):
             found.append(Listening(int(parts[0]), address))
     return tuple(dict.fromkeys(found))
 
@@ -109,7 +109,7 @@ def parse_configs(text: str) -> tuple[DaemonConfig, ...]:
         if line.startswith("file "):
             close()
             _, pid, path = ([*line.split(" ", 2), ""])[:3]
-            head = (int(pid) if pid.isdigit() else None, path) if pid.isdigit() or pid == "-" else None
+            head = (int(pid) if pid.isdecimal() else None, path) if pid.isdecimal() or pid == "-" else None
             keys, lines_seen, section = {}, False, ""
         elif line.startswith("  ") and head is not None:
             lines_seen = True

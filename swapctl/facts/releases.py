@@ -205,7 +205,7 @@ def matching(releases: dict[str, Release], to: str) -> list[Release]:
     """The releases `to` names: an index of `swapctl history` (1 = newest, up to 3 digits) names one; else
     every release whose sha256 starts with `to`. One found: that one; none or several: the caller refuses."""
     ordered = releases_newest_first(releases)
-    if to.isdigit() and len(to) <= 3 and 1 <= int(to) <= len(ordered):
+    if to.isdecimal() and len(to) <= 3 and 1 <= int(to) <= len(ordered):
         return [ordered[int(to) - 1]]
     return [r for r in ordered if r.sha256.startswith(to.lower())]
 

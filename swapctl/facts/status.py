@@ -260,7 +260,7 @@ def _own_unit(unit: sd.Unit | None, daemon: DaemonSpec, daemons: tuple[system.Pr
 
 def _ids(text: str) -> tuple[int, int] | None:
     parts = text.split()
-    return (int(parts[0]), int(parts[1])) if len(parts) == 2 and all(p.isdigit() for p in parts) else None
+    return (int(parts[0]), int(parts[1])) if len(parts) == 2 and all(p.isdecimal() for p in parts) else None
 
 
 def _the_daemon(daemon: DaemonSpec, s: dict[str, str], user: tuple[int, int] | None) -> Callable[[Process], bool]:
@@ -270,7 +270,7 @@ def _the_daemon(daemon: DaemonSpec, s: dict[str, str], user: tuple[int, int] | N
     if not daemon.binary:
         return lambda p: True
     owner = s.get("binary-owner", "").strip()
-    rule = daemon_rule(daemon.binary, s.get("binary-dir", "").strip(), int(owner) if owner.isdigit() else None,
+    rule = daemon_rule(daemon.binary, s.get("binary-dir", "").strip(), int(owner) if owner.isdecimal() else None,
                        user, bool(daemon.user))
     return lambda p: rule(p.exe, p.uid)
 

@@ -64,7 +64,7 @@ def parse_ps(text: str) -> list[Process]:
     procs = []
     for line in text.split("\n"):
         parts = line.split(None, 8)
-        if len(parts) < 8 or not parts[0].isdigit():
+        if len(parts) < 8 or not parts[0].isdecimal():
             continue
         procs.append(Process(
             pid=int(parts[0]), ppid=int(parts[1]), pgid=int(parts[2]), state=parts[3],
@@ -156,7 +156,7 @@ def parse_df(text: str) -> list[Disk]:
     disks = []
     for line in text.splitlines()[1:]:
         parts = line.split(None, 5)
-        if len(parts) == 6 and parts[1].isdigit():
+        if len(parts) == 6 and parts[1].isdecimal():
             disks.append(Disk(path="", filesystem=parts[0], size_kib=int(parts[1]),
                               avail_kib=int(parts[3]), mount=parts[5]))
     return disks

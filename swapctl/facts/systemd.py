@@ -76,7 +76,7 @@ def parse_unit(text: str) -> Unit | None:
 
     def num(key: str) -> int:
         v = props.get(key, "").strip()
-        return int(v) if v.isdigit() else 0
+        return int(v) if v.isdecimal() else 0
 
     return Unit(name=props["Id"], load_state=props.get("LoadState", ""), active_state=props.get("ActiveState", ""),
                 sub_state=props.get("SubState", ""), result=props.get("Result", ""), n_restarts=num("NRestarts"),

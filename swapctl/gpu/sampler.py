@@ -124,8 +124,8 @@ def parse_ctl(host: str, directory: str, text: str) -> SamplerStatus:
         elif word is CtlWord.RUNNING:
             parts = rest.split()
             running = True
-            pid = int(parts[0]) if parts and parts[0].isdigit() else None
-            daemon_pid = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else None
+            pid = int(parts[0]) if parts and parts[0].isdecimal() else None
+            daemon_pid = int(parts[1]) if len(parts) > 1 and parts[1].isdecimal() else None
             since = parts[2] if len(parts) > 2 else None
         elif word is CtlWord.FILE:
             size, _, name = rest.partition(" ")

@@ -184,7 +184,7 @@ def gpu_view(run: Run, samples: list[Sample]) -> dict[str, GpuFigures]:
         starts = gpu_starts(run, d["workers"])
         view = GpuFigures(time, kernel_share=time.get("kernels"), copy_share=time.get("copy"),
                           cycle_ms=cycle_ms(starts), window=(_iso(bounds[0]), _iso(bounds[1])) if bounds else None)
-        out[g] = counters(view, samples, int(g) if g.isdigit() else -1, bounds,
+        out[g] = counters(view, samples, int(g) if g.isdecimal() else -1, bounds,
                           [run.epoch + timedelta(milliseconds=o) for o in starts] if run.epoch else [])
     return out
 

@@ -79,7 +79,7 @@ def held_by(detail: str, silence: float) -> str:
         holder = f"{who['by']} (pid {who['pid']}) since {who['since']}"
     except (ValueError, KeyError, TypeError):
         holder = info or "another swapctl"
-    if not silent.isdigit():
+    if not silent.isdecimal():
         return f"another deploy holds the lock: {holder}; wait for it, it ends with its connection"
     return (f"another deploy holds the lock: {holder}, its heartbeat last came {silent} s ago; the lock ends "
             f"with its connection, or once it has been silent {silence:g} s")

@@ -287,12 +287,12 @@ def read_situation(host: str, binary_path: str, status: HostStatus, facts: dict[
             daemon = replace(daemon, env=status.unit.environment, cwd=status.unit.working_directory or "/")
     free = (facts.get("free", "").split() or ["0"] * 4)
     partials = tuple(Partial(path, int(size)) for size, _, path in
-                     (line.partition(" ") for line in facts.get("partial", "").splitlines()) if size.isdigit())
+                     (line.partition(" ") for line in facts.get("partial", "").splitlines()) if size.isdecimal())
     return Situation(host=host, status=status, daemon=daemon, releases=catalog.releases, current=catalog.current,
                      to_save=backups(binary_path, facts, daemon, catalog.releases),
                      warnings=(*warnings(status, daemon), *catalog.notes()),
                      history=catalog.deployed, journal=catalog.journal,
-                     free_kib=int(free[3] if len(free) > 3 and free[3].isdigit() else 0),
+                     free_kib=int(free[3] if len(free) > 3 and free[3].isdecimal() else 0),
                      host_zstd=bool(facts.get("tools", "").strip()), partials=partials, configs_checked=configs,
                      configs_missing=tuple(facts.get("missing", "").splitlines()),
                      env_dropped=daemon.dropped if daemon else (), unit=unit)

@@ -327,7 +327,7 @@ class Uploader:
     def _disk_full(self) -> InstallReport | None:
         """After a failed write: NOSPACE with the KiB free (the partial file removed) when the disk is full."""
         free = self.host.run(scripts.command("free_kib.sh", path=self.tmp, label="df"), check=False).stdout.strip()
-        if free.isdigit() and int(free) * 1024 < self.size:
+        if free.isdecimal() and int(free) * 1024 < self.size:
             self.host.run(Cmd("rm", "-f", "--", self.tmp), check=False)
             return InstallReport(failure=Word.NOSPACE, detail=free)
         return None

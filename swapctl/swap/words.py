@@ -127,10 +127,10 @@ class Reading:
     @classmethod
     def parse(cls, rest: str) -> Reading:
         parts = rest.split()
-        alive = tuple(int(p) for p in parts[2].split(",") if p.isdigit()) if len(parts) > 2 else ()  # or "-"
+        alive = tuple(int(p) for p in parts[2].split(",") if p.isdecimal()) if len(parts) > 2 else ()  # or "-"
         avail, _, room = parts[1].partition("/")
         return cls(int(parts[0]), int(avail), alive, parts[3] if len(parts) > 3 else "",
-                   int(room) if room.isdigit() else None)
+                   int(room) if room.isdecimal() else None)
 
 
 PROOF = re.compile(r"(?P<job>.+):(?P<done>[^:/]*)/(?P<total>[^:]*):(?P<age>[^:]*)")  # job:done/total:age
@@ -138,7 +138,7 @@ PROOF = re.compile(r"(?P<job>.+):(?P<done>[^:/]*)/(?P<total>[^:]*):(?P<age>[^:]*
 
 def _whole(text: str) -> int:
     """A count, age or time the host wrote: its digits, else 0 (the daemon's NaN or negative age is no age)."""
-    return int(text) if text.isascii() and text.isdigit() and len(text) < 19 else 0
+    return int(text) if text.isascii() and text.isdecimal() and len(text) < 19 else 0
 
 
 @dataclass(frozen=True)
@@ -298,7 +298,7 @@ class SwapParser:
 def _step(r: SwapReport, word: Word, rest: str) -> SwapReport:
     """The report after one more line."""
     if word is Word.KIDS:
-        return replace(r, kids=tuple(int(p) for p in rest.split() if p.isdigit()))
+        return replace(r, kids=tuple(int(p) for p in rest.split() if p.isdecimal()))
     if word is Word.SIGKILL:
         return replace(r, sigkill=True)
     if word is Word.STOPPED:
@@ -327,7 +327,7 @@ def _step(r: SwapReport, word: Word, rest: str) -> SwapReport:
 
 def _host_step(r: SwapReport, word: Word, rest: str) -> SwapReport:
     """The report after a line about the whole swap, as the host ended it."""
-    if word is Word.SWAP and rest.strip().isdigit():
+    if word is Word.SWAP and rest.strip().isdecimal():
         return replace(r, script_pid=int(rest))
     if word is Word.ROLLBACK:
         return replace(r, back_why=rest.strip())
@@ -339,7 +339,7 @@ def _host_step(r: SwapReport, word: Word, rest: str) -> SwapReport:
         return replace(r, marked=rest.strip())
     if word is Word.OUTCOME:
         what, _, pid = rest.strip().partition(" ")
-        return replace(r, outcome=what, outcome_pid=int(pid) if pid.isdigit() else None)
+        return replace(r, outcome=what, outcome_pid=int(pid) if pid.isdecimal() else None)
     if word is Word.JOURNAL:
         state, _, line = rest.partition(" ")
         return replace(r, journal=line, journal_ok=state == "ok")

@@ -100,10 +100,10 @@ def gpu_limits(s: Settings, pids: list[int]) -> str:
         return [[x.strip() for x in line.split(",")] for line in r.stdout.splitlines() if line.strip()]
 
     def mib(v: str) -> bool:
-        return v.replace(".", "", 1).isdigit()
+        return v.replace(".", "", 1).isdecimal()
 
     apps = [(int(pid), uuid, float(used)) for pid, uuid, used in query("compute-apps", "pid,gpu_uuid,used_memory")
-            if pid.isdigit() and mib(used)]
+            if pid.isdecimal() and mib(used)]
     gpus = [(i, uuid, float(used)) for i, uuid, used in query("gpu", "index,uuid,memory.used") if mib(used)]
     return core.gpu_max(gpus, apps, pids, s.gpu_slack_mib)
 

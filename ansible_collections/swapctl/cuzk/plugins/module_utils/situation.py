@@ -81,7 +81,7 @@ def _procs() -> dict[int, tuple[int, str, str, bool]]:
     with open("/proc/uptime", encoding="ascii") as f:
         uptime = float(f.read().split()[0])
     for name in os.listdir("/proc"):
-        if not name.isdigit():
+        if not name.isdecimal():
             continue
         try:
             with open(f"/proc/{name}/stat", encoding="utf-8", errors="replace") as f:
@@ -114,7 +114,7 @@ def user_ids(user: str) -> tuple[int, int] | None:
         pw = pwd.getpwnam(user)
     except KeyError:
         try:
-            pw = pwd.getpwuid(int(user)) if user.isdigit() else None
+            pw = pwd.getpwuid(int(user)) if user.isdecimal() else None
         except (KeyError, OverflowError):
             pw = None
     return (pw.pw_uid, pw.pw_gid) if pw else None
@@ -218,7 +218,7 @@ def situation(s: Settings, configs: tuple[str, ...] = (), again: bool = False) -
     return Situation(daemon=daemon, releases=releases,
                      current=current if current and RELEASE_ID.fullmatch(current) else None,
                      journal=journal, to_save=tuple(to_save),
-                     free_kib=int(free[3]) if len(free) > 3 and free[3].isdigit() else 0,
+                     free_kib=int(free[3]) if len(free) > 3 and free[3].isdecimal() else 0,
                      configs_missing=tuple(facts.get("missing", "").splitlines()),
                      notes=(journal_entry.skipped_note(f"{s.host}:{s.state}/{JOURNAL}", skipped),) if skipped else ())
 
