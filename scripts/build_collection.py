@@ -11,7 +11,7 @@ Python (module_utils), so this puts into the collection, as generated files (git
 One source: the scripts and parsers are swapctl's, never a second hand-written copy. Then, unless
 --no-build, `ansible-galaxy collection build` writes swapctl-cuzk-VERSION.tar.gz into --output (dist/).
 
-Usage: python3 scripts/build_collection.py [--no-build] [--output DIR]
+Usage: .venv/bin/python scripts/build_collection.py [--no-build] [--output DIR]   (swapctl's dependencies)
 """
 
 from __future__ import annotations
@@ -55,7 +55,12 @@ def generate() -> list[Path]:
                    f"TEXTS = {{\n{texts}}}\n")
     written.append(out)
     sys.path.insert(0, str(ROOT))  # this checkout's swapctl, whichever Python runs this
-    from swapctl.playbook.ansible_doc import fragment
+    try:
+        from swapctl.playbook.ansible_doc import fragment
+    except ImportError as exc:
+        sys.exit(f"build_collection: the doc fragment is made from swapctl's playbook modules, which need "
+                 f"swapctl's dependencies ({exc.name} is missing): run it with the project's Python, "
+                 f".venv/bin/python scripts/build_collection.py (bash scripts/venv makes .venv/)")
 
     out = COLLECTION / "plugins" / "doc_fragments" / "settings.py"
     out.parent.mkdir(exist_ok=True)  # the fragment is all it holds: a clean clone has no such folder

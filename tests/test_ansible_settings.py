@@ -100,6 +100,7 @@ def test_a_drain_or_status_probe_without_status_url_is_one_clear_line(collection
                         ({"lock_silence_s": 1}, "daemon.lock_silence_s: must be between 5 and 3600 seconds, not 1"),
                         ({"drain_timeout_s": 0}, "daemon.drain_timeout_s: must be more than 0 s"),
                         ({"match": "cuzk("}, "daemon.match: not a valid regular expression"),
+                        ({"binary": "data/cuzk"}, "daemon.binary: must be an absolute path on the host"),
                         ({"unit": "cuzk;reboot"}, "daemon.unit 'cuzk;reboot.service' is not a systemd service name"),
                         ({"unit": "-H evil.service"}, "is not a systemd service name")):
         with pytest.raises(engine.HostError, match=said):

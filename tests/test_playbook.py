@@ -93,7 +93,7 @@ def test_the_daemon_settings_are_one_type_from_the_playbook_to_the_swap():
     ('[daemon]\nlog = "journal"\n', 2, 'daemon.log: "journal" needs the unit whose journal it is'),
     ('[daemon]\nunit = "cuzk service"\n', 2, "'cuzk service.service' is not a systemd service name"),
     ('[daemon]\nstop = "kill"\n', 2, "daemon.stop: must be one of term, drain, cordon, not 'kill'"),
-    ('[daemon]\nstop = "drain"\n', 2, 'daemon.stop: "drain" reads the daemon\'s own status: add `status_url'),
+    ('[daemon]\nstop = "drain"\n', 2, 'daemon.stop: "drain" reads the daemon\'s own status: set daemon.status_url'),
     ('[daemon]\nready = "status"\n', 2, 'daemon.ready: "status" reads the daemon\'s own status'),
     ('[daemon]\nready = "soon"\n', 2, "daemon.ready: must be one of log, status, proof"),
     ('[daemon]\ndrain_timeout = "wait"\n', 2, "daemon.drain_timeout: must be one of stop, refuse"),

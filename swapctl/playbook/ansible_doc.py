@@ -14,7 +14,8 @@ import yaml
 from .options import settings
 from .reference import DOCS
 
-# the module's own options, and the keys a module takes otherwise than a playbook does
+# the module's own options, and the keys a module takes otherwise than a playbook does (no exit codes, no
+# playbook tables: its options)
 OWN: dict[tuple[str, str], str] = {
     ("daemon", ""): "The daemon, as the swapctl playbook's C([daemon]) table names it; C(swapctl export-ansible) "
                     "writes it as the group variable C(swapctl_daemon).",
@@ -24,6 +25,18 @@ OWN: dict[tuple[str, str], str] = {
     ("curio", ""): "The playbook's C([curio]) (a host's own C(curio_nodes) as I(nodes)); read with "
                    "I(daemon.stop=cordon).",
     ("host", ""): "The host's name in the journal; the role passes C(inventory_hostname). Default, its hostname.",
+    ("daemon", "binary"): "the path the daemon runs from on the host.",
+    ("daemon", "log"): 'its stdout and stderr; "journal": its unit\'s journal (needs I(unit)).',
+    ("daemon", "stop"): "term: SIGTERM at once (what is in flight is lost); drain: wait until a reading shows "
+                        "nothing in flight first (needs I(status_url); a proof begun since is lost); cordon: the "
+                        "Curio nodes in I(curio.nodes) take no new work first, and the swap waits until they own "
+                        "none (swapctl's docs/curio.md).",
+    ("daemon", "lock_silence_s"): "the host's deploy lock ends once the module's heartbeat is silent this long "
+                                  "(5 to 3600 s).",
+    ("daemon", "gone_before_stop"): "a daemon that exits by itself before the stop: refuse (the task fails, "
+                                    "nothing changed) or go on with none.",
+    ("memory", "release_timeout_s"): "memory not back this long after the stop: stop waiting (the task fails; "
+                                     "no daemon runs).",
     ("daemon", "secret_env"): "Environment values that are secrets (name to value), added to I(env); never in "
                               "Ansible's output, the host's command lines or its log of module arguments "
                               "(C(no_log)). The playbook's C(secret_env) lists names of C(env); here the secret "

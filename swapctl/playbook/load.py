@@ -96,9 +96,6 @@ def _daemon(ld: Loader, doc: dict[str, Any]) -> sp.DaemonSpec:
     if d.get("log") == sp.JOURNAL and "unit" not in d:
         raise ld.fail('"journal" needs the unit whose journal it is: add `unit = "cuzk.service"` under [daemon]',
                       "daemon", "log")
-    for key in ("binary", "log", "cwd"):
-        if key in d and not d[key].startswith("/") and not (key == "log" and d[key] == sp.JOURNAL):
-            raise ld.fail(f"must be an absolute path on the host, not {d[key]!r}", "daemon", key)
     if "unit" in d:
         d["unit"], ok = sp.service_name(d["unit"])
         if not ok:

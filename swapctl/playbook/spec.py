@@ -173,6 +173,10 @@ STATUS_URL = re.compile(r"http://[A-Za-z0-9.\-\[\]:]+(:\d+)?/\S*")
 def daemon_problem(d: DaemonSpec) -> tuple[str, str] | None:
     """The first thing wrong among [daemon]'s keys that need each other or a range (its key, and what is
     wrong and what to do), else None: the playbook loader and the Ansible modules both say it."""
+    for key in ("binary", "log", "cwd"):  # "" for binary and log: not set (require_daemon says so)
+        value = getattr(d, key) or ""
+        if value and not value.startswith("/") and not (key == "log" and value == JOURNAL):
+            return key, f"must be an absolute path on the host, not {value!r}"
     if d.match is not None:
         try:
             re.compile(d.match)
@@ -192,8 +196,8 @@ def daemon_problem(d: DaemonSpec) -> tuple[str, str] | None:
     # "proof" without it: the Phase 7 line; "cordon" without it: the node's tasks alone
     for key, needs in (("stop", "drain"), ("ready", "status")):
         if getattr(d, key) == needs and not d.status_url:
-            return key, (f'"{needs}" reads the daemon\'s own status: add `status_url = '
-                         f'"http://127.0.0.1:9821/status"` under [daemon] (cuzk\'s status_listen)')
+            return key, (f'"{needs}" reads the daemon\'s own status: set daemon.status_url (cuzk\'s '
+                         f'status_listen, e.g. "http://127.0.0.1:9821/status")')
     return None
 
 

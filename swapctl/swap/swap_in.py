@@ -52,9 +52,10 @@ def swap_in(ctx: Context, plan: Plan, target: Release, action: str, fallback: Re
     line = _recorded(run)
     end = ending(run, fallback is not None)
     if end in (Ending.NO_OUTCOME, Ending.UNKNOWN):
-        said = f"said {run.outcome!r}" if run.outcome else f"did not say ({run.failure or 'no outcome'})"
-        raise UnknownState(f"the swap script on the host ended and {said} how the swap ended; check "
-                           f"`swapctl status {ctx.name}`", host=ctx.name)
+        how = (f"with an outcome swapctl does not know ({run.outcome!r})" if run.outcome else
+               f"without saying how the swap ended ({run.failure or 'no outcome'})")
+        raise UnknownState(f"the swap script on the host ended {how}; check `swapctl status {ctx.name}`",
+                           host=ctx.name)
     if end is Ending.NO_DAEMON:  # before any start: the memory wait timed out
         raise swaprun.memory_error(ctx, run)
     if end is not Ending.DONE:

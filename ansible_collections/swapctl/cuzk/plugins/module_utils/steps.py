@@ -128,9 +128,10 @@ def swap_in(s: Settings, sit: Situation, target: Release, action: str, fb: Relea
     line = journal_entry.parse(got.journal) if got.journal else None  # the host's own line (JOURNAL)
     end = ending(got, fb is not None)
     if end in (Ending.NO_OUTCOME, Ending.UNKNOWN):
-        said = f"said {got.outcome!r}" if got.outcome else f"did not say ({got.failure or 'no outcome'})"
-        raise HostError(f"the swap script on the host ended and {said} how the swap ended; look at the host's "
-                        f"journal and the daemon before running again", steps=steps)
+        how = (f"with an outcome swapctl does not know ({got.outcome!r})" if got.outcome else
+               f"without saying how the swap ended ({got.failure or 'no outcome'})")
+        raise HostError(f"the swap script on the host ended {how}; look at the host's journal and the daemon "
+                        f"before running again", steps=steps)
     if end is Ending.NO_DAEMON:  # before any start: the memory wait timed out
         raise memory_error(s, got, journal=shown(line), steps=steps)
     if end is not Ending.DONE:
