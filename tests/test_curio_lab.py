@@ -230,3 +230,24 @@ def wait_until_text(path, text: str, timeout: float = 20) -> None:
     while text not in path.read_text(errors="replace"):
         assert time.monotonic() < deadline, f"{text!r} not in {path} within {timeout} s"
         time.sleep(0.02)
+
+
+def test_the_node_writes_each_log_line_whole_while_its_threads_log_at_once():
+    """The node's threads (each task's Prove call, the poller, the JSON-RPC) log at once. print() wrote a
+    line's text and its newline apart, and two lines ran together ("... was done1796661887.061 retry id=1"):
+    the lab then read the `dropped` of task 2 as task 1's retry, and a full suite failed waiting for it.
+    8 threads of 300 lines each, every line whole (print() broke about 1 in 10 here)."""
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    node = Path(__file__).resolve().parent.parent / "images" / "curio"
+    code = ("import sys, threading; sys.path.insert(0, sys.argv[1]); from curio_node import log\n"
+            "ts = [threading.Thread(target=lambda i=i: [log(f'line {i} {j}') for j in range(300)]) for i in range(8)]\n"
+            "[t.start() for t in ts]; [t.join() for t in ts]\n")
+    out = subprocess.run([sys.executable, "-c", code, str(node)], capture_output=True, text=True, timeout=60)
+    lines = out.stdout.splitlines()
+    assert out.returncode == 0 and len(lines) == 2400, out.stderr
+    assert all(re.fullmatch(r"\d+\.\d{3} line \d \d+", line) for line in lines), \
+        [x for x in lines if not re.fullmatch(r"\d+\.\d{3} line \d \d+", x)][:3]

@@ -74,8 +74,16 @@ MAX_PENDING = 10  # [Cuzk] MaxPending's default (deps/config/types.go:135-139, :
 PROVE_TIMEOUT_S = 1800  # [Cuzk] ProveTimeout's default, 30 min (deps/config/types.go:589-592)
 
 
+_LOG = threading.Lock()
+
+
 def log(line: str) -> None:
-    print(f"{time.time():.3f} {line}", flush=True)
+    """One line of the node's log, written whole: print() writes its text and its newline apart, and two
+    threads' lines ran together ("... was done1796661887.061 retry id=1 ..."), which the lab then read as
+    the second line's event alone (a test waited for a `dropped` that was there)."""
+    with _LOG:
+        sys.stdout.write(f"{time.time():.3f} {line}\n")
+        sys.stdout.flush()
 
 
 class Node:
@@ -97,6 +105,10 @@ class Node:
 
     def db(self):
         return connect(self.args)
+
+    def say(self, line: str) -> None:
+        """A line of the node's log (log()), for its JSON-RPC (curio_rpc.py) too."""
+        log(line)
 
     def register(self) -> None:
         """The machine row (resources.go:83-99), the cuzk address from the layers, the machine details."""

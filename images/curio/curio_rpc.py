@@ -52,7 +52,7 @@ def call(node, token: str | None, method: str) -> tuple[int, dict | None]:
         c.execute("UPDATE harmony_machines SET unschedulable = %s WHERE id = %s",
                   (method == "Filecoin.Cordon", node.owner_id))
     node.rpc.append((time.time(), method, "ok"))
-    print(f"{time.time():.3f} rpc method={method}", flush=True)  # the node's log line, as curio_node.log writes one
+    node.say(f"rpc method={method}")  # a line of the node's log, written whole among its threads' lines
     return 200, None
 
 
